@@ -1,0 +1,54 @@
+// extern "C" control API (sim/include/simverbs/simverbs.h).
+
+#include "simverbs/simverbs.h"
+
+#include "abi/c_api.h"
+#include "context.h"
+#include "cq.h"
+#include "device.h"
+
+using namespace simverbs;
+
+SIMVERBS_EXPORT int simverbs_version(void) { return SIMVERBS_API_VERSION; }
+
+SIMVERBS_EXPORT int simverbs_raise_cq_event(ibv_cq* cq, ibv_event_type type) {
+  Cq* c = Cq::From(cq);
+  if (!c || type != IBV_EVENT_CQ_ERR) return EINVAL;
+  c->SetError();
+  return 0;
+}
+
+SIMVERBS_EXPORT int simverbs_raise_qp_event(ibv_qp*, ibv_event_type) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT int simverbs_raise_srq_event(ibv_srq*, ibv_event_type) { return EOPNOTSUPP; }
+
+SIMVERBS_EXPORT int simverbs_raise_port_event(ibv_context* context, uint8_t port_num, ibv_event_type type) {
+  Context* c = Context::From(context);
+  if (!c || !c->device()->ValidPort(port_num)) return EINVAL;
+  switch (type) {
+    case IBV_EVENT_PORT_ACTIVE:
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+    case IBV_EVENT_GID_CHANGE:
+      break;
+    default:
+      return EINVAL;
+  }
+  c->device()->RaisePortEvent(port_num, type);
+  return 0;
+}
+
+SIMVERBS_EXPORT int simverbs_raise_device_fatal(ibv_context* context) {
+  Context* c = Context::From(context);
+  if (!c) return EINVAL;
+  c->device()->RaiseDeviceEvent(IBV_EVENT_DEVICE_FATAL);
+  return 0;
+}
+
+SIMVERBS_EXPORT int simverbs_push_completion(ibv_cq* cq, const ibv_wc* wc, int solicited) {
+  Cq* c = Cq::From(cq);
+  if (!c || !wc) return EINVAL;
+  return c->Push(*wc, solicited != 0) ? 0 : ENOSPC;
+}

@@ -1,0 +1,172 @@
+// extern "C" verbs of PDs, MRs, completion channels and CQs, plus the object
+// verbs the simulator does not implement yet (they fail with EOPNOTSUPP).
+
+#include <infiniband/verbs.h>
+
+#include "abi/c_api.h"
+#include "comp_channel.h"
+#include "context.h"
+#include "cq.h"
+#include "mr.h"
+#include "pd.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace simverbs;
+
+namespace {
+
+template <typename T>
+T* Unsupported() {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+
+}  // namespace
+
+// ---- PD
+
+SIMVERBS_EXPORT_1_1(ibv_alloc_pd) ibv_pd* sv_ibv_alloc_pd(ibv_context* context) {
+  Context* c = Context::From(context);
+  if (!c) return NullWithErrno(EINVAL);
+  Pd* pd = PointerOrErrno(Pd::Alloc(c));
+  return pd ? pd->ibv() : nullptr;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_dealloc_pd) int sv_ibv_dealloc_pd(ibv_pd* pd) {
+  Pd* p = Pd::From(pd);
+  return p ? p->Dealloc() : EINVAL;
+}
+
+SIMVERBS_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return Unsupported<ibv_pd>(); }
+SIMVERBS_EXPORT void ibv_unimport_pd(ibv_pd*) {}
+
+// ---- MR
+
+namespace {
+ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  Pd* p = Pd::From(pd);
+  if (!p) return NullWithErrno(EINVAL);
+  Mr* mr = PointerOrErrno(Mr::Register(p, addr, length, iova, access));
+  return mr ? mr->ibv() : nullptr;
+}
+}  // namespace
+
+SIMVERBS_EXPORT_1_1(ibv_reg_mr) ibv_mr* sv_ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return RegisterMr(pd, addr, length, reinterpret_cast<uintptr_t>(addr), static_cast<unsigned>(access));
+}
+
+SIMVERBS_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  return RegisterMr(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+SIMVERBS_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  return RegisterMr(pd, addr, length, iova, access);
+}
+
+SIMVERBS_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+  return Unsupported<ibv_mr>();
+}
+
+SIMVERBS_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  Mr* m = Mr::From(mr);
+  if (!m) return IBV_REREG_MR_ERR_INPUT;
+  Pd* p = nullptr;
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    p = Pd::From(pd);
+    if (!p) return IBV_REREG_MR_ERR_INPUT;
+  }
+  return m->Reregister(flags, p, addr, length, static_cast<unsigned>(access));
+}
+
+SIMVERBS_EXPORT_1_1(ibv_dereg_mr) int sv_ibv_dereg_mr(ibv_mr* mr) {
+  Mr* m = Mr::From(mr);
+  return m ? m->Deregister() : EINVAL;
+}
+
+SIMVERBS_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return Unsupported<ibv_mr>(); }
+SIMVERBS_EXPORT void ibv_unimport_mr(ibv_mr*) {}
+SIMVERBS_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return Unsupported<ibv_dm>(); }
+SIMVERBS_EXPORT void ibv_unimport_dm(ibv_dm*) {}
+
+// ---- completion channel
+
+SIMVERBS_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  Context* c = Context::From(context);
+  if (!c) return NullWithErrno(EINVAL);
+  CompChannel* ch = PointerOrErrno(CompChannel::Create(c));
+  return ch ? ch->ibv() : nullptr;
+}
+
+SIMVERBS_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  CompChannel* ch = CompChannel::From(channel);
+  return ch ? ch->Destroy() : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_get_cq_event) int sv_ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  CompChannel* ch = CompChannel::From(channel);
+  if (!ch || !cq || !cq_context) return MinusOneOrZero(EINVAL);
+  QueuedEvent ev;
+  if (int err = ch->events().Pop(&ev)) return MinusOneOrZero(err);
+  *cq = static_cast<ibv_cq*>(ev.element);
+  *cq_context = (*cq)->cq_context;
+  return 0;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_ack_cq_events) void sv_ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  // As libibverbs: no check against what was received (over-acking is the
+  // caller's bug and makes destroy wait forever).
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+// ---- CQ
+
+SIMVERBS_EXPORT_1_1(ibv_create_cq) ibv_cq* sv_ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                                      int comp_vector) {
+  Context* c = Context::From(context);
+  CompChannel* ch = channel ? CompChannel::From(channel) : nullptr;
+  if (!c || (channel && !ch) || comp_vector < 0) return NullWithErrno(EINVAL);
+  Cq::Params p;
+  p.cqe = cqe;
+  p.cq_context = cq_context;
+  p.channel = ch;
+  p.comp_vector = static_cast<uint32_t>(comp_vector);
+  Cq* cq = PointerOrErrno(Cq::Create(c, p));
+  return cq ? cq->ibv() : nullptr;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_resize_cq) int sv_ibv_resize_cq(ibv_cq* cq, int cqe) {
+  Cq* c = Cq::From(cq);
+  return c ? c->Resize(cqe) : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_destroy_cq) int sv_ibv_destroy_cq(ibv_cq* cq) {
+  Cq* c = Cq::From(cq);
+  return c ? c->Destroy() : EINVAL;
+}
+
+// ---- QPs, SRQs, AHs and multicast: the data path is not simulated yet.
+
+SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) { return Unsupported<ibv_qp>(); }
+SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_destroy_qp) int sv_ibv_destroy_qp(ibv_qp*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return nullptr; }
+SIMVERBS_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
+SIMVERBS_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return Unsupported<ibv_srq>(); }
+SIMVERBS_EXPORT_1_1(ibv_modify_srq) int sv_ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_query_srq) int sv_ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_destroy_srq) int sv_ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_create_ah) ibv_ah* sv_ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return Unsupported<ibv_ah>(); }
+SIMVERBS_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return Unsupported<ibv_ah>(); }
+SIMVERBS_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }

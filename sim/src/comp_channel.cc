@@ -1,0 +1,40 @@
+#include "comp_channel.h"
+
+#include <unistd.h>
+
+#include "context.h"
+
+namespace simverbs {
+
+CompChannel::CompChannel(Context* ctx) : ctx_(ctx) {
+  handle_.Bind(this);
+  handle_.pub.context = ctx->ibv();
+  handle_.pub.fd = events_.fd();
+  handle_.pub.refcnt = 0;
+  ctx->AddChannel(this);
+}
+
+CompChannel::~CompChannel() {
+  if (ctx_) ctx_->RemoveChannel(this);
+  close(events_.fd());
+  handle_.Unbind();
+}
+
+Result<CompChannel*> CompChannel::Create(Context* ctx) { return new CompChannel(ctx); }
+
+int CompChannel::Destroy() {
+  // libibverbs checks refcnt under context->mutex; the context may be closed already.
+  if (ctx_) pthread_mutex_lock(&ctx_->ibv()->mutex);
+  const int refcnt = handle_.pub.refcnt;
+  if (ctx_) pthread_mutex_unlock(&ctx_->ibv()->mutex);
+  if (refcnt != 0) return EBUSY;
+  delete this;
+  return 0;
+}
+
+void CompChannel::DetachFromContext() {
+  ctx_ = nullptr;
+  events_.Close();
+}
+
+}  // namespace simverbs

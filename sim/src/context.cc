@@ -1,0 +1,58 @@
+#include "context.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "comp_channel.h"
+#include "device.h"
+#include "ops_table.h"
+
+namespace simverbs {
+
+Context::Context(Device* device) : device_(device) {
+  handle_.Bind(this);
+  verbs_context& v = handle_.pub;
+  InstallOps(&v);
+  v.sz = sizeof(verbs_context);
+  ibv_context& c = v.context;
+  c.device = device->ibv();
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c.num_comp_vectors = device->profile().num_comp_vectors;
+  c.async_fd = async_.fd();
+  // cmd_fd is never used for commands; it is a real fd so programs that
+  // inspect or dup it see a valid descriptor.
+  c.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  pthread_mutex_init(&c.mutex, nullptr);
+  device->AddContext(this);
+}
+
+Context::~Context() {
+  device_->RemoveContext(this);
+  pthread_mutex_destroy(&handle_.pub.context.mutex);
+  close(handle_.pub.context.cmd_fd);
+  close(async_.fd());
+  handle_.Unbind();
+}
+
+Result<Context*> Context::Open(Device* device) { return new Context(device); }
+
+void Context::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (CompChannel* ch : channels_) ch->DetachFromContext();
+    channels_.clear();
+  }
+  delete this;
+}
+
+void Context::AddChannel(CompChannel* ch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  channels_.insert(ch);
+}
+
+void Context::RemoveChannel(CompChannel* ch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  channels_.erase(ch);
+}
+
+}  // namespace simverbs

@@ -1,0 +1,59 @@
+#pragma once
+
+// An open device (ibv_open_device). Owns the async event queue behind
+// ctx->async_fd and counts the objects created on it for the profile limits.
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <set>
+
+#include "event_queue.h"
+#include "handle.h"
+#include "result.h"
+
+namespace simverbs {
+
+class Device;
+class CompChannel;
+
+class Context {
+ public:
+  static constexpr uint64_t kMagic = 0x53494d4354580001;  // "SIMCTX"
+
+  static Result<Context*> Open(Device* device);
+  // ibv_close_device: no waiting for acks; channels of this context read EIO afterwards.
+  void Close();
+
+  static Context* From(const ibv_context* ctx) {
+    if (ctx == nullptr) return nullptr;
+    auto* vctx = reinterpret_cast<const verbs_context*>(reinterpret_cast<const char*>(ctx) -
+                                                        offsetof(verbs_context, context));
+    return Handle<verbs_context, Context>::From(vctx);
+  }
+  ibv_context* ibv() { return &handle_.pub.context; }
+  verbs_context* vctx() { return &handle_.pub; }
+  Device* device() const { return device_; }
+
+  EventQueue& async_events() { return async_; }
+  // Queues an async event for the application (ibv_get_async_event).
+  void RaiseAsync(const QueuedEvent& ev) { async_.Push(ev); }
+
+  void AddChannel(CompChannel* ch);
+  void RemoveChannel(CompChannel* ch);
+
+
+ private:
+  explicit Context(Device* device);
+  ~Context();
+
+  Handle<verbs_context, Context> handle_;
+  Device* device_;
+  EventQueue async_;
+  std::mutex mu_;
+  std::set<CompChannel*> channels_;
+};
+
+}  // namespace simverbs

@@ -1,0 +1,99 @@
+#pragma once
+
+// A completion queue. Lock order: Cq::mu_ before EventQueue::mu_.
+//
+// States: usable → errored (overrun in the profile's error modes: poll
+// returns -1, notify and resize fail; only destroy works) → destroyed.
+// Arming is one-shot: a completion that matches the arm fires one event on
+// the channel and disarms. Destroy waits, like libibverbs, until every event
+// that was *read* for this CQ has been acked (public mutex/cond/counters).
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "handle.h"
+#include "result.h"
+
+namespace simverbs {
+
+class Context;
+class CompChannel;
+
+class Cq {
+ public:
+  static constexpr uint64_t kMagic = 0x53494d4351000001;  // "SIMCQ"
+
+  struct Params {
+    int cqe = 0;
+    void* cq_context = nullptr;
+    CompChannel* channel = nullptr;
+    uint32_t comp_vector = 0;
+    uint64_t wc_flags = 0;
+    bool ignore_overrun = false;
+    bool extended = false;  // created with ibv_create_cq_ex
+  };
+  static Result<Cq*> Create(Context* ctx, const Params& params);
+  int Destroy();  // EBUSY while QPs/SRQs use it; otherwise waits for acks
+  int Resize(int cqe);
+
+  static Cq* From(const ibv_cq* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }
+  static Cq* From(const ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }
+  ibv_cq* ibv() { return reinterpret_cast<ibv_cq*>(&handle_.pub); }
+  ibv_cq_ex* ibv_ex() { return &handle_.pub; }
+  Context* context() const { return ctx_; }
+
+  // Producer side (the transport and the control API). Returns false if the
+  // completion did not fit (overrun), after applying the overrun rules.
+  bool Push(const ibv_wc& wc, bool solicited);
+  // Puts the CQ into the error state and raises IBV_EVENT_CQ_ERR.
+  void SetError();
+  // Raises an async event affiliated with this CQ (counted for destroy).
+  void RaiseAsync(ibv_event_type type);
+
+  void AddUser() { users_.fetch_add(1); }
+  void RemoveUser() { users_.fetch_sub(1); }
+  std::atomic<uint32_t>& comp_reported() { return comp_reported_; }
+
+  // ops installed in every context
+  static int PollOp(ibv_cq* cq, int num_entries, ibv_wc* wc);
+  static int ReqNotifyOp(ibv_cq* cq, int solicited_only);
+  static ibv_cq_ex* CreateExOp(ibv_context* ctx, ibv_cq_init_attr_ex* attr);
+
+ private:
+  Cq(Context* ctx, const Params& params);
+  ~Cq();
+  void InstallExOps();
+  // Requires: mu_ held.
+  void NotifyLocked(bool solicited);
+  void RaiseAsyncLocked(ibv_event_type type);
+
+  // cq_ex polling (ibv_start_poll / ibv_next_poll / ibv_end_poll and readers)
+  static int StartPoll(ibv_cq_ex* cq, ibv_poll_cq_attr* attr);
+  static int NextPoll(ibv_cq_ex* cq);
+  static void EndPoll(ibv_cq_ex* cq);
+  static const ibv_wc& Current(ibv_cq_ex* cq);
+  void LoadCurrentLocked();
+
+  enum class Arm { kNone, kSolicited, kNext };
+
+  Handle<ibv_cq_ex, Cq> handle_;
+  Context* ctx_;
+  CompChannel* channel_;
+  const bool ignore_overrun_;
+  std::atomic<int> users_{0};
+  std::atomic<uint32_t> comp_reported_{0};
+  std::atomic<uint32_t> async_reported_{0};
+
+  std::mutex mu_;
+  std::vector<ibv_wc> ring_;  // capacity = cqe
+  size_t head_ = 0;
+  size_t count_ = 0;
+  Arm arm_ = Arm::kNone;
+  bool error_ = false;
+  bool destroying_ = false;
+};
+
+}  // namespace simverbs

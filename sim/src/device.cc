@@ -1,0 +1,92 @@
+#include "device.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "context.h"
+
+namespace simverbs {
+
+Device::Device(const DeviceProfile& profile, int index) : profile_(profile), index_(index) {
+  handle_.Bind(this);
+  ibv_device& d = handle_.pub;
+  d.node_type = profile.node_type;
+  d.transport_type = profile.transport_type;
+  std::snprintf(d.name, sizeof d.name, "%s", profile.name.c_str());
+  std::snprintf(d.dev_name, sizeof d.dev_name, "uverbs%d", index);
+  std::snprintf(d.dev_path, sizeof d.dev_path, "/sys/class/infiniband_verbs/uverbs%d", index);
+  std::snprintf(d.ibdev_path, sizeof d.ibdev_path, "%s/%s", kSysfsRoot, profile.name.c_str());
+  for (const auto& port : profile.ports) port_state_.push_back(port.attr.state);
+}
+
+ibv_port_attr Device::PortAttr(int port_num) const {
+  ibv_port_attr attr = profile_.ports[port_num - 1].attr;
+  std::lock_guard<std::mutex> lock(mu_);
+  attr.state = port_state_[port_num - 1];
+  // phys_state follows the logical state: 5 = LinkUp, 3 = Disabled.
+  if (attr.state == IBV_PORT_DOWN) attr.phys_state = 3;
+  return attr;
+}
+
+void Device::SetPortState(int port_num, ibv_port_state state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  port_state_[port_num - 1] = state;
+}
+
+}  // namespace simverbs
+
+namespace simverbs {
+
+void Device::AddContext(Context* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  contexts_.insert(ctx);
+}
+
+void Device::RemoveContext(Context* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  contexts_.erase(ctx);
+}
+
+bool Device::Reserve(Kind kind) {
+  const ibv_device_attr& a = profile_.attr_ex.orig_attr;
+  int limit = 0;
+  switch (kind) {
+    case Kind::kPd: limit = a.max_pd; break;
+    case Kind::kMr: limit = a.max_mr; break;
+    case Kind::kCq: limit = a.max_cq; break;
+    case Kind::kQp: limit = a.max_qp; break;
+    case Kind::kSrq: limit = a.max_srq; break;
+    case Kind::kAh: limit = a.max_ah; break;
+    case Kind::kMw: limit = a.max_mw; break;
+    case Kind::kCount: return false;
+  }
+  std::atomic<int>& count = counts_[static_cast<int>(kind)];
+  int current = count.load();
+  do {
+    if (current >= limit) return false;
+  } while (!count.compare_exchange_weak(current, current + 1));
+  return true;
+}
+
+void Device::Release(Kind kind) { counts_[static_cast<int>(kind)].fetch_sub(1); }
+
+}  // namespace simverbs
+
+namespace simverbs {
+
+void Device::RaisePortEvent(int port_num, ibv_event_type type) {
+  if (type == IBV_EVENT_PORT_ERR) SetPortState(port_num, IBV_PORT_DOWN);
+  if (type == IBV_EVENT_PORT_ACTIVE) SetPortState(port_num, IBV_PORT_ACTIVE);
+  QueuedEvent ev;
+  ev.type = type;
+  ev.port_num = port_num;
+  ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
+}
+
+void Device::RaiseDeviceEvent(ibv_event_type type) {
+  QueuedEvent ev;
+  ev.type = type;
+  ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
+}
+
+}  // namespace simverbs

@@ -1,0 +1,74 @@
+#pragma once
+
+// A simulated HCA as ibv_get_device_list returns it. Its attributes come from
+// the profile; the port state can change at run time (control API).
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "handle.h"
+#include "profile.h"
+
+namespace simverbs {
+
+class Context;
+
+class Device {
+ public:
+  static constexpr uint64_t kMagic = 0x53494d4445560001;  // "SIMDEV"
+
+  Device(const DeviceProfile& profile, int index);
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  static Device* From(const ibv_device* d) { return Handle<ibv_device, Device>::From(d); }
+  ibv_device* ibv() { return &handle_.pub; }
+
+  const DeviceProfile& profile() const { return profile_; }
+  const std::string& name() const { return profile_.name; }
+  int index() const { return index_; }
+  uint64_t guid_be() const { return profile_.attr_ex.orig_attr.node_guid; }
+  int port_count() const { return static_cast<int>(profile_.ports.size()); }
+  bool ValidPort(int port_num) const { return port_num >= 1 && port_num <= port_count(); }
+
+  // Port attributes as ibv_query_port reports them now.
+  ibv_port_attr PortAttr(int port_num) const;
+  void SetPortState(int port_num, ibv_port_state state);
+
+  // Contexts opened on this device, for device-wide events (port, fatal).
+  void AddContext(Context* ctx);
+  void RemoveContext(Context* ctx);
+  template <typename Fn>
+  void ForEachContext(Fn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Context* c : contexts_) fn(c);
+  }
+
+  // Unaffiliated events, delivered to every open context of the device.
+  void RaisePortEvent(int port_num, ibv_event_type type);
+  void RaiseDeviceEvent(ibv_event_type type);
+
+  // Device-wide object counts against the profile limits (max_pd, max_cq ...).
+  enum class Kind { kPd, kMr, kCq, kQp, kSrq, kAh, kMw, kCount };
+  bool Reserve(Kind kind);  // false when the limit is reached
+  void Release(Kind kind);
+
+  // The fake sysfs directory that ibv_device::ibdev_path names.
+  static constexpr const char* kSysfsRoot = "/sys/class/infiniband";
+
+ private:
+  Handle<ibv_device, Device> handle_;
+  DeviceProfile profile_;
+  int index_;
+  mutable std::mutex mu_;
+  std::vector<ibv_port_state> port_state_;  // index 0 = port 1
+  std::set<Context*> contexts_;
+  std::atomic<int> counts_[static_cast<int>(Kind::kCount)] = {};
+};
+
+}  // namespace simverbs

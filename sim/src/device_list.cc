@@ -1,0 +1,37 @@
+#include "device_list.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace simverbs {
+
+DeviceList& DeviceList::Get() {
+  // Intentionally leaked: devices must outlive every context, including ones
+  // that programs close from their own atexit handlers.
+  static DeviceList* list = new DeviceList();
+  return *list;
+}
+
+DeviceList::DeviceList() {
+  const char* env = std::getenv("SIMVERBS_PROFILE");
+  const std::string path = ResolveProfilePath(env ? env : "");
+  ProfileLoad load = LoadProfileFile(path);
+  if (!load.error.empty()) {
+    load_error_ = load.error;
+    std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
+    if (!env) std::fprintf(stderr, "simverbs: set SIMVERBS_PROFILE to a profile name or a .json path\n");
+    return;
+  }
+  profile_ = std::move(load.profile);
+  int index = 0;
+  for (const auto& dev : profile_.devices) devices_.push_back(std::make_unique<Device>(dev, index++));
+}
+
+Device* DeviceList::Find(const std::string& name) const {
+  for (const auto& d : devices_) {
+    if (d->name() == name) return d.get();
+  }
+  return nullptr;
+}
+
+}  // namespace simverbs

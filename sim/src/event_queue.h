@@ -1,0 +1,65 @@
+#pragma once
+
+// An event queue behind a real file descriptor: the completion channel fd and
+// the context's async_fd. Applications poll/epoll the fd and set O_NONBLOCK on
+// it with fcntl, so readiness and blocking must follow the fd, as with the
+// kernel's uverbs event files.
+//
+// The queue itself is in memory; an eventfd is readable exactly while the
+// queue is non-empty (or closed). The count of events "reported" for an object
+// grows when an event is handed out, not when it is queued (as the kernel's
+// ib_uverbs_event_read does): destroy waits only for events that were read.
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+namespace simverbs {
+
+struct QueuedEvent {
+  ibv_event_type type = IBV_EVENT_CQ_ERR;
+  bool is_completion = false;   // a completion event (comp channel) rather than an async event
+  void* element = nullptr;      // ibv_cq* / ibv_qp* / ibv_srq* / ibv_wq*, or nullptr for port events
+  int port_num = 0;
+  std::atomic<uint32_t>* reported = nullptr;  // bumped when handed out; nullptr for port/device events
+};
+
+class EventQueue {
+ public:
+  EventQueue();
+  ~EventQueue();
+  EventQueue(const EventQueue&) = delete;
+  EventQueue& operator=(const EventQueue&) = delete;
+
+  // The fd; ownership passes to the caller with ReleaseFd (the app closes a
+  // channel fd through ibv_destroy_comp_channel, the context closes async_fd).
+  int fd() const { return fd_; }
+
+  void Push(const QueuedEvent& ev);
+
+  // Blocks until an event is available, unless the fd is O_NONBLOCK (EAGAIN).
+  // Returns 0 or an errno: EAGAIN, EINTR, EIO (queue closed and empty).
+  int Pop(QueuedEvent* out);
+
+  // Drops every queued event for `element` (the object is being destroyed).
+  void Purge(const void* element);
+
+  // Marks the queue closed: readers of an empty queue get EIO from now on.
+  void Close();
+
+  size_t size() const;
+
+ private:
+  void SetReadableLocked(bool readable);
+
+  int fd_;
+  mutable std::mutex mu_;
+  std::deque<QueuedEvent> events_;
+  bool readable_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace simverbs

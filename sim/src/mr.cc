@@ -1,0 +1,116 @@
+#include "mr.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "context.h"
+#include "device.h"
+#include "pd.h"
+
+namespace simverbs {
+namespace {
+
+// Keys are an index in the upper 24 bits and a key byte below it, as on
+// mlx HCAs; rereg with a new translation changes the key byte.
+std::atomic<uint32_t> next_key_index{1};
+
+constexpr unsigned kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                  IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                  IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING |
+                                  IBV_ACCESS_OPTIONAL_RANGE;
+
+// The kernel pins the pages at registration and fails with EFAULT when they
+// are not mapped; msync reports unmapped pages as ENOMEM without touching them.
+int CheckMapped(void* addr, size_t length) {
+  if (length == 0) return 0;
+  if (addr == nullptr) return EFAULT;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
+  if (end < start) return EINVAL;
+  if (msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) != 0) return EFAULT;
+  return 0;
+}
+
+}  // namespace
+
+int Mr::CheckAccess(unsigned access) {
+  if (access & ~kKnownAccess) return EINVAL;
+  // ibv_reg_mr(3): REMOTE_WRITE or REMOTE_ATOMIC require LOCAL_WRITE.
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    return EINVAL;
+  }
+  return 0;
+}
+
+Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
+    : pd_(pd), iova_(iova), access_(access) {
+  handle_.Bind(this);
+  ibv_mr& m = handle_.pub;
+  m.context = pd->context()->ibv();
+  m.pd = pd->ibv();
+  m.addr = addr;
+  m.length = length;
+  m.handle = next_key_index.load();
+  AssignKeys();
+  pd->AddUser();
+}
+
+Mr::~Mr() {
+  pd_->RemoveUser();
+  handle_.Unbind();
+}
+
+void Mr::AssignKeys() {
+  const uint32_t index = next_key_index.fetch_add(1) & 0xffffff;
+  handle_.pub.lkey = (index << 8) | 0x01;
+  handle_.pub.rkey = handle_.pub.lkey;
+}
+
+Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (int err = CheckAccess(access)) return Result<Mr*>::Error(err);
+  const ibv_device_attr& attr = pd->context()->device()->profile().attr_ex.orig_attr;
+  if (length > attr.max_mr_size) return Result<Mr*>::Error(EINVAL);
+  if (int err = CheckMapped(addr, length)) return Result<Mr*>::Error(err);
+  if (!pd->context()->device()->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  return new Mr(pd, addr, length, iova, access);
+}
+
+int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access) {
+  constexpr int kSupported = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  if (flags == 0 || (flags & ~kSupported)) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context()) return IBV_REREG_MR_ERR_INPUT;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    if (CheckMapped(addr, length)) return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+  }
+  // Every check passed: apply all changes together so a failure loses nothing.
+  ibv_mr& m = handle_.pub;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    m.addr = addr;
+    m.length = length;
+    iova_ = reinterpret_cast<uintptr_t>(addr);
+  }
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    pd->AddUser();
+    pd_->RemoveUser();
+    pd_ = pd;
+    m.pd = pd->ibv();
+  }
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
+  AssignKeys();
+  return 0;
+}
+
+int Mr::Deregister() {
+  pd_->context()->device()->Release(Device::Kind::kMr);
+  delete this;
+  return 0;
+}
+
+}  // namespace simverbs

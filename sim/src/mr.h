@@ -1,0 +1,48 @@
+#pragma once
+
+// A memory region. Registration checks the access rules of ibv_reg_mr(3) and
+// that the range is mapped; later the transport validates every remote access
+// against lkey/rkey, bounds, access flags and PD here.
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "handle.h"
+#include "result.h"
+
+namespace simverbs {
+
+class Pd;
+
+class Mr {
+ public:
+  static constexpr uint64_t kMagic = 0x53494d4d52000001;  // "SIMMR"
+
+  static Result<Mr*> Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  // ibv_rereg_mr: returns 0 or a negative IBV_REREG_MR_ERR_* / errno as the man page says.
+  int Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access);
+  int Deregister();
+
+  static Mr* From(const ibv_mr* mr) { return Handle<ibv_mr, Mr>::From(mr); }
+  ibv_mr* ibv() { return &handle_.pub; }
+
+  Pd* pd() const { return pd_; }
+  uint64_t iova() const { return iova_; }
+  unsigned access() const { return access_; }
+
+  // Checks the access flags by themselves (EINVAL rules of ibv_reg_mr(3)).
+  static int CheckAccess(unsigned access);
+
+ private:
+  Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  ~Mr();
+  void AssignKeys();
+
+  Handle<ibv_mr, Mr> handle_;
+  Pd* pd_;
+  uint64_t iova_;
+  unsigned access_;
+};
+
+}  // namespace simverbs
