@@ -14,12 +14,10 @@ DeviceList& DeviceList::Get() {
 
 DeviceList::DeviceList() {
   const char* env = std::getenv("SIMVERBS_PROFILE");
-  const std::string path = ResolveProfilePath(env ? env : "");
-  ProfileLoad load = LoadProfileFile(path);
+  ProfileLoad load = LoadProfile(env ? env : "");
   if (!load.error.empty()) {
     load_error_ = load.error;
     std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
-    if (!env) std::fprintf(stderr, "simverbs: set SIMVERBS_PROFILE to a profile name or a .json path\n");
     return;
   }
   profile_ = std::move(load.profile);

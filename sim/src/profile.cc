@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -329,18 +330,40 @@ ProfileLoad LoadProfileFile(const std::string& path) {
   return out;
 }
 
-std::string ResolveProfilePath(const std::string& name_or_path) {
-  const std::string name = name_or_path.empty() ? kDefaultProfileName : name_or_path;
-  if (name.find('/') != std::string::npos || name.ends_with(".json")) return name;
-  // A name is looked up in SIMVERBS_PROFILE_DIR, then in the project's fixtures.
+std::vector<std::string> ProfileSearchDirs() {
   std::vector<std::string> dirs;
   if (const char* dir = std::getenv("SIMVERBS_PROFILE_DIR"); dir && *dir) dirs.push_back(dir);
   dirs.push_back(SIMVERBS_PROFILE_DIR);
-  for (const auto& dir : dirs) {
-    std::string candidate = dir + "/" + name + ".json";
-    if (access(candidate.c_str(), R_OK) == 0) return candidate;
+  dirs.push_back(SIMVERBS_INSTALLED_PROFILE_DIR);
+  return dirs;
+}
+
+std::vector<std::string> AvailableProfiles() {
+  std::set<std::string> names;
+  for (const auto& dir : ProfileSearchDirs()) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      if (entry.path().extension() == ".json") names.insert(entry.path().stem().string());
+    }
   }
-  return dirs.back() + "/" + name + ".json";
+  return {names.begin(), names.end()};
+}
+
+ProfileLoad LoadProfile(const std::string& name_or_path) {
+  const std::string name = name_or_path.empty() ? kDefaultProfileName : name_or_path;
+  if (name.find('/') != std::string::npos || name.ends_with(".json")) return LoadProfileFile(name);
+  std::string searched;
+  for (const auto& dir : ProfileSearchDirs()) {
+    const std::string candidate = dir + "/" + name + ".json";
+    if (access(candidate.c_str(), R_OK) == 0) return LoadProfileFile(candidate);
+    searched += (searched.empty() ? "" : ", ") + dir;
+  }
+  std::string available;
+  for (const auto& n : AvailableProfiles()) available += (available.empty() ? "" : ", ") + n;
+  ProfileLoad out;
+  out.error = "unknown profile \"" + name + "\": no " + name + ".json in " + searched +
+              " (available: " + (available.empty() ? "none" : available) + "; or give a path to a .json file)";
+  return out;
 }
 
 }  // namespace simverbs

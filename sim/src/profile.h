@@ -52,9 +52,12 @@ struct ProfileLoad {
 };
 ProfileLoad LoadProfileFile(const std::string& path);
 
-// Resolves SIMVERBS_PROFILE (a name like "sim-ib" or a path to a .json file)
-// to a file path; an empty name means the default profile.
-std::string ResolveProfilePath(const std::string& name_or_path);
+// Loads a profile by name ("sim-ib", looked up in SIMVERBS_PROFILE_DIR, the
+// source tree's fixtures/devices and the installed data dir) or by path to a
+// .json file; an empty name means the default profile.
+ProfileLoad LoadProfile(const std::string& name_or_path);
+std::vector<std::string> ProfileSearchDirs();
+std::vector<std::string> AvailableProfiles();
 
 inline constexpr const char* kDefaultProfileName = "sim-ib";
 

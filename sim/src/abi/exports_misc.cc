@@ -8,8 +8,8 @@
 SIMVERBS_EXPORT const char* ibv_node_type_str(ibv_node_type node_type) {
   static const char* const kStr[] = {
       nullptr, "InfiniBand channel adapter", "InfiniBand switch", "InfiniBand router", "iWARP NIC", "usNIC",
-      "usNIC UDP"};
-  if (node_type < IBV_NODE_CA || node_type > IBV_NODE_USNIC_UDP) return "unknown";
+      "usNIC UDP", "unspecified"};
+  if (node_type < IBV_NODE_CA || node_type > IBV_NODE_UNSPECIFIED) return "unknown";
   return kStr[node_type];
 }
 
@@ -40,9 +40,9 @@ SIMVERBS_EXPORT const char* ibv_event_type_str(ibv_event_type event) {
       "last WQE reached",
       "client reregistration",
       "GID table change",
+      "WQ fatal",
   };
-  // rdma-core 44 stops at GID_CHANGE: WQ_FATAL reads "unknown" there too.
-  if (event < IBV_EVENT_CQ_ERR || event > IBV_EVENT_GID_CHANGE) return "unknown";
+  if (event < IBV_EVENT_CQ_ERR || event > IBV_EVENT_WQ_FATAL) return "unknown";
   return kStr[event];
 }
 
@@ -70,8 +70,10 @@ SIMVERBS_EXPORT const char* ibv_wc_status_str(ibv_wc_status status) {
       "fatal error",
       "response timeout error",
       "general error",
+      "TM error",
+      "TM software rendezvous",
   };
-  if (status < IBV_WC_SUCCESS || status > IBV_WC_GENERAL_ERR) return "unknown";
+  if (status < IBV_WC_SUCCESS || status > IBV_WC_TM_RNDV_INCOMPLETE) return "unknown";
   return kStr[status];
 }
 
@@ -79,19 +81,19 @@ namespace {
 
 struct RateRow {
   ibv_rate rate;
-  int mult;  // multiple of 2.5 Gbit/s
+  int mult;  // multiple of 2.5 Gbit/s; -1 for the rates rdma-core gives none
   int mbps;
 };
 
 constexpr RateRow kRates[] = {
-    {IBV_RATE_2_5_GBPS, 1, 2500},     {IBV_RATE_5_GBPS, 2, 5000},       {IBV_RATE_10_GBPS, 4, 10000},
-    {IBV_RATE_20_GBPS, 8, 20000},     {IBV_RATE_30_GBPS, 12, 30000},    {IBV_RATE_40_GBPS, 16, 40000},
-    {IBV_RATE_60_GBPS, 24, 60000},    {IBV_RATE_80_GBPS, 32, 80000},    {IBV_RATE_120_GBPS, 48, 120000},
-    {IBV_RATE_14_GBPS, 5, 14062},     {IBV_RATE_56_GBPS, 22, 56250},    {IBV_RATE_112_GBPS, 45, 112500},
-    {IBV_RATE_168_GBPS, 67, 168750},  {IBV_RATE_25_GBPS, 10, 25781},    {IBV_RATE_100_GBPS, 40, 103125},
-    {IBV_RATE_200_GBPS, 80, 206250},  {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
-    {IBV_RATE_50_GBPS, 20, 53125},    {IBV_RATE_400_GBPS, 160, 425000}, {IBV_RATE_600_GBPS, 240, 637500},
-    {IBV_RATE_800_GBPS, 320, 850000}, {IBV_RATE_1200_GBPS, 480, 1275000},
+    {IBV_RATE_2_5_GBPS, 1, 2500},      {IBV_RATE_5_GBPS, 2, 5000},        {IBV_RATE_10_GBPS, 4, 10000},
+    {IBV_RATE_20_GBPS, 8, 20000},      {IBV_RATE_30_GBPS, 12, 30000},     {IBV_RATE_40_GBPS, 16, 40000},
+    {IBV_RATE_60_GBPS, 24, 60000},     {IBV_RATE_80_GBPS, 32, 80000},     {IBV_RATE_120_GBPS, 48, 120000},
+    {IBV_RATE_14_GBPS, -1, 14062},     {IBV_RATE_56_GBPS, -1, 56250},     {IBV_RATE_112_GBPS, -1, 112500},
+    {IBV_RATE_168_GBPS, -1, 168750},   {IBV_RATE_25_GBPS, -1, 25781},     {IBV_RATE_100_GBPS, -1, 103125},
+    {IBV_RATE_200_GBPS, -1, 206250},   {IBV_RATE_300_GBPS, -1, 309375},   {IBV_RATE_28_GBPS, 11, 28125},
+    {IBV_RATE_50_GBPS, 20, 53125},     {IBV_RATE_400_GBPS, 160, 425000},  {IBV_RATE_600_GBPS, 240, 637500},
+    {IBV_RATE_800_GBPS, 320, 850000},  {IBV_RATE_1200_GBPS, 480, 1275000},
 };
 
 }  // namespace
@@ -104,9 +106,8 @@ SIMVERBS_EXPORT int ibv_rate_to_mult(ibv_rate rate) {
 }
 
 SIMVERBS_EXPORT ibv_rate mult_to_ibv_rate(int mult) {
-  // Only the classic IB multiples map back, as in rdma-core.
   for (const RateRow& r : kRates) {
-    if (r.mult == mult && r.rate <= IBV_RATE_120_GBPS) return r.rate;
+    if (r.mult == mult && mult > 0) return r.rate;
   }
   return IBV_RATE_MAX;
 }

@@ -1,0 +1,111 @@
+// simverbs: the command line of the simulator.
+//   simverbs run [--profile P] -- CMD ARGS...   run a program on simulated devices
+//   simverbs devices [--profile P]              list the devices a profile gives
+//   simverbs profiles                           list the profiles that can be named
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "profile.h"
+
+namespace {
+
+// The directory holding the simulator's libibverbs.so.1: SIMVERBS_LIBDIR, the
+// build tree this binary came from, or the installed location.
+std::string FindLibDir() {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("SIMVERBS_LIBDIR"); env && *env) candidates.push_back(env);
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back((self.parent_path().parent_path()).string());  // build tree: sim/tools/..
+  candidates.push_back(SIMVERBS_INSTALLED_LIBDIR);
+  for (const auto& dir : candidates) {
+    if (access((dir + "/libibverbs.so.1").c_str(), R_OK) == 0) return dir;
+  }
+  return {};
+}
+
+int Run(const std::string& profile, const std::vector<std::string>& command) {
+  if (command.empty()) {
+    std::fprintf(stderr, "simverbs run: no program given; usage: simverbs run [--profile P] -- PROGRAM [ARGS...]\n");
+    return 2;
+  }
+  // Fail early on a broken profile: the program would only see no devices.
+  const simverbs::ProfileLoad load = simverbs::LoadProfile(profile);
+  if (!load.error.empty()) {
+    std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
+    return 2;
+  }
+  const std::string libdir = FindLibDir();
+  if (libdir.empty()) {
+    std::fprintf(stderr,
+                 "simverbs: cannot find the simulator's libibverbs.so.1 (set SIMVERBS_LIBDIR to the directory "
+                 "that holds it)\n");
+    return 2;
+  }
+  std::string path = libdir;
+  if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) path += std::string(":") + old;
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  setenv("SIMVERBS_PROFILE", load.profile.path.c_str(), 1);
+
+  std::vector<char*> argv;
+  for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "simverbs: cannot run '%s': %s\n", argv[0], std::strerror(errno));
+  return 127;
+}
+
+int Devices(const std::string& profile) {
+  const simverbs::ProfileLoad load = simverbs::LoadProfile(profile);
+  if (!load.error.empty()) {
+    std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
+    return 2;
+  }
+  std::printf("profile %s (%s)\n", load.profile.name.c_str(), load.profile.path.c_str());
+  for (const auto& dev : load.profile.devices) {
+    for (size_t i = 0; i < dev.ports.size(); ++i) {
+      const ibv_port_attr& a = dev.ports[i].attr;
+      std::printf("  %s port %zu: %s, %s, lid %u, %zu GIDs\n", dev.name.c_str(), i + 1,
+                  a.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
+                  a.state == IBV_PORT_ACTIVE ? "ACTIVE" : "not active", a.lid, dev.ports[i].gids.size());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"simverbs: a simulated RDMA HCA for unmodified verbs programs"};
+  app.require_subcommand(1);
+
+  std::string profile;
+  std::vector<std::string> command;
+  CLI::App* run = app.add_subcommand("run", "Run PROGRAM with the simulator in place of libibverbs");
+  run->add_option("--profile,-p", profile, "Device profile: a name (see 'simverbs profiles') or a .json path");
+  run->add_option("command", command, "PROGRAM [ARGS...] (after --)")->required();
+  run->prefix_command();  // everything after the program name belongs to the program
+
+  CLI::App* devices = app.add_subcommand("devices", "List the simulated devices of a profile");
+  devices->add_option("--profile,-p", profile, "Device profile: a name or a .json path");
+
+  app.add_subcommand("profiles", "List the profiles that can be given by name");
+
+  CLI11_PARSE(app, argc, argv);
+  if (run->parsed()) {
+    // prefix_command leaves the program's own arguments in remaining().
+    for (const auto& extra : run->remaining()) command.push_back(extra);
+    return Run(profile, command);
+  }
+  if (devices->parsed()) return Devices(profile);
+  for (const auto& name : simverbs::AvailableProfiles()) std::printf("%s\n", name.c_str());
+  return 0;
+}
