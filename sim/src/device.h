@@ -53,6 +53,9 @@ class Device {
   void RaisePortEvent(int port_num, ibv_event_type type);
   void RaiseDeviceEvent(ibv_event_type type);
 
+  // QP numbers are unique on the device; 0 and 1 are the special QPs.
+  uint32_t AllocQpn() { return next_qpn_.fetch_add(1) & 0xffffff; }
+
   // Device-wide object counts against the profile limits (max_pd, max_cq ...).
   enum class Kind { kPd, kMr, kCq, kQp, kSrq, kAh, kMw, kCount };
   bool Reserve(Kind kind);  // false when the limit is reached
@@ -68,6 +71,7 @@ class Device {
   mutable std::mutex mu_;
   std::vector<ibv_port_state> port_state_;  // index 0 = port 1
   std::set<Context*> contexts_;
+  std::atomic<uint32_t> next_qpn_{0x11};
   std::atomic<int> counts_[static_cast<int>(Kind::kCount)] = {};
 };
 

@@ -4,7 +4,9 @@
 #include <type_traits>
 
 #include "cq.h"
+#include "qp.h"
 #include "query.h"
+#include "srq.h"
 
 namespace simverbs {
 namespace {
@@ -113,6 +115,8 @@ void InstallOps(verbs_context* v) {
   o.poll_cq = Cq::PollOp;
   o.req_notify_cq = Cq::ReqNotifyOp;
   v->create_cq_ex = Cq::CreateExOp;
+  v->create_qp_ex = Qp::CreateExOp;
+  o.post_srq_recv = Srq::PostRecvOp;
 }
 
 }  // namespace simverbs

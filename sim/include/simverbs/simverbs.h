@@ -27,6 +27,7 @@ int simverbs_version(void);
  *   QP:  QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, PATH_MIG,
  *        PATH_MIG_ERR, QP_LAST_WQE_REACHED
  *   SRQ: SRQ_ERR, SRQ_LIMIT_REACHED
+ * WQ_FATAL is not supported (the simulator has no WQs): ibv_create_wq fails.
  */
 int simverbs_raise_cq_event(struct ibv_cq *cq, enum ibv_event_type type);
 int simverbs_raise_qp_event(struct ibv_qp *qp, enum ibv_event_type type);

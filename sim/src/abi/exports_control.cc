@@ -6,6 +6,8 @@
 #include "context.h"
 #include "cq.h"
 #include "device.h"
+#include "qp.h"
+#include "srq.h"
 
 using namespace simverbs;
 
@@ -18,8 +20,31 @@ SIMVERBS_EXPORT int simverbs_raise_cq_event(ibv_cq* cq, ibv_event_type type) {
   return 0;
 }
 
-SIMVERBS_EXPORT int simverbs_raise_qp_event(ibv_qp*, ibv_event_type) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT int simverbs_raise_srq_event(ibv_srq*, ibv_event_type) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT int simverbs_raise_qp_event(ibv_qp* qp, ibv_event_type type) {
+  Qp* q = Qp::From(qp);
+  if (!q) return EINVAL;
+  switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      q->RaiseAsync(type);
+      return 0;
+    default:
+      return EINVAL;
+  }
+}
+
+SIMVERBS_EXPORT int simverbs_raise_srq_event(ibv_srq* srq, ibv_event_type type) {
+  Srq* s = Srq::From(srq);
+  if (!s || (type != IBV_EVENT_SRQ_ERR && type != IBV_EVENT_SRQ_LIMIT_REACHED)) return EINVAL;
+  s->RaiseAsync(type);
+  return 0;
+}
 
 SIMVERBS_EXPORT int simverbs_raise_port_event(ibv_context* context, uint8_t port_num, ibv_event_type type) {
   Context* c = Context::From(context);

@@ -9,6 +9,10 @@
 #include "cq.h"
 #include "mr.h"
 #include "pd.h"
+#include "qp.h"
+#include "srq.h"
+
+#include <cstring>
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -149,20 +153,82 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_cq) int sv_ibv_destroy_cq(ibv_cq* cq) {
   return c ? c->Destroy() : EINVAL;
 }
 
-// ---- QPs, SRQs, AHs and multicast: the data path is not simulated yet.
+// ---- QP
 
-SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd*, ibv_qp_init_attr*) { return Unsupported<ibv_qp>(); }
-SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp*, ibv_qp_attr*, int, ibv_qp_init_attr*) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp*, ibv_qp_attr*, int) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_destroy_qp) int sv_ibv_destroy_qp(ibv_qp*) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) { return nullptr; }
+SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  Pd* p = Pd::From(pd);
+  if (!p || !qp_init_attr) return NullWithErrno(EINVAL);
+  ibv_qp_init_attr_ex ex{};
+  std::memcpy(&ex, qp_init_attr, sizeof *qp_init_attr);
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  Qp* qp = PointerOrErrno(Qp::Create(p, ex));
+  if (!qp) return nullptr;
+  // ibv_create_qp(3): the actual capabilities are returned in qp_init_attr->cap.
+  ibv_qp_attr attr;
+  ibv_qp_init_attr init;
+  qp->Query(&attr, IBV_QP_CAP, &init);
+  qp_init_attr->cap = init.cap;
+  return qp->ibv();
+}
+
+SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
+                                                     ibv_qp_init_attr* init_attr) {
+  Qp* q = Qp::From(qp);
+  return q ? q->Query(attr, attr_mask, init_attr) : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  Qp* q = Qp::From(qp);
+  return q && attr ? q->Modify(*attr, attr_mask) : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_destroy_qp) int sv_ibv_destroy_qp(ibv_qp* qp) {
+  Qp* q = Qp::From(qp);
+  return q ? q->Destroy() : EINVAL;
+}
+
+SIMVERBS_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  Qp* q = Qp::From(qp);
+  return q && q->has_qp_ex() ? q->ibv_ex() : nullptr;
+}
+
 SIMVERBS_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) { return 0; }
 SIMVERBS_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 SIMVERBS_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return Unsupported<ibv_srq>(); }
-SIMVERBS_EXPORT_1_1(ibv_modify_srq) int sv_ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_query_srq) int sv_ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_destroy_srq) int sv_ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+
+// ---- SRQ
+
+SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr) {
+  Pd* p = Pd::From(pd);
+  if (!p || !srq_init_attr) return NullWithErrno(EINVAL);
+  Srq* srq = PointerOrErrno(Srq::Create(p, *srq_init_attr));
+  if (!srq) return nullptr;
+  // ibv_create_srq(3): the actual sizes are returned in srq_init_attr->attr.
+  ibv_srq_attr actual;
+  srq->Query(&actual);
+  srq_init_attr->attr.max_wr = actual.max_wr;
+  srq_init_attr->attr.max_sge = actual.max_sge;
+  return srq->ibv();
+}
+
+SIMVERBS_EXPORT_1_1(ibv_modify_srq) int sv_ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
+  Srq* s = Srq::From(srq);
+  return s && srq_attr ? s->Modify(*srq_attr, srq_attr_mask) : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_query_srq) int sv_ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
+  Srq* s = Srq::From(srq);
+  return s ? s->Query(srq_attr) : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_destroy_srq) int sv_ibv_destroy_srq(ibv_srq* srq) {
+  Srq* s = Srq::From(srq);
+  return s ? s->Destroy() : EINVAL;
+}
+
+// ---- AHs and multicast: not simulated yet.
+
 SIMVERBS_EXPORT_1_1(ibv_create_ah) ibv_ah* sv_ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return Unsupported<ibv_ah>(); }
 SIMVERBS_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return Unsupported<ibv_ah>(); }
 SIMVERBS_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) { return EOPNOTSUPP; }

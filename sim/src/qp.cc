@@ -1,0 +1,257 @@
+#include "qp.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "context.h"
+#include "cq.h"
+#include "device.h"
+#include "pd.h"
+#include "qp_state_table.h"
+#include "srq.h"
+
+namespace simverbs {
+namespace {
+
+std::atomic<uint32_t> next_qp_handle{1};
+
+// The largest inline payload a send WR may carry (ibv_qp_cap::max_inline_data).
+constexpr uint32_t kMaxInlineData = 256;
+
+constexpr unsigned kQpAccessFlags =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+// ibv_qp_ex (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) comes with the data path.
+constexpr uint32_t kSupportedCreateMask = IBV_QP_INIT_ATTR_PD;
+
+}  // namespace
+
+Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a, uint32_t qp_num)
+    : ctx_(pd->context()),
+      pd_(pd),
+      send_cq_(send_cq),
+      recv_cq_(recv_cq),
+      srq_(srq),
+      has_qp_ex_(a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+  handle_.Bind(this);
+  ibv_qp& q = handle_.pub.qp_base;
+  q.context = ctx_->ibv();
+  q.qp_context = a.qp_context;
+  q.pd = pd->ibv();
+  q.send_cq = send_cq->ibv();
+  q.recv_cq = recv_cq->ibv();
+  q.srq = srq ? srq->ibv() : nullptr;
+  q.handle = next_qp_handle.fetch_add(1);
+  q.qp_num = qp_num;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = a.qp_type;
+  q.events_completed = 0;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+
+  init_.qp_context = a.qp_context;
+  init_.send_cq = q.send_cq;
+  init_.recv_cq = q.recv_cq;
+  init_.srq = q.srq;
+  init_.cap = a.cap;
+  if (srq) init_.cap.max_recv_wr = init_.cap.max_recv_sge = 0;
+  init_.qp_type = a.qp_type;
+  init_.sq_sig_all = a.sq_sig_all;
+  attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;
+  attr_.cap = init_.cap;
+  attr_.path_mtu = IBV_MTU_1024;
+  attr_.port_num = 1;
+
+  pd->AddUser();
+  send_cq->AddUser();
+  recv_cq->AddUser();
+  if (srq) srq->AddUser();
+}
+
+Qp::~Qp() {
+  pthread_mutex_destroy(&handle_.pub.qp_base.mutex);
+  pthread_cond_destroy(&handle_.pub.qp_base.cond);
+  handle_.Unbind();
+}
+
+Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
+  using R = Result<Qp*>;
+  Context* ctx = pd->context();
+  const ibv_device_attr& dev = ctx->device()->profile().attr_ex.orig_attr;
+  if (a.comp_mask & ~kSupportedCreateMask) return R::Error(EOPNOTSUPP);
+  switch (a.qp_type) {
+    case IBV_QPT_RC:
+    case IBV_QPT_UC:
+    case IBV_QPT_UD:
+      break;
+    case IBV_QPT_RAW_PACKET:
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_DRIVER:
+      return R::Error(EOPNOTSUPP);
+    default:
+      return R::Error(EINVAL);
+  }
+  Cq* send_cq = Cq::From(a.send_cq);
+  Cq* recv_cq = Cq::From(a.recv_cq);
+  Srq* srq = a.srq ? Srq::From(a.srq) : nullptr;
+  if (!send_cq || !recv_cq || (a.srq && !srq)) return R::Error(EINVAL);
+  if (send_cq->context() != ctx || recv_cq->context() != ctx || (srq && srq->context() != ctx)) {
+    return R::Error(EINVAL);
+  }
+  const ibv_qp_cap& cap = a.cap;
+  if (cap.max_send_wr > static_cast<uint32_t>(dev.max_qp_wr) || cap.max_send_sge > static_cast<uint32_t>(dev.max_sge) ||
+      cap.max_inline_data > kMaxInlineData) {
+    return R::Error(EINVAL);
+  }
+  if (!srq && (cap.max_recv_wr > static_cast<uint32_t>(dev.max_qp_wr) ||
+               cap.max_recv_sge > static_cast<uint32_t>(dev.max_sge))) {
+    return R::Error(EINVAL);
+  }
+  if (!ctx->device()->Reserve(Device::Kind::kQp)) return R::Error(ENOMEM);
+  return new Qp(pd, send_cq, recv_cq, srq, a, ctx->device()->AllocQpn());
+}
+
+ibv_qp* Qp::CreateExOp(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
+  Context* ctx = Context::From(ibctx);
+  if (!ctx || !attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Pd* pd = Pd::From(attr->pd);
+  if (!pd || pd->context() != ctx) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Result<Qp*> r = Create(pd, *attr);
+  if (!r.ok()) {
+    errno = r.err();
+    return nullptr;
+  }
+  return r.value()->ibv();
+}
+
+int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
+  Device* dev = ctx_->device();
+  const ibv_device_attr& d = dev->profile().attr_ex.orig_attr;
+  const int port = (mask & IBV_QP_PORT) ? a.port_num : attr_.port_num;
+  if (!dev->ValidPort(port)) return EINVAL;
+  const ibv_port_attr& p = dev->profile().ports[port - 1].attr;
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= p.pkey_tbl_len) return EINVAL;
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kQpAccessFlags)) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > p.max_mtu)) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > d.max_qp_init_rd_atom) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > d.max_qp_rd_atom) return EINVAL;
+  if ((mask & IBV_QP_PATH_MIG_STATE) && a.path_mig_state > IBV_MIG_ARMED) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = a.ah_attr;
+    if (ah.port_num != 0 && !dev->ValidPort(ah.port_num)) return EINVAL;
+    // RoCE carries every packet in a GRH: an address without one is invalid there.
+    if (p.link_layer == IBV_LINK_LAYER_ETHERNET && !ah.is_global) return EINVAL;
+    if (ah.is_global && ah.grh.sgid_index >= p.gid_tbl_len) return EINVAL;
+  }
+  return 0;
+}
+
+int Qp::Modify(const ibv_qp_attr& a, int mask) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (destroying_) return EINVAL;
+  const ibv_qp_state cur = attr_.qp_state;
+  if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
+  if (!QpTransitionIsValid(cur, next, handle_.pub.qp_base.qp_type, mask)) return EINVAL;
+  if (int err = CheckValues(a, mask)) return err;
+
+  // Every check passed; apply the attributes together.
+  if (mask & IBV_QP_PKEY_INDEX) attr_.pkey_index = a.pkey_index;
+  if (mask & IBV_QP_PORT) attr_.port_num = a.port_num;
+  if (mask & IBV_QP_QKEY) attr_.qkey = a.qkey;
+  if (mask & IBV_QP_ACCESS_FLAGS) attr_.qp_access_flags = a.qp_access_flags;
+  if (mask & IBV_QP_AV) attr_.ah_attr = a.ah_attr;
+  if (mask & IBV_QP_ALT_PATH) {
+    attr_.alt_ah_attr = a.alt_ah_attr;
+    attr_.alt_pkey_index = a.alt_pkey_index;
+    attr_.alt_port_num = a.alt_port_num;
+    attr_.alt_timeout = a.alt_timeout;
+  }
+  if (mask & IBV_QP_PATH_MTU) attr_.path_mtu = a.path_mtu;
+  if (mask & IBV_QP_TIMEOUT) attr_.timeout = a.timeout;
+  if (mask & IBV_QP_RETRY_CNT) attr_.retry_cnt = a.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) attr_.rnr_retry = a.rnr_retry;
+  if (mask & IBV_QP_RQ_PSN) attr_.rq_psn = a.rq_psn & 0xffffff;
+  if (mask & IBV_QP_SQ_PSN) attr_.sq_psn = a.sq_psn & 0xffffff;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) attr_.min_rnr_timer = a.min_rnr_timer;
+  if (mask & IBV_QP_DEST_QPN) attr_.dest_qp_num = a.dest_qp_num & 0xffffff;
+  if (mask & IBV_QP_PATH_MIG_STATE) attr_.path_mig_state = a.path_mig_state;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) attr_.en_sqd_async_notify = a.en_sqd_async_notify;
+
+  if (next == IBV_QPS_RESET) {
+    // RESET forgets everything but the capabilities (as after create).
+    const ibv_qp_cap cap = attr_.cap;
+    attr_ = {};
+    attr_.cap = cap;
+    attr_.path_mtu = IBV_MTU_1024;
+    attr_.port_num = 1;
+  }
+  attr_.qp_state = attr_.cur_qp_state = next;
+  handle_.pub.qp_base.state = next;
+
+  // No work requests are ever outstanding yet, so the SQ drains at once and
+  // an SRQ-attached QP entering ERR has no WQE left (IBTA o11-5.2.5).
+  if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD && attr_.en_sqd_async_notify) {
+    RaiseAsyncLocked(IBV_EVENT_SQ_DRAINED);
+  }
+  if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR && srq_) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
+  return 0;
+}
+
+int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
+  if (!attr || !init) return EINVAL;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Providers fill every attribute whatever the mask asks; so does the simulator.
+  *attr = attr_;
+  *init = init_;
+  return 0;
+}
+
+void Qp::RaiseAsync(ibv_event_type type) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (destroying_) return;
+  RaiseAsyncLocked(type);
+}
+
+void Qp::RaiseAsyncLocked(ibv_event_type type) {
+  QueuedEvent ev;
+  ev.type = type;
+  ev.element = ibv();
+  ev.reported = &events_reported_;
+  ctx_->RaiseAsync(ev);
+}
+
+int Qp::Destroy() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    destroying_ = true;
+  }
+  ctx_->async_events().Purge(ibv());
+  ibv_qp& q = handle_.pub.qp_base;
+  pthread_mutex_lock(&q.mutex);
+  while (q.events_completed != events_reported_.load()) pthread_cond_wait(&q.cond, &q.mutex);
+  pthread_mutex_unlock(&q.mutex);
+
+  pd_->RemoveUser();
+  send_cq_->RemoveUser();
+  recv_cq_->RemoveUser();
+  if (srq_) srq_->RemoveUser();
+  ctx_->device()->Release(Device::Kind::kQp);
+  delete this;
+  return 0;
+}
+
+}  // namespace simverbs

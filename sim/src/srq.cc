@@ -1,0 +1,125 @@
+#include "srq.h"
+
+#include <atomic>
+
+#include "context.h"
+#include "device.h"
+#include "pd.h"
+
+namespace simverbs {
+namespace {
+std::atomic<uint32_t> next_srq_handle{1};
+}
+
+Srq::Srq(Pd* pd, const ibv_srq_init_attr& a)
+    : ctx_(pd->context()), pd_(pd), max_wr_(a.attr.max_wr ? a.attr.max_wr : 1),
+      max_sge_(a.attr.max_sge ? a.attr.max_sge : 1) {
+  handle_.Bind(this);
+  ibv_srq& s = handle_.pub;
+  s.context = ctx_->ibv();
+  s.srq_context = a.srq_context;
+  s.pd = pd->ibv();
+  s.handle = next_srq_handle.fetch_add(1);
+  s.events_completed = 0;
+  pthread_mutex_init(&s.mutex, nullptr);
+  pthread_cond_init(&s.cond, nullptr);
+  pd->AddUser();
+}
+
+Srq::~Srq() {
+  pthread_mutex_destroy(&handle_.pub.mutex);
+  pthread_cond_destroy(&handle_.pub.cond);
+  handle_.Unbind();
+}
+
+Result<Srq*> Srq::Create(Pd* pd, const ibv_srq_init_attr& a) {
+  const ibv_device_attr& d = pd->context()->device()->profile().attr_ex.orig_attr;
+  // srq_limit is ignored at creation (ibv_create_srq(3)).
+  if (a.attr.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.attr.max_sge > static_cast<uint32_t>(d.max_srq_sge)) {
+    return Result<Srq*>::Error(EINVAL);
+  }
+  if (!pd->context()->device()->Reserve(Device::Kind::kSrq)) return Result<Srq*>::Error(ENOMEM);
+  return new Srq(pd, a);
+}
+
+int Srq::Modify(const ibv_srq_attr& a, int mask) {
+  const ibv_device_attr& d = ctx_->device()->profile().attr_ex.orig_attr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  uint32_t max_wr = max_wr_;
+  if (mask & IBV_SRQ_MAX_WR) {
+    if (!(d.device_cap_flags & IBV_DEVICE_SRQ_RESIZE)) return EINVAL;
+    if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.max_wr < wqes_.size()) return EINVAL;
+    max_wr = a.max_wr;
+  }
+  if ((mask & IBV_SRQ_LIMIT) && a.srq_limit > max_wr) return EINVAL;
+  max_wr_ = max_wr;
+  // ibv_modify_srq(3): setting srq_limit arms the low-watermark event.
+  if (mask & IBV_SRQ_LIMIT) limit_ = a.srq_limit;
+  return 0;
+}
+
+int Srq::Query(ibv_srq_attr* attr) const {
+  if (!attr) return EINVAL;
+  std::lock_guard<std::mutex> lock(mu_);
+  attr->max_wr = max_wr_;
+  attr->max_sge = max_sge_;
+  attr->srq_limit = limit_;
+  return 0;
+}
+
+int Srq::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (; wr; wr = wr->next) {
+    int err = 0;
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge_) {
+      err = EINVAL;
+    } else if (wqes_.size() >= max_wr_) {
+      err = ENOMEM;
+    }
+    if (err) {
+      if (bad_wr) *bad_wr = wr;
+      return err;
+    }
+    wqes_.push_back(Wqe{wr->wr_id, std::vector<ibv_sge>(wr->sg_list, wr->sg_list + wr->num_sge)});
+  }
+  return 0;
+}
+
+int Srq::PostRecvOp(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Srq* s = From(srq);
+  if (!s) {
+    if (bad_wr) *bad_wr = wr;
+    return EINVAL;
+  }
+  return s->PostRecv(wr, bad_wr);
+}
+
+void Srq::RaiseAsync(ibv_event_type type) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (destroying_) return;
+  QueuedEvent ev;
+  ev.type = type;
+  ev.element = ibv();
+  ev.reported = &events_reported_;
+  ctx_->RaiseAsync(ev);
+}
+
+int Srq::Destroy() {
+  if (users_.load() != 0) return EBUSY;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    destroying_ = true;
+  }
+  ctx_->async_events().Purge(ibv());
+  ibv_srq& s = handle_.pub;
+  pthread_mutex_lock(&s.mutex);
+  while (s.events_completed != events_reported_.load()) pthread_cond_wait(&s.cond, &s.mutex);
+  pthread_mutex_unlock(&s.mutex);
+  pd_->RemoveUser();
+  ctx_->device()->Release(Device::Kind::kSrq);
+  delete this;
+  return 0;
+}
+
+}  // namespace simverbs

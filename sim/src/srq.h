@@ -1,0 +1,65 @@
+#pragma once
+
+// A shared receive queue. Holds posted receive WQEs for the QPs attached to
+// it; srq_limit arms a one-shot IBV_EVENT_SRQ_LIMIT_REACHED.
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#include "handle.h"
+#include "result.h"
+
+namespace simverbs {
+
+class Context;
+class Pd;
+
+class Srq {
+ public:
+  static constexpr uint64_t kMagic = 0x53494d5352510001;  // "SIMSRQ"
+
+  static Result<Srq*> Create(Pd* pd, const ibv_srq_init_attr& attr);
+  int Destroy();  // EBUSY while QPs use it; otherwise waits for acks
+  int Modify(const ibv_srq_attr& attr, int mask);
+  int Query(ibv_srq_attr* attr) const;
+  int PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+  static Srq* From(const ibv_srq* srq) { return Handle<ibv_srq, Srq>::From(srq); }
+  ibv_srq* ibv() { return &handle_.pub; }
+  Context* context() const { return ctx_; }
+
+  void RaiseAsync(ibv_event_type type);
+  void AddUser() { users_.fetch_add(1); }
+  void RemoveUser() { users_.fetch_sub(1); }
+
+  static int PostRecvOp(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+
+  // A posted receive: what the transport needs to deliver into it.
+  struct Wqe {
+    uint64_t wr_id;
+    std::vector<ibv_sge> sges;
+  };
+
+ private:
+  Srq(Pd* pd, const ibv_srq_init_attr& attr);
+  ~Srq();
+
+  Handle<ibv_srq, Srq> handle_;
+  Context* ctx_;
+  Pd* pd_;
+  std::atomic<int> users_{0};
+  std::atomic<uint32_t> events_reported_{0};
+
+  mutable std::mutex mu_;
+  uint32_t max_wr_;
+  uint32_t max_sge_;
+  uint32_t limit_ = 0;  // 0 = not armed
+  std::deque<Wqe> wqes_;
+  bool destroying_ = false;
+};
+
+}  // namespace simverbs
