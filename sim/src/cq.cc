@@ -101,7 +101,7 @@ bool Cq::Push(const ibv_wc& wc, bool solicited) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
       ring_[head_] = wc;
       head_ = (head_ + 1) % ring_.size();
-      NotifyLocked(solicited);
+      NotifyLocked(wc, solicited);
       return true;
     }
     error_ = true;
@@ -110,11 +110,16 @@ bool Cq::Push(const ibv_wc& wc, bool solicited) {
   }
   ring_[(head_ + count_) % ring_.size()] = wc;
   ++count_;
-  NotifyLocked(solicited);
+  NotifyLocked(wc, solicited);
   return true;
 }
 
-void Cq::NotifyLocked(bool solicited) {
+// ibv_req_notify_cq(3): "A CQE is solicited if it is a receive completion for
+// a message with the Solicited Event header bit set, or if the status is not
+// successful. All other successful receive completions, or any successful
+// send completion is unsolicited."
+void Cq::NotifyLocked(const ibv_wc& wc, bool solicited_bit) {
+  const bool solicited = wc.status != IBV_WC_SUCCESS || ((wc.opcode & IBV_WC_RECV) && solicited_bit);
   if (arm_ == Arm::kNone || (arm_ == Arm::kSolicited && !solicited)) return;
   arm_ = Arm::kNone;
   if (!channel_) return;

@@ -67,7 +67,7 @@ class Cq {
   ~Cq();
   void InstallExOps();
   // Requires: mu_ held.
-  void NotifyLocked(bool solicited);
+  void NotifyLocked(const ibv_wc& wc, bool solicited_bit);
   void RaiseAsyncLocked(ibv_event_type type);
 
   // cq_ex polling (ibv_start_poll / ibv_next_poll / ibv_end_poll and readers)

@@ -1,0 +1,219 @@
+// Protection domains and memory regions.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "conformance/lib/backend_profile.h"
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/skip_if.h"
+#include "conformance/lib/verbs_handles.h"
+#include "conformance/lib/verbs_matchers.h"
+#include "conformance/lib/verbs_test.h"
+
+namespace conformance {
+namespace {
+
+// Page-aligned memory, so the same buffer works for reg_mr and for an iova
+// with the same page offset.
+class PageBuffer {
+ public:
+  explicit PageBuffer(size_t pages)
+      : size_(pages * static_cast<size_t>(sysconf(_SC_PAGESIZE))),
+        data_(static_cast<char*>(std::aligned_alloc(static_cast<size_t>(sysconf(_SC_PAGESIZE)), size_))) {
+    if (data_) std::memset(data_.get(), 0, size_);
+  }
+  char* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  size_t size_;
+  std::unique_ptr<char, Free> data_;
+};
+
+class PdMrTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    if (HasFatalFailure()) return;
+    pd_.reset(ibv_alloc_pd(context()));
+    ASSERT_NE(pd_, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+    ASSERT_NE(buffer_.data(), nullptr);
+  }
+
+  ibv_pd* pd() const { return pd_.get(); }
+
+  PageBuffer buffer_{2};
+
+ private:
+  PdPtr pd_;
+};
+
+// The ibv_rereg_mr_err_code a backend file names.
+int ReregErrCode(const std::string& name) {
+  if (name == "IBV_REREG_MR_ERR_INPUT") return IBV_REREG_MR_ERR_INPUT;
+  if (name == "IBV_REREG_MR_ERR_DONT_FORK_NEW") return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+  if (name == "IBV_REREG_MR_ERR_DO_FORK_OLD") return IBV_REREG_MR_ERR_DO_FORK_OLD;
+  if (name == "IBV_REREG_MR_ERR_CMD") return IBV_REREG_MR_ERR_CMD;
+  if (name == "IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW") return IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW;
+  ADD_FAILURE() << "unknown ibv_rereg_mr_err_code name in the backend file: " << name;
+  return 0;
+}
+
+// Rule: ibv_alloc_pd(3): "ibv_alloc_pd() returns a pointer to the allocated PD, or NULL if the
+//   request fails. ibv_dealloc_pd() returns 0 on success".
+// Checks: a PD is allocated for the context it was asked on and deallocating it returns 0.
+TEST_F(PdMrTest, AllocPdAndDeallocSucceed) {
+  auto call = CaptureErrno([&] { return ibv_alloc_pd(context()); });
+  ASSERT_THAT(call, ReturnsObject());
+  EXPECT_EQ(call.ptr->context, context());
+  EXPECT_EQ(ibv_dealloc_pd(call.ptr.release()), 0);
+}
+
+// Rule: ibv_alloc_pd(3): "ibv_dealloc_pd() may fail if any other resource is still associated
+//   with the PD being freed" and returns "the value of errno on failure"; IBTA Vol 1 ch. 11
+//   (Deallocate Protection Domain) fails while objects still reference the PD (EBUSY in Linux).
+// Checks: dealloc with a registered MR returns EBUSY, leaves the MR registered (dereg returns 0)
+//   and then succeeds.
+TEST_F(PdMrTest, DeallocPdFails_MrStillRegistered) {
+  SKIP_IF(!Backend().Answer("DeallocPdWithMrFails", true)) << "(the backend frees such a PD)";
+  PdPtr pd(ibv_alloc_pd(context()));
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* mr = ibv_reg_mr(pd.get(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  EXPECT_THAT(ibv_dealloc_pd(pd.get()), ReturnsErrno(EBUSY));
+  EXPECT_EQ(mr->pd, pd.get());
+  EXPECT_EQ(ibv_dereg_mr(mr), 0) << "the MR did not survive the failed dealloc";
+  EXPECT_EQ(ibv_dealloc_pd(pd.release()), 0);
+}
+
+// Rule: ibv_reg_mr(3): "The MR's starting address is addr and its size is length ... The local
+//   key (L_Key) field lkey is used as the lkey field of struct ibv_sge ... the remote key (R_Key)
+//   field rkey is used by remote processes".
+// Checks: addr, length, pd and context are as given, and two live MRs never share an lkey or an
+//   rkey (a key must identify one region).
+TEST_F(PdMrTest, RegMrReportsAddrLengthAndDistinctKeys) {
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+  const size_t half = buffer_.size() / 2;
+  auto first = CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), half, access); });
+  auto second = CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data() + half, half, access); });
+  ASSERT_THAT(first, ReturnsObject());
+  ASSERT_THAT(second, ReturnsObject());
+  EXPECT_EQ(first.ptr->addr, buffer_.data());
+  EXPECT_EQ(first.ptr->length, half);
+  EXPECT_EQ(first.ptr->pd, pd());
+  EXPECT_EQ(first.ptr->context, context());
+  EXPECT_EQ(second.ptr->addr, buffer_.data() + half);
+  EXPECT_NE(first.ptr->lkey, second.ptr->lkey);
+  EXPECT_NE(first.ptr->rkey, second.ptr->rkey);
+}
+
+// Rule: ibv_reg_mr(3): "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
+//   IBV_ACCESS_LOCAL_WRITE must be set too."
+// Checks: REMOTE_WRITE without LOCAL_WRITE returns NULL with errno EINVAL.
+TEST_F(PdMrTest, RegMrFails_RemoteWriteWithoutLocalWrite) {
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_REMOTE_WRITE); }),
+              ReturnsNullWithErrno(EINVAL));
+}
+
+// Rule: ibv_reg_mr(3): "If IBV_ACCESS_REMOTE_WRITE or IBV_ACCESS_REMOTE_ATOMIC is set, then
+//   IBV_ACCESS_LOCAL_WRITE must be set too."
+// Checks: REMOTE_ATOMIC without LOCAL_WRITE returns NULL with errno EINVAL.
+TEST_F(PdMrTest, RegMrFails_RemoteAtomicWithoutLocalWrite) {
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_REMOTE_ATOMIC); }),
+              ReturnsNullWithErrno(EINVAL));
+}
+
+// Rule: ibv_reg_mr(3): only REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE; "Local read
+//   access is always enabled for the MR."
+// Checks: REMOTE_READ alone registers, and so does access 0 (local read only).
+TEST_F(PdMrTest, RegMrSucceeds_RemoteReadOnly) {
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_REMOTE_READ); }),
+              ReturnsObject());
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), 0); }), ReturnsObject());
+}
+
+// Rule: ibv_reg_mr(3): "ibv_reg_mr_iova() is the same as the normal reg_mr, except that the user
+//   is allowed to specify the virtual base address of the MR when accessed through a lkey or
+//   rkey."
+// Checks: ibv_reg_mr_iova2 with an iova unrelated to addr (same page offset) succeeds and reports
+//   the user address and length, like ibv_reg_mr.
+TEST_F(PdMrTest, RegMrIova2ReportsAddrAndLength) {
+  const uint64_t iova = 0x100000000ull;  // page aligned, like the buffer
+  auto call = CaptureErrno([&] {
+    return ibv_reg_mr_iova2(pd(), buffer_.data(), buffer_.size(), iova,
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  });
+  ASSERT_THAT(call, ReturnsObject());
+  EXPECT_EQ(call.ptr->addr, buffer_.data());
+  EXPECT_EQ(call.ptr->length, buffer_.size());
+  EXPECT_EQ(call.ptr->pd, pd());
+}
+
+// Rule: ibv_rereg_mr(3): "IBV_REREG_MR_CHANGE_ACCESS Change access flags ... ibv_rereg_mr()
+//   returns 0 on success".
+// Checks: changing LOCAL_WRITE to LOCAL_WRITE|REMOTE_READ returns 0, keeps addr and length, and
+//   the MR still deregisters.
+TEST_F(PdMrTest, ReregMrChangeAccessSucceeds) {
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+            0);
+  EXPECT_EQ(mr->addr, buffer_.data());
+  EXPECT_EQ(mr->length, buffer_.size());
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_rereg_mr(3): "flags is a bit-mask used to indicate which of the following properties
+//   of the memory region are being modified ... returns 0 on success, otherwise an error has
+//   occurred, enum ibv_rereg_mr_err_code represents the error"; "Even on a failure, the user
+//   still needs to call ibv_dereg_mr on this MR."
+// Checks: flags 0 (nothing to modify) fails with the error code the backend answers for
+//   ReregMrNoFlagsResult (spec default IBV_REREG_MR_ERR_INPUT: an input error), and the MR can
+//   still be deregistered.
+TEST_F(PdMrTest, ReregMrFails_NoFlags) {
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  const int expected = ReregErrCode(Backend().Answer("ReregMrNoFlagsResult", "IBV_REREG_MR_ERR_INPUT"));
+  EXPECT_EQ(ibv_rereg_mr(mr, 0, nullptr, nullptr, 0, 0), expected);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_rereg_mr(3): "When IBV_REREG_MR_CHANGE_TRANSLATION is used, addr. represents the
+//   virtual address (user-space pointer) of the new MR, while length represents its length";
+//   "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected by libibverbs."
+// Checks: CHANGE_TRANSLATION with length 0 returns IBV_REREG_MR_ERR_INPUT and leaves the old MR
+//   as it was (addr, length) and deregistrable.
+TEST_F(PdMrTest, ReregMrFails_TranslationWithZeroLength) {
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, buffer_.data(), 0, 0), IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(mr->addr, buffer_.data());
+  EXPECT_EQ(mr->length, buffer_.size());
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_reg_mr(3): "ibv_dereg_mr() returns 0 on success, or the value of errno on failure".
+// Checks: deregistering a fresh MR returns 0, after which its PD has no MR left and deallocates.
+TEST_F(PdMrTest, DeregMrSucceeds) {
+  PdPtr pd(ibv_alloc_pd(context()));
+  ASSERT_NE(pd, nullptr);
+  ibv_mr* mr = ibv_reg_mr(pd.get(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd.release()), 0);
+}
+
+}  // namespace
+}  // namespace conformance
