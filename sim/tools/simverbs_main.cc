@@ -83,28 +83,55 @@ int Devices(const std::string& profile) {
 
 }  // namespace
 
+// `simverbs run [--profile P] [--] PROGRAM ARGS...`: everything from PROGRAM on
+// belongs to the program, verbatim (so it is parsed here, not by CLI11, which
+// would reorder the program's own options).
+int RunCommand(int argc, char** argv) {
+  std::string profile;
+  int i = 2;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "--profile" || arg == "-p") {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "simverbs run: %s needs a profile name or a .json path\n", arg.c_str());
+        return 2;
+      }
+      profile = argv[++i];
+    } else if (arg.rfind("--profile=", 0) == 0) {
+      profile = arg.substr(10);
+    } else if (arg == "-h" || arg == "--help") {
+      std::printf("usage: simverbs run [--profile P] [--] PROGRAM [ARGS...]\n"
+                  "Runs PROGRAM with the simulator's libibverbs.so.1 and the device profile P\n"
+                  "(a name from 'simverbs profiles' or a path to a .json file; default sim-ib).\n");
+      return 0;
+    } else if (arg[0] == '-') {
+      std::fprintf(stderr, "simverbs run: unknown option '%s'; usage: simverbs run [--profile P] -- PROGRAM [ARGS...]\n",
+                   arg.c_str());
+      return 2;
+    } else {
+      break;
+    }
+  }
+  return Run(profile, std::vector<std::string>(argv + i, argv + argc));
+}
+
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "run") return RunCommand(argc, argv);
+
   CLI::App app{"simverbs: a simulated RDMA HCA for unmodified verbs programs"};
   app.require_subcommand(1);
 
   std::string profile;
-  std::vector<std::string> command;
-  CLI::App* run = app.add_subcommand("run", "Run PROGRAM with the simulator in place of libibverbs");
-  run->add_option("--profile,-p", profile, "Device profile: a name (see 'simverbs profiles') or a .json path");
-  run->add_option("command", command, "PROGRAM [ARGS...] (after --)")->required();
-  run->prefix_command();  // everything after the program name belongs to the program
-
+  app.add_subcommand("run", "Run PROGRAM with the simulator in place of libibverbs: run [--profile P] -- PROGRAM ARGS...");
   CLI::App* devices = app.add_subcommand("devices", "List the simulated devices of a profile");
   devices->add_option("--profile,-p", profile, "Device profile: a name or a .json path");
-
   app.add_subcommand("profiles", "List the profiles that can be given by name");
 
   CLI11_PARSE(app, argc, argv);
-  if (run->parsed()) {
-    // prefix_command leaves the program's own arguments in remaining().
-    for (const auto& extra : run->remaining()) command.push_back(extra);
-    return Run(profile, command);
-  }
   if (devices->parsed()) return Devices(profile);
   for (const auto& name : simverbs::AvailableProfiles()) std::printf("%s\n", name.c_str());
   return 0;
