@@ -6,6 +6,8 @@
 #include "comp_channel.h"
 #include "context.h"
 #include "device.h"
+#include "qp.h"
+#include "transport/engine.h"
 
 namespace simverbs {
 namespace {
@@ -52,8 +54,9 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
 }
 
 int Cq::Destroy() {
-  if (users_.load() != 0) return EBUSY;
   {
+    std::lock_guard<std::mutex> engine_lock(Engine::Get().mu());
+    if (!qps_.empty()) return EBUSY;
     std::lock_guard<std::mutex> lock(mu_);
     destroying_ = true;
   }
@@ -93,25 +96,33 @@ int Cq::Resize(int cqe) {
   return 0;
 }
 
-bool Cq::Push(const ibv_wc& wc, bool solicited) {
+Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (destroying_ || error_) return false;
+  if (destroying_ || error_) return PushResult::kErrored;
   if (count_ == ring_.size()) {
     if (ignore_overrun_) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
       ring_[head_] = wc;
       head_ = (head_ + 1) % ring_.size();
       NotifyLocked(wc, solicited);
-      return true;
+      return PushResult::kOk;
     }
-    error_ = true;
+    // rxe 6.1 drops the CQE and raises CQ_ERR for each one it drops; the CQ
+    // itself keeps working. Everyone else puts the CQ in error once.
+    if (ctx_->device()->behaviour().cq_overrun != Behaviour::CqOverrun::kRxe61) error_ = true;
     RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
-    return false;
+    return PushResult::kOverrun;
   }
   ring_[(head_ + count_) % ring_.size()] = wc;
   ++count_;
   NotifyLocked(wc, solicited);
-  return true;
+  return PushResult::kOk;
+}
+
+void Cq::CascadeOverrunLocked() {
+  // Copy: entering ERR flushes into CQs, which must not change the set under us.
+  const std::set<Qp*> qps(qps_.begin(), qps_.end());
+  for (Qp* qp : qps) qp->EnterErrorLocked(IBV_EVENT_QP_FATAL);
 }
 
 // ibv_req_notify_cq(3): "A CQE is solicited if it is a receive completion for

@@ -1,6 +1,6 @@
 #pragma once
 
-// A completion queue. Lock order: Cq::mu_ before EventQueue::mu_.
+// A completion queue. Lock order: Engine::mu_ before Cq::mu_ before EventQueue::mu_.
 //
 // States: usable → errored (overrun in the profile's error modes: poll
 // returns -1, notify and resize fail; only destroy works) → destroyed.
@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "handle.h"
@@ -21,6 +22,7 @@ namespace simverbs {
 
 class Context;
 class CompChannel;
+class Qp;
 
 class Cq {
  public:
@@ -45,16 +47,24 @@ class Cq {
   ibv_cq_ex* ibv_ex() { return &handle_.pub; }
   Context* context() const { return ctx_; }
 
-  // Producer side (the transport and the control API). Returns false if the
-  // completion did not fit (overrun), after applying the overrun rules.
-  bool Push(const ibv_wc& wc, bool solicited);
+  // Producer side (the transport and the control API). Requires: engine lock.
+  enum class PushResult {
+    kOk,
+    kOverrun,  // this completion did not fit: CQ_ERR raised; the CQ is in error unless the profile is rxe-6.1
+    kErrored,  // the CQ was already in error (or being destroyed): the completion is lost
+  };
+  PushResult Push(const ibv_wc& wc, bool solicited);
+  // The cascade of the default overrun mode: every QP on this CQ goes to ERR
+  // with IBV_EVENT_QP_FATAL. Requires: engine lock.
+  void CascadeOverrunLocked();
   // Puts the CQ into the error state and raises IBV_EVENT_CQ_ERR.
   void SetError();
   // Raises an async event affiliated with this CQ (counted for destroy).
   void RaiseAsync(ibv_event_type type);
 
-  void AddUser() { users_.fetch_add(1); }
-  void RemoveUser() { users_.fetch_sub(1); }
+  // QPs that complete into this CQ (send or receive side). Requires: engine lock.
+  void AddQp(Qp* qp) { qps_.insert(qp); }
+  void RemoveQp(Qp* qp) { qps_.erase(qp); }
   std::atomic<uint32_t>& comp_reported() { return comp_reported_; }
 
   // ops installed in every context
@@ -83,7 +93,7 @@ class Cq {
   Context* ctx_;
   CompChannel* channel_;
   const bool ignore_overrun_;
-  std::atomic<int> users_{0};
+  std::multiset<Qp*> qps_;  // engine lock; a QP with one CQ for both queues is in it twice
   std::atomic<uint32_t> comp_reported_{0};
   std::atomic<uint32_t> async_reported_{0};
 

@@ -4,10 +4,12 @@
 #include <cstring>
 
 #include "context.h"
+#include "qp.h"
 
 namespace simverbs {
 
-Device::Device(const DeviceProfile& profile, int index) : profile_(profile), index_(index) {
+Device::Device(const DeviceProfile& profile, const Behaviour& behaviour, int index)
+    : profile_(profile), behaviour_(behaviour), index_(index) {
   handle_.Bind(this);
   ibv_device& d = handle_.pub;
   d.node_type = profile.node_type;
@@ -87,6 +89,18 @@ void Device::RaiseDeviceEvent(ibv_event_type type) {
   QueuedEvent ev;
   ev.type = type;
   ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
+}
+
+}  // namespace simverbs
+
+namespace simverbs {
+
+void Device::AddQp(Qp* qp) { qps_[qp->qp_num()] = qp; }
+void Device::RemoveQp(Qp* qp) { qps_.erase(qp->qp_num()); }
+
+Qp* Device::FindQp(uint32_t qpn) const {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? nullptr : it->second;
 }
 
 }  // namespace simverbs

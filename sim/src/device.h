@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -17,12 +18,14 @@
 namespace simverbs {
 
 class Context;
+class Mr;
+class Qp;
 
 class Device {
  public:
   static constexpr uint64_t kMagic = 0x53494d4445560001;  // "SIMDEV"
 
-  Device(const DeviceProfile& profile, int index);
+  Device(const DeviceProfile& profile, const Behaviour& behaviour, int index);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -30,6 +33,7 @@ class Device {
   ibv_device* ibv() { return &handle_.pub; }
 
   const DeviceProfile& profile() const { return profile_; }
+  const Behaviour& behaviour() const { return behaviour_; }
   const std::string& name() const { return profile_.name; }
   int index() const { return index_; }
   uint64_t guid_be() const { return profile_.attr_ex.orig_attr.node_guid; }
@@ -53,6 +57,18 @@ class Device {
   void RaisePortEvent(int port_num, ibv_event_type type);
   void RaiseDeviceEvent(ibv_event_type type);
 
+  // The QPs and memory keys of the device, as the transport finds them.
+  // Requires: engine lock.
+  void AddQp(Qp* qp);
+  void RemoveQp(Qp* qp);
+  Qp* FindQp(uint32_t qpn) const;
+  void AddKey(uint32_t key, Mr* mr) { keys_[key] = mr; }
+  void RemoveKey(uint32_t key) { keys_.erase(key); }
+  Mr* FindKey(uint32_t key) const {
+    auto it = keys_.find(key);
+    return it == keys_.end() ? nullptr : it->second;
+  }
+
   // QP numbers are unique on the device; 0 and 1 are the special QPs.
   uint32_t AllocQpn() { return next_qpn_.fetch_add(1) & 0xffffff; }
 
@@ -67,11 +83,14 @@ class Device {
  private:
   Handle<ibv_device, Device> handle_;
   DeviceProfile profile_;
+  Behaviour behaviour_;
   int index_;
   mutable std::mutex mu_;
   std::vector<ibv_port_state> port_state_;  // index 0 = port 1
   std::set<Context*> contexts_;
   std::atomic<uint32_t> next_qpn_{0x11};
+  std::unordered_map<uint32_t, Qp*> qps_;  // engine lock
+  std::unordered_map<uint32_t, Mr*> keys_;  // engine lock
   std::atomic<int> counts_[static_cast<int>(Kind::kCount)] = {};
 };
 

@@ -22,7 +22,7 @@ DeviceList::DeviceList() {
   }
   profile_ = std::move(load.profile);
   int index = 0;
-  for (const auto& dev : profile_.devices) devices_.push_back(std::make_unique<Device>(dev, index++));
+  for (const auto& dev : profile_.devices) devices_.push_back(std::make_unique<Device>(dev, profile_.behaviour, index++));
 }
 
 Device* DeviceList::Find(const std::string& name) const {

@@ -9,6 +9,7 @@
 #include "context.h"
 #include "device.h"
 #include "pd.h"
+#include "transport/engine.h"
 
 namespace simverbs {
 namespace {
@@ -55,6 +56,7 @@ Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
   m.addr = addr;
   m.length = length;
   m.handle = next_key_index.load();
+  m.lkey = 0;
   AssignKeys();
   pd->AddUser();
 }
@@ -64,10 +66,31 @@ Mr::~Mr() {
   handle_.Unbind();
 }
 
+uint8_t* Mr::Translate(uint64_t va, uint64_t len) const {
+  const ibv_mr& m = handle_.pub;
+  if (va < iova_ || len > m.length || va - iova_ > m.length - len) return nullptr;
+  return static_cast<uint8_t*>(m.addr) + (va - iova_);
+}
+
+Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t va, uint64_t len, unsigned access) {
+  Mr* mr = device->FindKey(key);
+  if (!mr) return nullptr;
+  if ((remote ? mr->handle_.pub.rkey : mr->handle_.pub.lkey) != key) return nullptr;
+  if (mr->pd_ != pd) return nullptr;
+  if ((mr->access_ & access) != access) return nullptr;
+  // A zero-length access touches no memory, but the address must still be in range.
+  if (len == 0) return va >= mr->iova_ && va - mr->iova_ <= mr->handle_.pub.length ? mr : nullptr;
+  return mr->Translate(va, len) ? mr : nullptr;
+}
+
+// Requires: engine lock (the device's key table changes).
 void Mr::AssignKeys() {
+  Device* dev = pd_->context()->device();
+  if (handle_.pub.lkey) dev->RemoveKey(handle_.pub.lkey);
   const uint32_t index = next_key_index.fetch_add(1) & 0xffffff;
   handle_.pub.lkey = (index << 8) | 0x01;
   handle_.pub.rkey = handle_.pub.lkey;
+  dev->AddKey(handle_.pub.lkey, this);
 }
 
 Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
@@ -76,6 +99,7 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   if (length > attr.max_mr_size) return Result<Mr*>::Error(EINVAL);
   if (int err = CheckMapped(addr, length)) return Result<Mr*>::Error(err);
   if (!pd->context()->device()->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
   return new Mr(pd, addr, length, iova, access);
 }
 
@@ -90,6 +114,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     if (CheckMapped(addr, length)) return IBV_REREG_MR_ERR_DONT_FORK_NEW;
   }
   // Every check passed: apply all changes together so a failure loses nothing.
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
     m.addr = addr;
@@ -108,7 +133,13 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
 }
 
 int Mr::Deregister() {
-  pd_->context()->device()->Release(Device::Kind::kMr);
+  Device* dev = pd_->context()->device();
+  {
+    // After this no packet can reach the memory: its keys are gone.
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    dev->RemoveKey(handle_.pub.lkey);
+  }
+  dev->Release(Device::Kind::kMr);
   delete this;
   return 0;
 }

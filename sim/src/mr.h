@@ -13,6 +13,7 @@
 
 namespace simverbs {
 
+class Device;
 class Pd;
 
 class Mr {
@@ -30,6 +31,16 @@ class Mr {
   Pd* pd() const { return pd_; }
   uint64_t iova() const { return iova_; }
   unsigned access() const { return access_; }
+
+  // The bytes behind [va, va + len) of this MR's address space (iova), or
+  // nullptr if the range is not inside the region.
+  uint8_t* Translate(uint64_t va, uint64_t len) const;
+
+  // Looks up a key for the transport: the MR if `key` names one of `device`
+  // in `pd` whose range holds [va, va + len) and which allows `access`
+  // (IBV_ACCESS_* bits; 0 for local read). Requires: engine lock.
+  static Mr* Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t va, uint64_t len,
+                   unsigned access);
 
   // Checks the access flags by themselves (EINVAL rules of ibv_reg_mr(3)).
   static int CheckAccess(unsigned access);

@@ -117,6 +117,8 @@ void InstallOps(verbs_context* v) {
   v->create_cq_ex = Cq::CreateExOp;
   v->create_qp_ex = Qp::CreateExOp;
   o.post_srq_recv = Srq::PostRecvOp;
+  o.post_send = Qp::PostSendOp;
+  o.post_recv = Qp::PostRecvOp;
 }
 
 }  // namespace simverbs

@@ -297,6 +297,36 @@ DeviceProfile ParseDevice(const json& j, const std::string& where) {
   return d;
 }
 
+bool Bool(ObjectReader& r, const std::string& key, bool fallback) {
+  const json* v = r.Find(key, false);
+  if (!v) return fallback;
+  if (!v->is_boolean()) ObjectReader::Fail(r.Path(key), "expected true or false, got " + std::string(v->type_name()));
+  return v->get<bool>();
+}
+
+// Every field is optional; what is absent keeps the default of struct Behaviour.
+Behaviour ParseBehaviour(const json& j, const std::string& where) {
+  ObjectReader r(j, where);
+  Behaviour b;
+  if (r.Find("cq_overrun", false)) {
+    b.cq_overrun = r.Choice<Behaviour::CqOverrun>("cq_overrun", {{"cascade", Behaviour::CqOverrun::kCascade},
+                                                                {"lazy", Behaviour::CqOverrun::kLazy},
+                                                                {"rxe-6.1", Behaviour::CqOverrun::kRxe61}});
+  }
+  if (r.Find("post_send_before_rts", false)) {
+    b.queue_send_before_rts = r.Choice<bool>("post_send_before_rts", {{"error", false}, {"queue", true}});
+  }
+  b.qp_access_err_event = Bool(r, "qp_access_err_event", b.qp_access_err_event);
+  b.last_wqe_reached_event = Bool(r, "last_wqe_reached_event", b.last_wqe_reached_event);
+  if (r.Find("sq_drained_event", false)) {
+    b.sq_drained_always = r.Choice<bool>("sq_drained_event", {{"requested", false}, {"always", true}});
+  }
+  r.Unsigned("time_scale", &b.time_scale, false);
+  if (b.time_scale == 0) ObjectReader::Fail(r.Path("time_scale"), "must be at least 1");
+  r.Finish();
+  return b;
+}
+
 }  // namespace
 
 ProfileLoad LoadProfileFile(const std::string& path) {
@@ -321,6 +351,7 @@ ProfileLoad LoadProfileFile(const std::string& path) {
       p.devices.push_back(ParseDevice((*devices)[i], where));
       if (!names.insert(p.devices.back().name).second) ObjectReader::Fail(where + ".name", "duplicate device name");
     }
+    if (const json* b = r.Find("behaviour", false)) p.behaviour = ParseBehaviour(*b, "behaviour");
     r.Finish();
   } catch (const json::exception& e) {
     out.error = "profile " + path + ": not valid JSON: " + e.what();

@@ -38,11 +38,33 @@ struct DeviceProfile {
   std::vector<PortProfile> ports;            // index 0 = port 1
 };
 
+// Choices where real HCAs legally differ (fixtures/FORMAT.md, "behaviour").
+struct Behaviour {
+  // What a completion that does not fit in its CQ does.
+  enum class CqOverrun {
+    kCascade,  // CQ_ERR once, CQ unusable, every QP on it to ERR with QP_FATAL (default)
+    kLazy,     // IBTA: QP_FATAL when a QP next tries to complete into the CQ
+    kRxe61,    // kernel rxe 6.1: CQ_ERR per lost CQE; send side goes on, receiving QP to ERR
+  };
+  CqOverrun cq_overrun = CqOverrun::kCascade;
+  // Posting a send before RTS: EINVAL (most providers' kernels) or queue it until RTS.
+  bool queue_send_before_rts = false;
+  // Responder R_Key violations raise IBV_EVENT_QP_ACCESS_ERR (IBTA C9-222.1.1; rxe 6.1 does not).
+  bool qp_access_err_event = true;
+  // An SRQ-attached QP entering ERR raises IBV_EVENT_QP_LAST_WQE_REACHED (IBTA o11-5.2.5; rxe >= 6.5).
+  bool last_wqe_reached_event = true;
+  // SQ_DRAINED only when en_sqd_async_notify was set (IBTA), or always (rxe).
+  bool sq_drained_always = false;
+  // Protocol timers (transport timeout, RNR timer) run this many times faster than real time.
+  uint32_t time_scale = 16384;
+};
+
 struct Profile {
   std::string name;
   std::string path;
   std::string description;
   std::vector<DeviceProfile> devices;
+  Behaviour behaviour;
 };
 
 // Parses a profile file. On failure the error text names the file and the field.

@@ -9,6 +9,7 @@
 #include "pd.h"
 #include "qp_state_table.h"
 #include "srq.h"
+#include "transport/engine.h"
 
 namespace simverbs {
 namespace {
@@ -63,10 +64,13 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   attr_.port_num = 1;
 
   pd->AddUser();
-  send_cq->AddUser();
-  recv_cq->AddUser();
+  send_cq->AddQp(this);
+  recv_cq->AddQp(this);
   if (srq) srq->AddUser();
+  device()->AddQp(this);
 }
+
+Device* Qp::device() const { return ctx_->device(); }
 
 Qp::~Qp() {
   pthread_mutex_destroy(&handle_.pub.qp_base.mutex);
@@ -109,6 +113,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     return R::Error(EINVAL);
   }
   if (!ctx->device()->Reserve(Device::Kind::kQp)) return R::Error(ENOMEM);
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
   return new Qp(pd, send_cq, recv_cq, srq, a, ctx->device()->AllocQpn());
 }
 
@@ -158,7 +163,7 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
 }
 
 int Qp::Modify(const ibv_qp_attr& a, int mask) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
   if (destroying_) return EINVAL;
   const ibv_qp_state cur = attr_.qp_state;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
@@ -199,21 +204,71 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     attr_.path_mtu = IBV_MTU_1024;
     attr_.port_num = 1;
   }
+  if (next == IBV_QPS_ERR) {
+    if (cur != IBV_QPS_ERR) EnterErrorLocked(-1);
+    return 0;
+  }
+  if (next == IBV_QPS_RESET) {
+    // RESET drops every queued WR without completions (rxe_qp_reset).
+    Engine::Get().CancelTimer(this);
+    sq_.clear();
+    rq_.clear();
+    next_to_send_ = 0;
+    recv_in_progress_ = false;
+  }
   attr_.qp_state = attr_.cur_qp_state = next;
   handle_.pub.qp_base.state = next;
+  if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
+  if (mask & IBV_QP_RQ_PSN) epsn_ = attr_.rq_psn;
+  if (mask & IBV_QP_RETRY_CNT) retries_left_ = attr_.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) rnr_retries_left_ = attr_.rnr_retry;
 
-  // No work requests are ever outstanding yet, so the SQ drains at once and
-  // an SRQ-attached QP entering ERR has no WQE left (IBTA o11-5.2.5).
-  if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD && attr_.en_sqd_async_notify) {
+  // Nothing is in flight when the SQ is stopped here: it has drained at once.
+  if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD &&
+      (attr_.en_sqd_async_notify || device()->behaviour().sq_drained_always)) {
     RaiseAsyncLocked(IBV_EVENT_SQ_DRAINED);
   }
-  if (next == IBV_QPS_ERR && cur != IBV_QPS_ERR && srq_) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
+  // WRs posted in INIT/RTR (profiles that queue them) or held in SQD run now.
+  if (next == IBV_QPS_RTS) ProgressLocked();
   return 0;
+}
+
+void Qp::EnterErrorLocked(int event) {
+  if (attr_.qp_state == IBV_QPS_ERR) return;
+  const bool was_reset = attr_.qp_state == IBV_QPS_RESET;
+  attr_.qp_state = attr_.cur_qp_state = IBV_QPS_ERR;
+  handle_.pub.qp_base.state = IBV_QPS_ERR;
+  Engine::Get().CancelTimer(this);
+  if (event >= 0) RaiseAsyncLocked(static_cast<ibv_event_type>(event));
+  if (was_reset) return;
+  // Flush the send queue: every WR not completed yet, in posting order.
+  for (SendWqe& wqe : sq_) {
+    if (wqe.completed) continue;
+    wqe.acked = wqe.completed = true;
+    ibv_wc wc{};
+    wc.wr_id = wqe.wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.qp_num = qp_num();
+    PushCompletion(send_cq_, wc, false);  // into an errored CQ it is lost
+  }
+  if (!executing_) RetireLocked();
+  // Then the receive queue (an SRQ is never flushed: the QP stops taking from it).
+  if (recv_in_progress_) {
+    recv_in_progress_ = false;
+    CompleteRecvLocked(recv_wqe_, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
+  }
+  while (!rq_.empty()) {
+    RecvWqe wqe = std::move(rq_.front());
+    rq_.pop_front();
+    CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
+  }
+  // IBTA o11-5.2.5: an SRQ QP in ERR with no WQE left raises Last WQE Reached.
+  if (srq_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
   if (!attr || !init) return EINVAL;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
   // Providers fill every attribute whatever the mask asks; so does the simulator.
   *attr = attr_;
   *init = init_;
@@ -221,7 +276,7 @@ int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
 }
 
 void Qp::RaiseAsync(ibv_event_type type) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
   if (destroying_) return;
   RaiseAsyncLocked(type);
 }
@@ -236,8 +291,14 @@ void Qp::RaiseAsyncLocked(ibv_event_type type) {
 
 int Qp::Destroy() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // Outstanding WRs are discarded without completions; the QP number stops
+    // answering, so peers see their packets lost.
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
     destroying_ = true;
+    Engine::Get().CancelTimer(this);
+    device()->RemoveQp(this);
+    send_cq_->RemoveQp(this);
+    recv_cq_->RemoveQp(this);
   }
   ctx_->async_events().Purge(ibv());
   ibv_qp& q = handle_.pub.qp_base;
@@ -246,8 +307,6 @@ int Qp::Destroy() {
   pthread_mutex_unlock(&q.mutex);
 
   pd_->RemoveUser();
-  send_cq_->RemoveUser();
-  recv_cq_->RemoveUser();
   if (srq_) srq_->RemoveUser();
   ctx_->device()->Release(Device::Kind::kQp);
   delete this;

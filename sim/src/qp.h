@@ -1,8 +1,16 @@
 #pragma once
 
-// A queue pair. This file owns every QP state transition; the transition
-// table is in qp_state_table.cc. Lock order: Qp::mu_ before Cq::mu_ before
-// EventQueue::mu_.
+// A queue pair: its state machine (qp.cc, the transition table is in
+// qp_state_table.cc), its requester and completer (qp_requester.cc) and its
+// responder (qp_responder.cc).
+//
+// Every QP state change and every work queue operation happens under the
+// engine lock (transport/engine.h), which orders the data path. Lock order:
+// Engine::mu_ → Cq::mu_ → EventQueue::mu_.
+//
+// Entering ERR (EnterErrorLocked) flushes: every outstanding send WR (signaled
+// or not) and every posted receive completes with IBV_WC_WR_FLUSH_ERR, in
+// posting order, and so does every WR posted afterwards.
 //
 // Destroy follows libibverbs: it returns when every async event that was
 // read for this QP has been acked (public mutex/cond/events_completed).
@@ -10,15 +18,20 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
-#include <mutex>
+#include <deque>
+#include <vector>
 
 #include "handle.h"
 #include "result.h"
+#include "transport/packet.h"
+#include "wqe.h"
 
 namespace simverbs {
 
 class Context;
 class Cq;
+class Device;
+class Mr;
 class Pd;
 class Srq;
 
@@ -30,25 +43,68 @@ class Qp {
   int Destroy();
   int Modify(const ibv_qp_attr& attr, int mask);
   int Query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
+  int PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  int PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
   static Qp* From(const ibv_qp* qp) { return Handle<ibv_qp_ex, Qp>::From(qp); }
   ibv_qp* ibv() { return &handle_.pub.qp_base; }
   ibv_qp_ex* ibv_ex() { return &handle_.pub; }
   bool has_qp_ex() const { return has_qp_ex_; }
   Context* context() const { return ctx_; }
+  Device* device() const;
+  uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
+  ibv_qp_type type() const { return handle_.pub.qp_base.qp_type; }
+  Cq* send_cq() const { return send_cq_; }
+  Cq* recv_cq() const { return recv_cq_; }
 
   // Raises an async event affiliated with this QP (counted for destroy).
   void RaiseAsync(ibv_event_type type);
+  // Requires: engine lock held.
+  void RaiseAsyncLocked(ibv_event_type type);
+
+  // Requires: engine lock held. Moves the QP to ERR and flushes it; raises
+  // `event` (e.g. IBV_EVENT_QP_FATAL) unless it is negative.
+  void EnterErrorLocked(int event);
+
+  // The transport. Requires: engine lock held.
+  void Receive(const Packet& pkt);  // a packet addressed to this QP
+  void OnTimer();                   // its retransmit or RNR timer fired
 
   static ibv_qp* CreateExOp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+  static int PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  static int PostRecvOp(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
  private:
   Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
   ~Qp();
-  // Checks attribute values against the device (ports, P_Key and GID tables, limits).
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
-  // Requires: mu_ held.
-  void RaiseAsyncLocked(ibv_event_type type);
+  ibv_qp_state state() const { return attr_.qp_state; }
+
+  // qp_requester.cc
+  int CheckSendWr(const ibv_send_wr& wr) const;
+  void ProgressLocked();                    // executes queued WQEs while in RTS
+  void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
+  bool AwaitingAckLocked() const;
+  void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
+  void CompleteAckedLocked();               // CQEs for acked WQEs, in order
+  void FailSendLocked(SendWqe& wqe, ibv_wc_status status);
+  void RetireLocked();
+  void RewindLocked(size_t index);
+  uint32_t PathMtuBytes() const;
+  Packet NewPacket(const AddressVector& av, uint32_t dst_qpn) const;
+
+  // qp_responder.cc
+  void ReceiveRequest(const Packet& pkt);
+  void ReceiveUd(const Packet& pkt);
+  bool TakeRecvWqe(RecvWqe* out);
+  void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
+  void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
+                          const Packet* pkt);
+  void ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event);
+
+  // Completion into a CQ with the profile's overrun rules. Returns false if
+  // the QP went to ERR because of it.
+  bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited);
 
   Handle<ibv_qp_ex, Qp> handle_;
   Context* ctx_;
@@ -59,10 +115,27 @@ class Qp {
   const bool has_qp_ex_;
   std::atomic<uint32_t> events_reported_{0};
 
-  mutable std::mutex mu_;
+  // Everything below: engine lock.
   ibv_qp_attr attr_{};  // the attributes as ibv_query_qp reports them
   ibv_qp_init_attr init_{};
   bool destroying_ = false;
+
+  std::deque<SendWqe> sq_;  // posted, not yet retired
+  size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
+  uint32_t next_psn_ = 0;     // requester PSN
+  int retries_left_ = 0;
+  bool executing_ = false;  // inside ProgressLocked: sq_ entries must not be retired
+  int rnr_retries_left_ = 0;
+
+  std::deque<RecvWqe> rq_;
+  // Responder state of the message being received.
+  uint32_t epsn_ = 0;
+  bool recv_in_progress_ = false;
+  RecvWqe recv_wqe_;
+  uint64_t recv_offset_ = 0;
+  ibv_wr_opcode recv_op_ = IBV_WR_SEND;
+  Mr* write_mr_ = nullptr;  // RDMA WRITE being received
+  uint64_t write_va_ = 0;
 };
 
 }  // namespace simverbs

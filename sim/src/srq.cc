@@ -95,8 +95,26 @@ int Srq::PostRecvOp(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   return s->PostRecv(wr, bad_wr);
 }
 
+bool Srq::TakeLocked(Wqe* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (wqes_.empty()) return false;
+  *out = std::move(wqes_.front());
+  wqes_.pop_front();
+  // ibv_modify_srq(3): the event fires once the number of WQEs drops below
+  // srq_limit; the SRQ is then disarmed (query reports 0).
+  if (limit_ != 0 && wqes_.size() < limit_) {
+    limit_ = 0;
+    RaiseAsyncLocked(IBV_EVENT_SRQ_LIMIT_REACHED);
+  }
+  return true;
+}
+
 void Srq::RaiseAsync(ibv_event_type type) {
   std::lock_guard<std::mutex> lock(mu_);
+  RaiseAsyncLocked(type);
+}
+
+void Srq::RaiseAsyncLocked(ibv_event_type type) {
   if (destroying_) return;
   QueuedEvent ev;
   ev.type = type;

@@ -33,6 +33,8 @@ class Srq {
   Context* context() const { return ctx_; }
 
   void RaiseAsync(ibv_event_type type);
+  // Requires: mu_ held.
+  void RaiseAsyncLocked(ibv_event_type type);
   void AddUser() { users_.fetch_add(1); }
   void RemoveUser() { users_.fetch_sub(1); }
 
@@ -43,6 +45,9 @@ class Srq {
     uint64_t wr_id;
     std::vector<ibv_sge> sges;
   };
+  // Takes the next receive for a QP (FIFO). Fires the armed limit event when
+  // fewer than srq_limit WQEs remain, then disarms. Requires: engine lock.
+  bool TakeLocked(Wqe* out);
 
  private:
   Srq(Pd* pd, const ibv_srq_init_attr& attr);

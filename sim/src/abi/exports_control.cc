@@ -8,6 +8,7 @@
 #include "device.h"
 #include "qp.h"
 #include "srq.h"
+#include "transport/engine.h"
 
 using namespace simverbs;
 
@@ -75,5 +76,18 @@ SIMVERBS_EXPORT int simverbs_raise_device_fatal(ibv_context* context) {
 SIMVERBS_EXPORT int simverbs_push_completion(ibv_cq* cq, const ibv_wc* wc, int solicited) {
   Cq* c = Cq::From(cq);
   if (!c || !wc) return EINVAL;
-  return c->Push(*wc, solicited != 0) ? 0 : ENOSPC;
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  switch (c->Push(*wc, solicited != 0)) {
+    case Cq::PushResult::kOk:
+      return 0;
+    case Cq::PushResult::kOverrun:
+      // As if the HCA overran it: the default profile takes the QPs on it down too.
+      if (c->context()->device()->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) {
+        c->CascadeOverrunLocked();
+      }
+      return ENOSPC;
+    case Cq::PushResult::kErrored:
+      return ENOSPC;
+  }
+  return ENOSPC;
 }

@@ -4,6 +4,7 @@
 #include <infiniband/verbs.h>
 
 #include "abi/c_api.h"
+#include "ah.h"
 #include "comp_channel.h"
 #include "context.h"
 #include "cq.h"
@@ -227,12 +228,38 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_srq) int sv_ibv_destroy_srq(ibv_srq* srq) {
   return s ? s->Destroy() : EINVAL;
 }
 
-// ---- AHs and multicast: not simulated yet.
+// ---- AH
 
-SIMVERBS_EXPORT_1_1(ibv_create_ah) ibv_ah* sv_ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return Unsupported<ibv_ah>(); }
-SIMVERBS_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return Unsupported<ibv_ah>(); }
-SIMVERBS_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_create_ah) ibv_ah* sv_ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  Pd* p = Pd::From(pd);
+  if (!p || !attr) return NullWithErrno(EINVAL);
+  Ah* ah = PointerOrErrno(Ah::Create(p, *attr));
+  return ah ? ah->ibv() : nullptr;
+}
+
+SIMVERBS_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                                        ibv_ah_attr* ah_attr) {
+  Context* c = Context::From(context);
+  if (!c || !wc) return EINVAL;
+  return Ah::InitFromWc(c, port_num, *wc, grh, ah_attr);
+}
+
+SIMVERBS_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  Pd* p = Pd::From(pd);
+  if (!p || !wc) return NullWithErrno(EINVAL);
+  ibv_ah_attr attr;
+  if (int err = Ah::InitFromWc(p->context(), port_num, *wc, grh, &attr)) return NullWithErrno(err);
+  Ah* ah = PointerOrErrno(Ah::Create(p, attr));
+  return ah ? ah->ibv() : nullptr;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah* ah) {
+  Ah* a = Ah::From(ah);
+  return a ? a->Destroy() : EINVAL;
+}
+
+// ---- multicast: not simulated yet.
+
 SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
 SIMVERBS_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }

@@ -1,0 +1,436 @@
+// The requester and completer of a QP: ibv_post_send, packets out, and the
+// ACKs, NAKs and responses that complete (or fail) work requests.
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ah.h"
+#include "context.h"
+#include "cq.h"
+#include "device.h"
+#include "mr.h"
+#include "pd.h"
+#include "qp.h"
+#include "transport/engine.h"
+
+namespace simverbs {
+namespace {
+
+constexpr uint32_t kPsnMask = 0xffffff;
+
+// IBTA transport timeout: 4.096 µs × 2^timeout; 0 means no timer at all.
+std::chrono::nanoseconds TransportTimeout(uint8_t timeout) {
+  return std::chrono::nanoseconds(uint64_t{4096} << std::min<uint8_t>(timeout, 31));
+}
+
+// IBTA RNR NAK timer field (9.7.5.2.8), in microseconds; index 0 is 655.36 ms.
+constexpr uint32_t kRnrTimerUs[32] = {655360, 10,  20,  30,  40,  60,   80,   120,  160,  240,  320,
+                                      480,    640, 960, 1280, 1920, 2560, 3840, 5120, 7680, 10240, 15360,
+                                      20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680,
+                                      491520};
+
+ibv_wc_opcode WcOpcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    default: return IBV_WC_SEND;
+  }
+}
+
+bool IsAtomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
+
+// Which work request opcodes each transport carries (ibv_post_send(3)).
+bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: return true;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return type != IBV_QPT_UD;
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return type == IBV_QPT_RC;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+uint32_t Qp::PathMtuBytes() const {
+  const ibv_mtu mtu = type() == IBV_QPT_UD ? device()->PortAttr(attr_.port_num).active_mtu : attr_.path_mtu;
+  return 128u << mtu;
+}
+
+int Qp::CheckSendWr(const ibv_send_wr& wr) const {
+  if (!OpcodeAllowed(type(), wr.opcode)) return EINVAL;
+  if (wr.num_sge < 0 || static_cast<uint32_t>(wr.num_sge) > attr_.cap.max_send_sge) return EINVAL;
+  if (wr.num_sge > 0 && !wr.sg_list) return EINVAL;
+  uint64_t length = 0;
+  for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
+  if ((wr.send_flags & IBV_SEND_INLINE) && length > attr_.cap.max_inline_data) return EINVAL;
+  if (IsAtomic(wr.opcode) && length != 8) return EINVAL;
+  if (type() == IBV_QPT_UD) {
+    const Ah* ah = Ah::From(wr.wr.ud.ah);
+    if (!ah || ah->context() != ctx_) return EINVAL;
+  }
+  return 0;
+}
+
+int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  const ibv_qp_state s = state();
+  const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
+  for (; wr; wr = wr->next) {
+    int err = 0;
+    if (destroying_ || ((s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) && !queue_early)) {
+      err = EINVAL;
+    } else if (sq_.size() >= attr_.cap.max_send_wr) {
+      err = ENOMEM;
+    } else {
+      err = CheckSendWr(*wr);
+    }
+    if (err) {
+      if (bad_wr) *bad_wr = wr;
+      return err;
+    }
+    SendWqe wqe;
+    wqe.wr_id = wr->wr_id;
+    wqe.opcode = wr->opcode;
+    wqe.signaled = init_.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+    wqe.solicited = wr->send_flags & IBV_SEND_SOLICITED;
+    wqe.fence = wr->send_flags & IBV_SEND_FENCE;
+    wqe.is_inline = wr->send_flags & IBV_SEND_INLINE;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      const ibv_sge& sge = wr->sg_list[i];
+      wqe.length += sge.length;
+      if (wqe.is_inline) {
+        // Inline data is copied now: the caller may reuse the buffer at once.
+        const auto* p = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sge.addr));
+        wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
+      } else {
+        wqe.sges.push_back(sge);
+      }
+    }
+    wqe.imm_data = wr->imm_data;
+    if (IsAtomic(wr->opcode)) {
+      wqe.remote_addr = wr->wr.atomic.remote_addr;
+      wqe.rkey = wr->wr.atomic.rkey;
+      wqe.compare_add = wr->wr.atomic.compare_add;
+      wqe.swap = wr->wr.atomic.swap;
+    } else if (type() == IBV_QPT_UD) {
+      wqe.av = Ah::From(wr->wr.ud.ah)->av();
+      wqe.remote_qpn = wr->wr.ud.remote_qpn;
+      wqe.remote_qkey = wr->wr.ud.remote_qkey;
+    } else {
+      wqe.remote_addr = wr->wr.rdma.remote_addr;
+      wqe.rkey = wr->wr.rdma.rkey;
+    }
+    sq_.push_back(std::move(wqe));
+  }
+  if (s == IBV_QPS_ERR || s == IBV_QPS_SQE) {
+    // A QP in error completes every new WR with a flush error.
+    for (SendWqe& w : sq_) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
+    RetireLocked();
+    return 0;
+  }
+  ProgressLocked();
+  return 0;
+}
+
+int Qp::PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  Qp* q = From(qp);
+  if (!q) {
+    if (bad_wr) *bad_wr = wr;
+    return EINVAL;
+  }
+  return q->PostSend(wr, bad_wr);
+}
+
+Packet Qp::NewPacket(const AddressVector& av, uint32_t dst_qpn) const {
+  Packet p;
+  p.transport = type();
+  p.src_device = device();
+  p.src_port = attr_.port_num;
+  p.slid = device()->PortAttr(attr_.port_num).lid;
+  p.src_qpn = qp_num();
+  p.dst = av;
+  p.dst_qpn = dst_qpn;
+  p.has_grh = av.is_global;
+  if (av.is_global) {
+    const auto& gids = device()->profile().ports[attr_.port_num - 1].gids;
+    if (av.sgid_index < gids.size()) p.sgid = gids[av.sgid_index].gid;
+  }
+  return p;
+}
+
+bool Qp::AwaitingAckLocked() const {
+  for (size_t i = 0; i < next_to_send_ && i < sq_.size(); ++i) {
+    if (!sq_[i].acked) return true;
+  }
+  return false;
+}
+
+void Qp::ProgressLocked() {
+  executing_ = true;
+  while (state() == IBV_QPS_RTS && next_to_send_ < sq_.size()) {
+    const size_t index = next_to_send_++;
+    ExecuteLocked(index);
+  }
+  executing_ = false;
+  CompleteAckedLocked();
+  RetireLocked();
+  // RC: what was sent but not acknowledged waits for the transport timer.
+  if (type() == IBV_QPT_RC && state() == IBV_QPS_RTS && attr_.timeout != 0 && AwaitingAckLocked()) {
+    Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
+  }
+}
+
+void Qp::ExecuteLocked(size_t index) {
+  SendWqe& wqe = sq_[index];
+  // Gather the local data, checking every SGE against its MR (IBV_WC_LOC_PROT_ERR).
+  std::vector<uint8_t> data;
+  const bool reads_into_local = wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode);
+  if (wqe.is_inline) {
+    data = wqe.inline_data;
+  } else {
+    for (const ibv_sge& sge : wqe.sges) {
+      Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length,
+                         reads_into_local ? IBV_ACCESS_LOCAL_WRITE : 0);
+      if (!mr) {
+        FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
+        return;
+      }
+      if (!reads_into_local) {
+        const uint8_t* p = mr->Translate(sge.addr, sge.length);
+        data.insert(data.end(), p, p + sge.length);
+      }
+    }
+  }
+  const uint32_t mtu = PathMtuBytes();
+  if (type() == IBV_QPT_UD && data.size() > mtu) {
+    FailSendLocked(wqe, IBV_WC_LOC_LEN_ERR);
+    return;
+  }
+  const AddressVector& av = type() == IBV_QPT_UD ? wqe.av : AddressVector::From(attr_.ah_attr);
+  const uint32_t dst_qpn = type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
+  wqe.first_psn = next_psn_;
+  wqe.transmitted = true;
+
+  if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
+    Packet p = NewPacket(av, dst_qpn);
+    p.op = wqe.opcode;
+    p.psn = next_psn_;
+    p.remote_addr = wqe.remote_addr;
+    p.rkey = wqe.rkey;
+    p.dma_length = wqe.length;
+    p.compare_add = wqe.compare_add;
+    p.swap = wqe.swap;
+    // A READ takes one PSN per response packet.
+    const uint32_t packets = wqe.opcode == IBV_WR_RDMA_READ
+                                 ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu))
+                                 : 1;
+    next_psn_ = (next_psn_ + packets) & kPsnMask;
+    wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+    wqe.read_data.clear();
+    Engine::Get().Transmit(std::move(p));
+    return;
+  }
+
+  // SEND and WRITE: segmented by the path MTU; a zero-length message is one packet.
+  size_t offset = 0;
+  do {
+    const size_t chunk = std::min<size_t>(mtu, data.size() - offset);
+    Packet p = NewPacket(av, dst_qpn);
+    p.op = wqe.opcode;
+    p.first = offset == 0;
+    p.last = offset + chunk == data.size();
+    p.psn = next_psn_;
+    next_psn_ = (next_psn_ + 1) & kPsnMask;
+    p.solicited = wqe.solicited && p.last;
+    p.remote_addr = wqe.remote_addr;
+    p.rkey = wqe.rkey;
+    p.dma_length = data.size();
+    p.imm_data = wqe.imm_data;
+    if (type() == IBV_QPT_UD) {
+      // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
+      p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
+    }
+    p.payload.assign(data.begin() + offset, data.begin() + offset + chunk);
+    wqe.last_psn = p.psn;
+    offset += chunk;
+    Engine::Get().Transmit(std::move(p));
+    if (state() != IBV_QPS_RTS || wqe.acked) return;  // answered or failed meanwhile
+  } while (offset < data.size());
+
+  // Unreliable transports complete a WR once it is on the wire.
+  if (type() != IBV_QPT_RC) wqe.acked = true;
+}
+
+void Qp::ReceiveResponse(const Packet& pkt) {
+  if (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) return;
+  // The oldest transmitted WQE not yet acknowledged is the one being answered.
+  size_t i = 0;
+  while (i < next_to_send_ && sq_[i].acked) ++i;
+  if (i >= next_to_send_) return;  // a duplicate answer
+  SendWqe& wqe = sq_[i];
+  retries_left_ = attr_.retry_cnt;  // any answer shows the path works
+  switch (pkt.kind) {
+    case Packet::Kind::kAck: {
+      // A positive ACK covers every message up to its PSN (but not READs and
+      // atomics, which complete with their own responses).
+      const uint32_t psn = pkt.psn;
+      for (; i < next_to_send_; ++i) {
+        SendWqe& w = sq_[i];
+        if (w.acked) continue;
+        if (w.opcode == IBV_WR_RDMA_READ || IsAtomic(w.opcode)) break;
+        if (((psn - w.last_psn) & kPsnMask) > kPsnMask / 2) break;  // w.last_psn is after psn
+        w.acked = true;
+      }
+      rnr_retries_left_ = attr_.rnr_retry;
+      break;
+    }
+    case Packet::Kind::kReadResponse:
+      wqe.read_data.insert(wqe.read_data.end(), pkt.payload.begin(), pkt.payload.end());
+      if (!pkt.last) return;
+      [[fallthrough]];
+    case Packet::Kind::kAtomicAck: {
+      std::vector<uint8_t> bytes = wqe.read_data;
+      if (pkt.kind == Packet::Kind::kAtomicAck) {
+        bytes.resize(8);
+        std::memcpy(bytes.data(), &pkt.atomic_orig, 8);
+      }
+      // Scatter into the local buffers (checked when the request was sent).
+      size_t off = 0;
+      for (const ibv_sge& sge : wqe.sges) {
+        Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+        if (!mr) {
+          FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
+          return;
+        }
+        const size_t n = std::min<size_t>(sge.length, bytes.size() - off);
+        std::memcpy(mr->Translate(sge.addr, sge.length), bytes.data() + off, n);
+        off += n;
+      }
+      wqe.acked = true;
+      break;
+    }
+    case Packet::Kind::kNak:
+      switch (pkt.nak) {
+        case Packet::Nak::kRnr:
+          if (rnr_retries_left_ > 0) {
+            if (rnr_retries_left_ != 7) --rnr_retries_left_;  // 7 means retry forever
+            RewindLocked(i);
+            Engine::Get().ArmTimer(this, std::chrono::microseconds(kRnrTimerUs[pkt.imm_data & 31]),
+                                   device()->behaviour().time_scale);
+            return;
+          }
+          FailSendLocked(wqe, IBV_WC_RNR_RETRY_EXC_ERR);
+          return;
+        case Packet::Nak::kSequence:
+          RewindLocked(i);
+          ProgressLocked();
+          return;
+        case Packet::Nak::kInvalidRequest:
+          FailSendLocked(wqe, IBV_WC_REM_INV_REQ_ERR);
+          return;
+        case Packet::Nak::kRemoteAccess:
+          FailSendLocked(wqe, IBV_WC_REM_ACCESS_ERR);
+          return;
+        case Packet::Nak::kRemoteOperational:
+        case Packet::Nak::kNone:
+          FailSendLocked(wqe, IBV_WC_REM_OP_ERR);
+          return;
+      }
+      return;
+    case Packet::Kind::kRequest:
+      return;
+  }
+  CompleteAckedLocked();
+  if (!executing_) RetireLocked();
+  if (!AwaitingAckLocked()) Engine::Get().CancelTimer(this);
+}
+
+// Resend from sq_[index]: go-back-N from the first unacknowledged message.
+void Qp::RewindLocked(size_t index) {
+  next_to_send_ = index;
+  next_psn_ = sq_[index].first_psn;
+  for (size_t i = index; i < sq_.size(); ++i) {
+    sq_[i].transmitted = false;
+    sq_[i].read_data.clear();
+  }
+}
+
+void Qp::OnTimer() {
+  if (state() != IBV_QPS_RTS) return;
+  size_t i = 0;
+  while (i < sq_.size() && sq_[i].acked) ++i;
+  if (i >= sq_.size()) return;
+  if (i < next_to_send_) {
+    // Transport timeout: nothing answered the oldest outstanding message.
+    if (retries_left_ <= 0) {
+      FailSendLocked(sq_[i], IBV_WC_RETRY_EXC_ERR);
+      return;
+    }
+    --retries_left_;
+  }
+  RewindLocked(i);
+  ProgressLocked();
+}
+
+void Qp::CompleteAckedLocked() {
+  for (SendWqe& wqe : sq_) {
+    if (!wqe.acked) break;
+    if (wqe.completed) continue;
+    wqe.completed = true;
+    if (!wqe.signaled) continue;
+    ibv_wc wc{};
+    wc.wr_id = wqe.wr_id;
+    wc.status = IBV_WC_SUCCESS;
+    wc.opcode = WcOpcode(wqe.opcode);
+    wc.byte_len = static_cast<uint32_t>(wqe.length);
+    wc.qp_num = qp_num();
+    if (!PushCompletion(send_cq_, wc, false)) return;
+  }
+}
+
+// The WQE fails with `status`: its error completion is always generated (IBA
+// 10.7.3.1, even if unsignaled); RC moves to ERR and flushes the rest, UC/UD
+// move to SQE, whose later WRs are flushed too.
+void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
+  if (wqe.completed) return;
+  CompleteAckedLocked();  // earlier successes complete first
+  wqe.acked = true;
+  wqe.completed = true;
+  wqe.status = status;
+  ibv_wc wc{};
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.qp_num = qp_num();
+  if (!PushCompletion(send_cq_, wc, false)) return;
+  Engine::Get().CancelTimer(this);
+  if (status == IBV_WC_WR_FLUSH_ERR) return;
+  if (type() == IBV_QPT_RC) {
+    EnterErrorLocked(-1);
+  } else {
+    attr_.qp_state = attr_.cur_qp_state = IBV_QPS_SQE;
+    handle_.pub.qp_base.state = IBV_QPS_SQE;
+    for (SendWqe& w : sq_) {
+      if (!w.acked) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
+    }
+  }
+}
+
+// Drops finished WQEs from the head of the send queue (they no longer count
+// against max_send_wr).
+void Qp::RetireLocked() {
+  while (!sq_.empty() && sq_.front().completed) {
+    sq_.pop_front();
+    if (next_to_send_ > 0) --next_to_send_;
+  }
+}
+
+}  // namespace simverbs

@@ -1,0 +1,395 @@
+// The responder of a QP: request packets in, data into registered memory,
+// receive completions, and the ACKs/NAKs back to the requester.
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "context.h"
+#include "cq.h"
+#include "device.h"
+#include "mr.h"
+#include "pd.h"
+#include "qp.h"
+#include "srq.h"
+#include "transport/engine.h"
+
+namespace simverbs {
+namespace {
+
+unsigned RemoteAccessFor(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_ACCESS_REMOTE_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_ACCESS_REMOTE_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_ACCESS_REMOTE_ATOMIC;
+    default: return 0;
+  }
+}
+
+bool ConsumesRecv(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
+// IBTA 9.4.x: the length of a UD receive counts the 40-byte GRH area.
+constexpr uint32_t kGrhBytes = 40;
+
+}  // namespace
+
+void Qp::Receive(const Packet& pkt) {
+  if (destroying_) return;
+  if (pkt.kind != Packet::Kind::kRequest) {
+    ReceiveResponse(pkt);
+    return;
+  }
+  if (type() != pkt.transport) return;  // a different transport: dropped
+  // Requests reach only a QP that is ready to receive (rxe_recv.c check_type_state).
+  const ibv_qp_state s = state();
+  if (s != IBV_QPS_RTR && s != IBV_QPS_RTS && s != IBV_QPS_SQD && s != IBV_QPS_SQE) return;
+  if (type() == IBV_QPT_UD) {
+    ReceiveUd(pkt);
+  } else {
+    ReceiveRequest(pkt);
+  }
+}
+
+bool Qp::TakeRecvWqe(RecvWqe* out) {
+  if (srq_) {
+    Srq::Wqe w;
+    if (!srq_->TakeLocked(&w)) return false;
+    out->wr_id = w.wr_id;
+    out->sges = std::move(w.sges);
+    out->length = 0;
+    for (const ibv_sge& sge : out->sges) out->length += sge.length;
+    return true;
+  }
+  if (rq_.empty()) return false;
+  *out = std::move(rq_.front());
+  rq_.pop_front();
+  return true;
+}
+
+// Writes `bytes` at `offset` of a receive WQE's scatter list. Returns the
+// status: success, LOC_LEN_ERR (does not fit) or LOC_PROT_ERR (bad lkey).
+static ibv_wc_status Scatter(Device* dev, const Pd* pd, const RecvWqe& wqe, uint64_t offset, const uint8_t* bytes,
+                             uint64_t len) {
+  if (offset + len > wqe.length) return IBV_WC_LOC_LEN_ERR;
+  uint64_t pos = 0;
+  for (const ibv_sge& sge : wqe.sges) {
+    const uint64_t start = std::max(offset, pos);
+    const uint64_t end = std::min(offset + len, pos + sge.length);
+    if (start < end) {
+      Mr* mr = Mr::Check(dev, sge.lkey, false, pd, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+      if (!mr) return IBV_WC_LOC_PROT_ERR;
+      std::memcpy(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
+    }
+    pos += sge.length;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+void Qp::ReceiveRequest(const Packet& pkt) {
+  const bool rc = type() == IBV_QPT_RC;
+  if (rc) {
+    const uint32_t diff = (pkt.psn - epsn_) & 0xffffff;
+    if (diff != 0) {
+      if (diff > 0x800000) {
+        // A duplicate (the requester retried): acknowledge it again. READ and
+        // atomic replays are answered again as well.
+        if (pkt.op != IBV_WR_RDMA_READ) {
+          Respond(pkt, Packet::Kind::kAck);
+          return;
+        }
+      } else {
+        Respond(pkt, Packet::Kind::kNak, Packet::Nak::kSequence);
+        return;
+      }
+    }
+  } else if (pkt.first) {
+    epsn_ = pkt.psn;  // UC resynchronises on every first packet
+  } else if (pkt.psn != epsn_ || !recv_in_progress_) {
+    recv_in_progress_ = false;  // a lost middle packet: UC drops the message
+    return;
+  }
+
+  // Is the QP enabled for this operation (qp_access_flags)? Class C invalid request.
+  const unsigned need = RemoteAccessFor(pkt.op);
+  if (need && !(attr_.qp_access_flags & need)) {
+    if (!rc) return;
+    ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
+    return;
+  }
+
+  if (pkt.first && ConsumesRecv(pkt.op)) {
+    if (!TakeRecvWqe(&recv_wqe_)) {
+      // No receive posted: RNR NAK (RC), or the message is lost (UC).
+      if (rc) Respond(pkt, Packet::Kind::kNak, Packet::Nak::kRnr);
+      return;
+    }
+    recv_in_progress_ = true;
+    recv_offset_ = 0;
+  }
+  const bool has_recv = ConsumesRecv(pkt.op) && recv_in_progress_;
+
+  switch (pkt.op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM: {
+      const ibv_wc_status st = Scatter(device(), pd_, recv_wqe_, recv_offset_, pkt.payload.data(), pkt.payload.size());
+      if (st != IBV_WC_SUCCESS) {
+        if (!rc) {
+          recv_in_progress_ = false;
+          CompleteRecvLocked(recv_wqe_, st, IBV_WC_RECV, 0, &pkt);
+          return;
+        }
+        ResponderFatal(pkt, st,
+                       st == IBV_WC_LOC_LEN_ERR ? Packet::Nak::kInvalidRequest : Packet::Nak::kRemoteOperational, -1);
+        return;
+      }
+      recv_offset_ += pkt.payload.size();
+      break;
+    }
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: {
+      if (pkt.first) {
+        // C9-88: a zero-length WRITE carries no memory access to check.
+        write_mr_ = nullptr;
+        write_va_ = pkt.remote_addr;
+        if (pkt.dma_length > 0) {
+          write_mr_ = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, pkt.dma_length,
+                                IBV_ACCESS_REMOTE_WRITE);
+          if (!write_mr_) {
+            if (!rc) return;
+            ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
+                           has_recv ? -1 : (device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1));
+            return;
+          }
+        }
+      }
+      if (!pkt.payload.empty()) {
+        // Checked again per packet: the MR may have been deregistered meanwhile.
+        Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, pkt.payload.size(), IBV_ACCESS_REMOTE_WRITE);
+        if (!mr) {
+          if (!rc) return;
+          ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
+                         has_recv ? -1 : (device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1));
+          return;
+        }
+        std::memcpy(mr->Translate(write_va_, pkt.payload.size()), pkt.payload.data(), pkt.payload.size());
+        write_va_ += pkt.payload.size();
+      }
+      recv_offset_ = pkt.dma_length;
+      break;
+    }
+    case IBV_WR_RDMA_READ: {
+      Mr* mr = pkt.dma_length ? Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, pkt.dma_length,
+                                          IBV_ACCESS_REMOTE_READ)
+                              : nullptr;
+      if (pkt.dma_length && !mr) {
+        ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
+                       device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1);
+        return;
+      }
+      // The response, segmented by the path MTU, one PSN per packet.
+      const uint32_t mtu = PathMtuBytes();
+      const uint8_t* src = mr ? mr->Translate(pkt.remote_addr, pkt.dma_length) : nullptr;
+      uint64_t off = 0;
+      uint32_t psn = pkt.psn;
+      do {
+        const uint64_t chunk = std::min<uint64_t>(mtu, pkt.dma_length - off);
+        Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+        r.kind = Packet::Kind::kReadResponse;
+        r.op = pkt.op;
+        r.psn = psn;
+        psn = (psn + 1) & 0xffffff;
+        r.first = off == 0;
+        r.last = off + chunk == pkt.dma_length;
+        if (chunk) r.payload.assign(src + off, src + off + chunk);
+        off += chunk;
+        Engine::Get().Transmit(std::move(r));
+      } while (off < pkt.dma_length);
+      if (((pkt.psn - epsn_) & 0xffffff) == 0) epsn_ = psn;
+      return;
+    }
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      if (pkt.remote_addr % 8 != 0) {
+        ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
+        return;
+      }
+      Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC);
+      if (!mr) {
+        ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
+                       device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1);
+        return;
+      }
+      auto* target = reinterpret_cast<uint64_t*>(mr->Translate(pkt.remote_addr, 8));
+      const uint64_t orig = __atomic_load_n(target, __ATOMIC_SEQ_CST);
+      if (pkt.op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        __atomic_fetch_add(target, pkt.compare_add, __ATOMIC_SEQ_CST);
+      } else if (orig == pkt.compare_add) {
+        __atomic_store_n(target, pkt.swap, __ATOMIC_SEQ_CST);
+      }
+      Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+      r.kind = Packet::Kind::kAtomicAck;
+      r.op = pkt.op;
+      r.psn = pkt.psn;
+      r.atomic_orig = orig;
+      epsn_ = (pkt.psn + 1) & 0xffffff;
+      Engine::Get().Transmit(std::move(r));
+      return;
+    }
+    default:
+      return;
+  }
+  epsn_ = (pkt.psn + 1) & 0xffffff;
+
+  if (pkt.last && has_recv) {
+    recv_in_progress_ = false;
+    const ibv_wc_opcode op = pkt.op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+    CompleteRecvLocked(recv_wqe_, IBV_WC_SUCCESS, op, recv_offset_, &pkt);
+  }
+  // The first packet of a message moves an RTR QP on: Communication Established.
+  if (rc && pkt.last) Respond(pkt, Packet::Kind::kAck);
+}
+
+void Qp::ReceiveUd(const Packet& pkt) {
+  if (pkt.qkey != attr_.qkey) return;  // Q_Key violation: silently dropped (IBTA 10.2.4)
+  RecvWqe wqe;
+  if (!TakeRecvWqe(&wqe)) return;  // no receive posted: the datagram is dropped
+  // The first 40 bytes of the buffer take the GRH when the packet has one.
+  if (pkt.has_grh) {
+    ibv_grh grh{};
+    grh.version_tclass_flow = htonl(6u << 28);
+    grh.paylen = htons(static_cast<uint16_t>(pkt.payload.size()));
+    grh.next_hdr = 0x1b;
+    grh.hop_limit = 64;
+    grh.sgid = pkt.sgid;
+    grh.dgid = pkt.dst.dgid;
+    if (Scatter(device(), pd_, wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes) != IBV_WC_SUCCESS) {
+      CompleteRecvLocked(wqe, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, &pkt);
+      return;
+    }
+  }
+  const ibv_wc_status st = Scatter(device(), pd_, wqe, kGrhBytes, pkt.payload.data(), pkt.payload.size());
+  CompleteRecvLocked(wqe, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? pkt.payload.size() + kGrhBytes : 0, &pkt);
+}
+
+void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
+  Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+  r.kind = kind;
+  r.op = req.op;
+  r.psn = req.psn;
+  r.nak = nak;
+  if (nak == Packet::Nak::kRnr) r.imm_data = attr_.min_rnr_timer;
+  if (nak == Packet::Nak::kSequence) r.psn = epsn_;
+  Engine::Get().Transmit(std::move(r));
+}
+
+// A responder error that ends the connection: the receive in progress (if
+// any) completes with `recv_status`, the requester gets the NAK, the QP goes
+// to ERR, and `event` (when >= 0) is raised.
+void Qp::ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event) {
+  if (recv_in_progress_ && recv_status != IBV_WC_SUCCESS) {
+    recv_in_progress_ = false;
+    CompleteRecvLocked(recv_wqe_, recv_status, IBV_WC_RECV, 0, &req);
+  }
+  Respond(req, Packet::Kind::kNak, nak);
+  EnterErrorLocked(event);
+}
+
+void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
+                            const Packet* pkt) {
+  ibv_wc wc{};
+  wc.wr_id = wqe.wr_id;
+  wc.status = status;
+  wc.qp_num = qp_num();
+  wc.opcode = opcode;  // kept on errors too: the overrun rules tell receive CQEs apart by it
+  bool solicited = false;
+  if (status == IBV_WC_SUCCESS && pkt) {
+    wc.byte_len = static_cast<uint32_t>(byte_len);
+    if (pkt->op == IBV_WR_SEND_WITH_IMM || pkt->op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      wc.imm_data = pkt->imm_data;
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+    }
+    if (type() == IBV_QPT_UD) {
+      wc.src_qp = pkt->src_qpn;
+      wc.slid = pkt->slid;
+      wc.sl = pkt->dst.sl;
+      wc.pkey_index = 0;
+      if (pkt->has_grh) wc.wc_flags |= IBV_WC_GRH;
+    }
+    solicited = pkt->solicited;
+  }
+  PushCompletion(recv_cq_, wc, solicited);
+}
+
+bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited) {
+  const Behaviour::CqOverrun mode = device()->behaviour().cq_overrun;
+  switch (cq->Push(wc, solicited)) {
+    case Cq::PushResult::kOk:
+      return true;
+    case Cq::PushResult::kOverrun:
+      switch (mode) {
+        case Behaviour::CqOverrun::kCascade:
+          cq->CascadeOverrunLocked();
+          break;
+        case Behaviour::CqOverrun::kLazy:
+          EnterErrorLocked(IBV_EVENT_QP_FATAL);
+          break;
+        case Behaviour::CqOverrun::kRxe61:
+          // rxe 6.1: a lost receive completion takes the QP to ERR (no event);
+          // a lost send completion is just lost.
+          if (wc.opcode & IBV_WC_RECV) EnterErrorLocked(-1);
+          break;
+      }
+      return false;
+    case Cq::PushResult::kErrored:
+      // IBTA: a QP that tries to complete into an errored CQ is in error too.
+      if (mode == Behaviour::CqOverrun::kLazy) EnterErrorLocked(IBV_EVENT_QP_FATAL);
+      return false;
+  }
+  return false;
+}
+
+int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  for (; wr; wr = wr->next) {
+    int err = 0;
+    // C10-97.2.1: no receives in RESET; a QP on an SRQ has no receive queue.
+    if (destroying_ || state() == IBV_QPS_RESET || srq_) {
+      err = EINVAL;
+    } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > attr_.cap.max_recv_sge ||
+               (wr->num_sge > 0 && !wr->sg_list)) {
+      err = EINVAL;
+    } else if (rq_.size() >= attr_.cap.max_recv_wr) {
+      err = ENOMEM;
+    }
+    if (err) {
+      if (bad_wr) *bad_wr = wr;
+      return err;
+    }
+    RecvWqe wqe;
+    wqe.wr_id = wr->wr_id;
+    wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+    for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
+    if (state() == IBV_QPS_ERR) {
+      CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
+    } else {
+      rq_.push_back(std::move(wqe));
+    }
+  }
+  return 0;
+}
+
+int Qp::PostRecvOp(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  Qp* q = From(qp);
+  if (!q) {
+    if (bad_wr) *bad_wr = wr;
+    return EINVAL;
+  }
+  return q->PostRecv(wr, bad_wr);
+}
+
+}  // namespace simverbs

@@ -1,0 +1,94 @@
+#include "transport/engine.h"
+
+#include <cstring>
+
+#include "device.h"
+#include "device_list.h"
+#include "qp.h"
+
+namespace simverbs {
+namespace {
+
+// A retry loop never runs faster than this, whatever the scaled timeout.
+constexpr std::chrono::microseconds kTimerFloor{1000};
+
+// The device port a packet is addressed to: by GID when it has a GRH
+// (always on RoCE), by LID otherwise.
+Device* Route(const AddressVector& dst) {
+  for (const auto& dev : DeviceList::Get().devices()) {
+    for (int port = 1; port <= dev->port_count(); ++port) {
+      const PortProfile& p = dev->profile().ports[port - 1];
+      if (dev->PortAttr(port).state != IBV_PORT_ACTIVE) continue;
+      if (dst.is_global) {
+        for (const GidProfile& g : p.gids) {
+          if (std::memcmp(&g.gid, &dst.dgid, sizeof g.gid) == 0) return dev.get();
+        }
+      } else if (p.attr.link_layer == IBV_LINK_LAYER_INFINIBAND && dst.dlid != 0 && p.attr.lid == dst.dlid) {
+        return dev.get();
+      }
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Engine& Engine::Get() {
+  // Leaked: the timer thread may still be parked when the process exits.
+  static Engine* engine = new Engine();
+  return *engine;
+}
+
+void Engine::Transmit(Packet&& pkt) {
+  queue_.push_back(std::move(pkt));
+  if (!draining_) DrainLocked();
+}
+
+void Engine::DrainLocked() {
+  draining_ = true;
+  while (!queue_.empty()) {
+    Packet pkt = std::move(queue_.front());
+    queue_.pop_front();
+    Device* dev = Route(pkt.dst);
+    Qp* qp = dev ? dev->FindQp(pkt.dst_qpn) : nullptr;
+    // An unreachable address or a QP that does not exist: the packet is lost
+    // and the sender's timers decide what happens.
+    if (qp) qp->Receive(pkt);
+  }
+  draining_ = false;
+}
+
+void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
+  auto scaled = ibta_duration / time_scale;
+  if (scaled < kTimerFloor) scaled = kTimerFloor;
+  timers_[qp] = Clock::now() + scaled;
+  if (!timer_thread_running_) {
+    if (timer_thread_.joinable()) timer_thread_.join();
+    timer_thread_running_ = true;
+    timer_thread_ = std::thread([this] { TimerThread(); });
+  }
+  timer_cv_.notify_one();
+}
+
+void Engine::CancelTimer(Qp* qp) { timers_.erase(qp); }
+
+void Engine::TimerThread() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!timers_.empty()) {
+    auto next = timers_.begin();
+    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+      if (it->second < next->second) next = it;
+    }
+    if (Clock::now() < next->second) {
+      timer_cv_.wait_until(lock, next->second);
+      continue;  // timers may have changed while waiting
+    }
+    Qp* qp = next->first;
+    timers_.erase(next);
+    qp->OnTimer();
+  }
+  // The thread ends when no timer is armed; the next ArmTimer starts another.
+  timer_thread_running_ = false;
+}
+
+}  // namespace simverbs

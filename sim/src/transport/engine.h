@@ -1,0 +1,68 @@
+#pragma once
+
+// The engine that executes work requests: the simulated wire, the protocol
+// timers, and the one lock that orders everything on the data path.
+//
+// Execution model. A work request is executed by the thread that posts it:
+// ibv_post_send makes the packets, the engine hands each to the destination
+// QP's responder logic, whose answers (ACK, NAK, READ responses) go back to
+// the requester's completer, all before ibv_post_send returns. The responder
+// never has to call a verb for its side to happen (perftest's bandwidth
+// servers sleep through the run). Completions land in CQ rings that
+// ibv_poll_cq reads without system calls; only an armed CQ writes its
+// channel's eventfd. Timers (transport timeout, RNR) are kept in simulated
+// time, scaled by the profile's time_scale, and fired by one thread that
+// sleeps until the earliest deadline and exists only while a timer is armed
+// somewhere. A peer in another process will plug in behind Transmit(): the
+// packet then crosses a shared-memory ring instead of a function call.
+//
+// Lock order: Engine::mu_ → Cq::mu_ → EventQueue::mu_.
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "transport/packet.h"
+
+namespace simverbs {
+
+class Qp;
+
+class Engine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  static Engine& Get();
+
+  // The data-path lock; every verb that touches QP state holds it.
+  std::mutex& mu() { return mu_; }
+
+  // Requires: mu() held. Queues a packet and delivers everything queued,
+  // including the answers it causes, before returning.
+  void Transmit(Packet&& pkt);
+
+  // Requires: mu() held. Arms (or re-arms) the timer of `qp` to fire after
+  // `ibta_duration` of protocol time (scaled by the profile), never sooner
+  // than a floor that keeps a retry loop from spinning.
+  void ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale);
+  void CancelTimer(Qp* qp);
+
+ private:
+  Engine() = default;
+  void DrainLocked();
+  void TimerThread();
+
+  std::mutex mu_;
+  std::deque<Packet> queue_;
+  bool draining_ = false;
+
+  std::map<Qp*, Clock::time_point> timers_;
+  std::condition_variable timer_cv_;
+  std::thread timer_thread_;
+  bool timer_thread_running_ = false;
+};
+
+}  // namespace simverbs

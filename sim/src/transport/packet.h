@@ -1,0 +1,62 @@
+#pragma once
+
+// A packet on the simulated wire: the fields of the IBTA headers that the
+// transport uses (BTH, RETH, AtomicETH, AETH, ImmDt, IETH, DETH, GRH/LRH
+// addressing). Payload bytes are gathered from the sender's memory when the
+// packet is made.
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "wqe.h"
+
+namespace simverbs {
+
+class Device;
+
+struct Packet {
+  enum class Kind {
+    kRequest,        // SEND / WRITE / READ request / atomic, requester → responder
+    kAck,            // positive ACK (RC)
+    kNak,            // AETH NAK (RC)
+    kReadResponse,   // READ response data
+    kAtomicAck,      // atomic ACK with the original value
+  };
+  enum class Nak { kNone, kRnr, kSequence, kInvalidRequest, kRemoteAccess, kRemoteOperational };
+
+  Kind kind = Kind::kRequest;
+  ibv_qp_type transport = IBV_QPT_RC;
+  ibv_wr_opcode op = IBV_WR_SEND;  // the request's operation (also echoed in responses)
+  bool first = true;               // first / last packet of the message
+  bool last = true;
+  bool solicited = false;
+  uint32_t psn = 0;
+
+  // Addressing: who sent it and where it goes.
+  Device* src_device = nullptr;
+  uint8_t src_port = 1;
+  uint16_t slid = 0;
+  uint32_t src_qpn = 0;
+  AddressVector dst;
+  uint32_t dst_qpn = 0;
+  bool has_grh = false;
+  ibv_gid sgid{};
+  uint32_t qkey = 0;  // DETH (UD)
+  uint16_t pkey = 0xffff;
+
+  // Extended headers.
+  uint64_t remote_addr = 0;  // RETH / AtomicETH
+  uint32_t rkey = 0;
+  uint64_t dma_length = 0;  // RETH length (whole message)
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  uint32_t imm_data = 0;  // ImmDt (network order) or IETH rkey
+  Nak nak = Nak::kNone;
+  uint64_t atomic_orig = 0;
+
+  std::vector<uint8_t> payload;
+};
+
+}  // namespace simverbs

@@ -1,0 +1,70 @@
+#pragma once
+
+// Work queue entries as the simulator keeps them after ibv_post_send /
+// ibv_post_recv: everything of the work request that execution needs.
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace simverbs {
+
+// Where a packet goes: an ibv_ah_attr resolved at post/modify time.
+struct AddressVector {
+  uint16_t dlid = 0;
+  bool is_global = false;
+  ibv_gid dgid{};
+  uint8_t sgid_index = 0;
+  uint8_t sl = 0;
+  uint8_t port_num = 1;
+
+  static AddressVector From(const ibv_ah_attr& a) {
+    AddressVector av;
+    av.dlid = a.dlid;
+    av.is_global = a.is_global;
+    av.dgid = a.grh.dgid;
+    av.sgid_index = a.grh.sgid_index;
+    av.sl = a.sl;
+    av.port_num = a.port_num;
+    return av;
+  }
+};
+
+struct SendWqe {
+  uint64_t wr_id = 0;
+  ibv_wr_opcode opcode = IBV_WR_SEND;
+  bool signaled = false;
+  bool solicited = false;
+  bool fence = false;
+  std::vector<ibv_sge> sges;         // gather list; checked when the WQE executes
+  std::vector<uint8_t> inline_data;  // copied at post time (IBV_SEND_INLINE)
+  bool is_inline = false;
+  uint64_t length = 0;
+  uint32_t imm_data = 0;  // network order, or the rkey to invalidate
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+  // UD
+  AddressVector av;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
+
+  // Progress of the requester.
+  uint32_t first_psn = 0;
+  uint32_t last_psn = 0;
+  bool transmitted = false;
+  bool acked = false;      // done on the wire (ACKed, answered, or failed)
+  bool completed = false;  // its CQE (if any) has been generated
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  std::vector<uint8_t> read_data;  // READ/atomic response payload, scattered on completion
+};
+
+struct RecvWqe {
+  uint64_t wr_id = 0;
+  std::vector<ibv_sge> sges;
+  uint64_t length = 0;
+};
+
+}  // namespace simverbs
