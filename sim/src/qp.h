@@ -124,7 +124,8 @@ class Qp {
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN
   int retries_left_ = 0;
-  bool executing_ = false;  // inside ProgressLocked: sq_ entries must not be retired
+  bool executing_ = false;
+  bool rnr_wait_ = false;   // an RNR NAK holds the SQ until the RNR timer fires  // inside ProgressLocked: sq_ entries must not be retired
   int rnr_retries_left_ = 0;
 
   std::deque<RecvWqe> rq_;

@@ -176,7 +176,7 @@ bool Qp::AwaitingAckLocked() const {
 
 void Qp::ProgressLocked() {
   executing_ = true;
-  while (state() == IBV_QPS_RTS && next_to_send_ < sq_.size()) {
+  while (state() == IBV_QPS_RTS && !rnr_wait_ && next_to_send_ < sq_.size()) {
     const size_t index = next_to_send_++;
     ExecuteLocked(index);
   }
@@ -184,7 +184,7 @@ void Qp::ProgressLocked() {
   CompleteAckedLocked();
   RetireLocked();
   // RC: what was sent but not acknowledged waits for the transport timer.
-  if (type() == IBV_QPT_RC && state() == IBV_QPS_RTS && attr_.timeout != 0 && AwaitingAckLocked()) {
+  if (type() == IBV_QPT_RC && state() == IBV_QPS_RTS && !rnr_wait_ && attr_.timeout != 0 && AwaitingAckLocked()) {
     Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
   }
 }
@@ -324,6 +324,7 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           if (rnr_retries_left_ > 0) {
             if (rnr_retries_left_ != 7) --rnr_retries_left_;  // 7 means retry forever
             RewindLocked(i);
+            rnr_wait_ = true;
             Engine::Get().ArmTimer(this, std::chrono::microseconds(kRnrTimerUs[pkt.imm_data & 31]),
                                    device()->behaviour().time_scale);
             return;
@@ -369,7 +370,9 @@ void Qp::OnTimer() {
   size_t i = 0;
   while (i < sq_.size() && sq_[i].acked) ++i;
   if (i >= sq_.size()) return;
-  if (i < next_to_send_) {
+  if (rnr_wait_) {
+    rnr_wait_ = false;  // the RNR timer: send again from the NAKed message
+  } else if (i < next_to_send_) {
     // Transport timeout: nothing answered the oldest outstanding message.
     if (retries_left_ <= 0) {
       FailSendLocked(sq_[i], IBV_WC_RETRY_EXC_ERR);
