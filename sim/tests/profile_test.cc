@@ -57,9 +57,11 @@ std::string LoadError(const json& j) {
 TEST(ProfileTest, DefaultProfileIsInfiniBandWithLid) {
   ProfileLoad load = LoadProfileFile(FixturePath("sim-ib"));
   ASSERT_EQ(load.error, "");
-  ASSERT_EQ(load.profile.devices.size(), 1u);
+  ASSERT_EQ(load.profile.devices.size(), 2u) << "sim0 and sim1 on one fabric";
   const DeviceProfile& d = load.profile.devices[0];
   EXPECT_EQ(d.name, "sim0");
+  EXPECT_EQ(load.profile.devices[1].name, "sim1");
+  EXPECT_NE(load.profile.devices[1].ports[0].attr.lid, d.ports[0].attr.lid);
   ASSERT_EQ(d.ports.size(), 1u);
   EXPECT_EQ(d.ports[0].attr.state, IBV_PORT_ACTIVE);
   EXPECT_EQ(d.ports[0].attr.link_layer, IBV_LINK_LAYER_INFINIBAND);
@@ -86,6 +88,28 @@ TEST(ProfileTest, LoadByNameFindsShippedProfile) {
   ProfileLoad load = LoadProfile("sim-roce");
   ASSERT_EQ(load.error, "");
   EXPECT_EQ(load.profile.name, "sim-roce");
+}
+
+TEST(ProfileTest, BehaviourDefaultsAndChoices) {
+  json j = ReadJson(FixturePath("sim-ib"));
+  {
+    TempProfile t(j);
+    ProfileLoad load = LoadProfileFile(t.path());
+    ASSERT_EQ(load.error, "");
+    EXPECT_EQ(load.profile.behaviour.cq_overrun, Behaviour::CqOverrun::kCascade);
+  }
+  j["behaviour"] = {{"cq_overrun", "rxe-6.1"}, {"qp_access_err_event", false}};
+  TempProfile t(j);
+  ProfileLoad load = LoadProfileFile(t.path());
+  ASSERT_EQ(load.error, "");
+  EXPECT_EQ(load.profile.behaviour.cq_overrun, Behaviour::CqOverrun::kRxe61);
+  EXPECT_FALSE(load.profile.behaviour.qp_access_err_event);
+}
+
+TEST(ProfileTest, BadBehaviourIsNamed) {
+  json j = ReadJson(FixturePath("sim-ib"));
+  j["behaviour"] = {{"cq_overrun", "explode"}};
+  EXPECT_THAT(LoadError(j), HasSubstr("behaviour.cq_overrun: unknown value \"explode\""));
 }
 
 TEST(ProfileTest, UnknownNameListsAvailableProfiles) {
@@ -138,7 +162,7 @@ TEST(ProfileTest, BadGidIsRejected) {
 
 TEST(ProfileTest, DuplicateDeviceNameIsRejected) {
   json j = ReadJson(FixturePath("sim-ib"));
-  j["devices"].push_back(j["devices"][0]);
+  j["devices"][1]["name"] = "sim0";
   EXPECT_THAT(LoadError(j), HasSubstr("devices[1].name: duplicate device name"));
 }
 
