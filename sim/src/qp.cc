@@ -22,8 +22,20 @@ constexpr uint32_t kMaxInlineData = 256;
 constexpr unsigned kQpAccessFlags =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
-// ibv_qp_ex (IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) comes with the data path.
-constexpr uint32_t kSupportedCreateMask = IBV_QP_INIT_ATTR_PD;
+constexpr uint32_t kSupportedCreateMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+
+// The ibv_qp_ex operations each transport can build (ibv_wr_post(3)).
+uint64_t SupportedSendOps(ibv_qp_type type) {
+  const uint64_t send = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  const uint64_t write = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+  const uint64_t rc_only =
+      IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  switch (type) {
+    case IBV_QPT_RC: return send | write | rc_only;
+    case IBV_QPT_UC: return send | write;
+    default: return send;
+  }
+}
 
 }  // namespace
 
@@ -49,6 +61,10 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   q.events_completed = 0;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
+  if (has_qp_ex_) {
+    handle_.pub.comp_mask = 0;
+    QpWrBuilder::Install(&handle_.pub);
+  }
 
   init_.qp_context = a.qp_context;
   init_.send_cq = q.send_cq;
@@ -95,6 +111,9 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
       return R::Error(EOPNOTSUPP);
     default:
       return R::Error(EINVAL);
+  }
+  if ((a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a.send_ops_flags & ~SupportedSendOps(a.qp_type))) {
+    return R::Error(EOPNOTSUPP);
   }
   Cq* send_cq = Cq::From(a.send_cq);
   Cq* recv_cq = Cq::From(a.recv_cq);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "handle.h"
+#include "qp_wr_builder.h"
 #include "result.h"
 #include "transport/packet.h"
 #include "wqe.h"
@@ -50,6 +51,7 @@ class Qp {
   ibv_qp* ibv() { return &handle_.pub.qp_base; }
   ibv_qp_ex* ibv_ex() { return &handle_.pub; }
   bool has_qp_ex() const { return has_qp_ex_; }
+  QpWrBuilder& wr_builder() { return wr_builder_; }
   Context* context() const { return ctx_; }
   Device* device() const;
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
@@ -113,6 +115,7 @@ class Qp {
   Cq* recv_cq_;
   Srq* srq_;
   const bool has_qp_ex_;
+  QpWrBuilder wr_builder_;
   std::atomic<uint32_t> events_reported_{0};
 
   // Everything below: engine lock.

@@ -1,0 +1,142 @@
+#include "qp_wr_builder.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "qp.h"
+
+namespace simverbs {
+namespace {
+
+QpWrBuilder& B(ibv_qp_ex* q) { return Qp::From(&q->qp_base)->wr_builder(); }
+
+// Starts a new WR with the qp_ex's current wr_id and wr_flags.
+ibv_send_wr& NewWr(ibv_qp_ex* q, ibv_wr_opcode op) {
+  QpWrBuilder::Entry& e = B(q).entries_.emplace_back();
+  e.wr.wr_id = q->wr_id;
+  e.wr.send_flags = q->wr_flags;
+  e.wr.opcode = op;
+  return e.wr;
+}
+
+// The WR the wr_set_* calls apply to: the last one started.
+QpWrBuilder::Entry* Last(ibv_qp_ex* q) {
+  QpWrBuilder& b = B(q);
+  if (b.entries_.empty()) {
+    b.error_ = EINVAL;
+    return nullptr;
+  }
+  return &b.entries_.back();
+}
+
+void Unsupported(ibv_qp_ex* q) { B(q).error_ = EOPNOTSUPP; }
+
+}  // namespace
+
+void QpWrBuilder::Install(ibv_qp_ex* q) {
+  q->wr_start = [](ibv_qp_ex* qp) {
+    QpWrBuilder& b = B(qp);
+    b.entries_.clear();
+    b.error_ = 0;
+  };
+  q->wr_complete = [](ibv_qp_ex* qp) {
+    QpWrBuilder& b = B(qp);
+    int err = b.error_;
+    if (!err && !b.entries_.empty()) {
+      for (size_t i = 0; i < b.entries_.size(); ++i) {
+        Entry& e = b.entries_[i];
+        e.wr.next = i + 1 < b.entries_.size() ? &b.entries_[i + 1].wr : nullptr;
+        if (!e.inline_data.empty() || (e.wr.send_flags & IBV_SEND_INLINE)) {
+          e.wr.send_flags |= IBV_SEND_INLINE;
+          e.sges.assign(1, ibv_sge{reinterpret_cast<uintptr_t>(e.inline_data.data()),
+                                   static_cast<uint32_t>(e.inline_data.size()), 0});
+        }
+        e.wr.sg_list = e.sges.data();
+        e.wr.num_sge = static_cast<int>(e.sges.size());
+      }
+      ibv_send_wr* bad = nullptr;
+      err = Qp::From(&qp->qp_base)->PostSend(&b.entries_[0].wr, &bad);
+    }
+    b.entries_.clear();
+    b.error_ = 0;
+    return err;
+  };
+  q->wr_abort = [](ibv_qp_ex* qp) {
+    QpWrBuilder& b = B(qp);
+    b.entries_.clear();
+    b.error_ = 0;
+  };
+
+  q->wr_send = [](ibv_qp_ex* qp) { NewWr(qp, IBV_WR_SEND); };
+  q->wr_send_imm = [](ibv_qp_ex* qp, __be32 imm) { NewWr(qp, IBV_WR_SEND_WITH_IMM).imm_data = imm; };
+  q->wr_rdma_write = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) {
+    ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_WRITE);
+    wr.wr.rdma.rkey = rkey;
+    wr.wr.rdma.remote_addr = addr;
+  };
+  q->wr_rdma_write_imm = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, __be32 imm) {
+    ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_WRITE_WITH_IMM);
+    wr.wr.rdma.rkey = rkey;
+    wr.wr.rdma.remote_addr = addr;
+    wr.imm_data = imm;
+  };
+  q->wr_rdma_read = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) {
+    ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_READ);
+    wr.wr.rdma.rkey = rkey;
+    wr.wr.rdma.remote_addr = addr;
+  };
+  q->wr_atomic_cmp_swp = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+    ibv_send_wr& wr = NewWr(qp, IBV_WR_ATOMIC_CMP_AND_SWP);
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.remote_addr = addr;
+    wr.wr.atomic.compare_add = compare;
+    wr.wr.atomic.swap = swap;
+  };
+  q->wr_atomic_fetch_add = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, uint64_t add) {
+    ibv_send_wr& wr = NewWr(qp, IBV_WR_ATOMIC_FETCH_AND_ADD);
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.remote_addr = addr;
+    wr.wr.atomic.compare_add = add;
+  };
+  // Memory windows, invalidation, TSO, XRC and atomic write are not simulated yet.
+  q->wr_bind_mw = [](ibv_qp_ex* qp, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { Unsupported(qp); };
+  q->wr_local_inv = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
+  q->wr_send_inv = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
+  q->wr_send_tso = [](ibv_qp_ex* qp, void*, uint16_t, uint16_t) { Unsupported(qp); };
+  q->wr_set_xrc_srqn = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
+  q->wr_atomic_write = [](ibv_qp_ex* qp, uint32_t, uint64_t, const void*) { Unsupported(qp); };
+
+  q->wr_set_ud_addr = [](ibv_qp_ex* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+    if (Entry* e = Last(qp)) {
+      e->wr.wr.ud.ah = ah;
+      e->wr.wr.ud.remote_qpn = remote_qpn;
+      e->wr.wr.ud.remote_qkey = remote_qkey;
+    }
+  };
+  q->wr_set_sge = [](ibv_qp_ex* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
+    if (Entry* e = Last(qp)) e->sges.assign(1, ibv_sge{addr, length, lkey});
+  };
+  q->wr_set_sge_list = [](ibv_qp_ex* qp, size_t num_sge, const ibv_sge* sg_list) {
+    if (Entry* e = Last(qp)) e->sges.assign(sg_list, sg_list + num_sge);
+  };
+  // Inline data is copied at once: the caller may reuse its buffer right away.
+  q->wr_set_inline_data = [](ibv_qp_ex* qp, void* addr, size_t length) {
+    if (Entry* e = Last(qp)) {
+      const auto* p = static_cast<const uint8_t*>(addr);
+      e->inline_data.assign(p, p + length);
+      e->wr.send_flags |= IBV_SEND_INLINE;
+    }
+  };
+  q->wr_set_inline_data_list = [](ibv_qp_ex* qp, size_t num_buf, const ibv_data_buf* buf_list) {
+    if (Entry* e = Last(qp)) {
+      e->inline_data.clear();
+      for (size_t i = 0; i < num_buf; ++i) {
+        const auto* p = static_cast<const uint8_t*>(buf_list[i].addr);
+        e->inline_data.insert(e->inline_data.end(), p, p + buf_list[i].length);
+      }
+      e->wr.send_flags |= IBV_SEND_INLINE;
+    }
+  };
+}
+
+}  // namespace simverbs
