@@ -309,11 +309,26 @@ void Qp::RaiseAsyncLocked(ibv_event_type type) {
   ctx_->RaiseAsync(ev);
 }
 
+int Qp::AttachMulticast(const ibv_gid& gid, uint16_t lid) {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  // ibv_attach_mcast(3): only UD QPs may be attached to multicast groups.
+  if (type() != IBV_QPT_UD || destroying_) return EINVAL;
+  return Engine::Get().AttachMulticast(this, gid, lid);
+}
+
+int Qp::DetachMulticast(const ibv_gid& gid, uint16_t lid) {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  if (type() != IBV_QPT_UD) return EINVAL;
+  return Engine::Get().DetachMulticast(this, gid, lid);
+}
+
 int Qp::Destroy() {
   {
     // Outstanding WRs are discarded without completions; the QP number stops
     // answering, so peers see their packets lost.
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    // The kernel counts attachments in the QP's usecnt: destroy fails while attached.
+    if (Engine::Get().IsAttached(this)) return EBUSY;
     destroying_ = true;
     Engine::Get().CancelTimer(this);
     device()->RemoveQp(this);

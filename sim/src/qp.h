@@ -46,6 +46,8 @@ class Qp {
   int Query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
   int PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr);
   int PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  int AttachMulticast(const ibv_gid& gid, uint16_t lid);
+  int DetachMulticast(const ibv_gid& gid, uint16_t lid);
 
   static Qp* From(const ibv_qp* qp) { return Handle<ibv_qp_ex, Qp>::From(qp); }
   ibv_qp* ibv() { return &handle_.pub.qp_base; }

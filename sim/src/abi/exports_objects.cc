@@ -258,8 +258,15 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah* ah) {
   return a ? a->Destroy() : EINVAL;
 }
 
-// ---- multicast: not simulated yet.
+// ---- multicast
 
-SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  Qp* q = Qp::From(qp);
+  return q && gid ? q->AttachMulticast(*gid, lid) : EINVAL;
+}
+
+SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
+  Qp* q = Qp::From(qp);
+  return q && gid ? q->DetachMulticast(*gid, lid) : EINVAL;
+}
 SIMVERBS_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }

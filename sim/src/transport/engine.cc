@@ -49,6 +49,14 @@ void Engine::DrainLocked() {
   while (!queue_.empty()) {
     Packet pkt = std::move(queue_.front());
     queue_.pop_front();
+    if (Group* group = pkt.transport == IBV_QPT_UD ? FindGroup(pkt.dst) : nullptr) {
+      // A copy for each member; the sending QP does not hear itself.
+      const std::set<Qp*> members = group->members;
+      for (Qp* member : members) {
+        if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
+      }
+      continue;
+    }
     Device* dev = Route(pkt.dst);
     Qp* qp = dev ? dev->FindQp(pkt.dst_qpn) : nullptr;
     // An unreachable address or a QP that does not exist: the packet is lost
@@ -56,6 +64,50 @@ void Engine::DrainLocked() {
     if (qp) qp->Receive(pkt);
   }
   draining_ = false;
+}
+
+bool IsMulticastGid(const ibv_gid& gid) { return gid.raw[0] == 0xff; }
+
+// IBTA: LIDs 0xC000-0xFFFE are multicast (0xFFFF is the permissive LID).
+bool IsMulticastLid(uint16_t lid) { return lid >= 0xc000 && lid != 0xffff; }
+
+Engine::Group* Engine::FindGroup(const AddressVector& dst) {
+  for (Group& g : groups_) {
+    if (dst.is_global ? (IsMulticastGid(dst.dgid) && std::memcmp(&g.mgid, &dst.dgid, sizeof g.mgid) == 0)
+                      : (IsMulticastLid(dst.dlid) && g.mlid == dst.dlid)) {
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
+int Engine::AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
+  if (!IsMulticastGid(mgid)) return EINVAL;
+  for (Group& g : groups_) {
+    if (std::memcmp(&g.mgid, &mgid, sizeof mgid) == 0 && g.mlid == mlid) {
+      g.members.insert(qp);  // attaching twice still delivers one copy
+      return 0;
+    }
+  }
+  groups_.push_back(Group{mgid, mlid, {qp}});
+  return 0;
+}
+
+int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
+  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
+    if (std::memcmp(&it->mgid, &mgid, sizeof mgid) != 0 || it->mlid != mlid) continue;
+    if (!it->members.erase(qp)) return EINVAL;
+    if (it->members.empty()) groups_.erase(it);
+    return 0;
+  }
+  return EINVAL;
+}
+
+bool Engine::IsAttached(const Qp* qp) const {
+  for (const Group& g : groups_) {
+    if (g.members.count(const_cast<Qp*>(qp))) return true;
+  }
+  return false;
 }
 
 void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {

@@ -23,6 +23,8 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
+#include <vector>
 #include <thread>
 
 #include "transport/packet.h"
@@ -50,6 +52,12 @@ class Engine {
   void ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale);
   void CancelTimer(Qp* qp);
 
+  // UD multicast groups: a datagram addressed to the group reaches every
+  // attached QP once (ibv_attach_mcast(3)). Requires: mu() held.
+  int AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid);
+  int DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid);
+  bool IsAttached(const Qp* qp) const;
+
  private:
   Engine() = default;
   void DrainLocked();
@@ -58,6 +66,15 @@ class Engine {
   std::mutex mu_;
   std::deque<Packet> queue_;
   bool draining_ = false;
+
+  struct Group {
+    ibv_gid mgid;
+    uint16_t mlid;
+    std::set<Qp*> members;
+  };
+  // The multicast group a packet is addressed to, or nullptr.
+  Group* FindGroup(const AddressVector& dst);
+  std::vector<Group> groups_;
 
   std::map<Qp*, Clock::time_point> timers_;
   std::condition_variable timer_cv_;
