@@ -19,6 +19,7 @@ namespace simverbs {
 
 class Context;
 class Mr;
+class Mw;
 class Qp;
 
 class Device {
@@ -62,6 +63,13 @@ class Device {
   void AddQp(Qp* qp);
   void RemoveQp(Qp* qp);
   Qp* FindQp(uint32_t qpn) const;
+  uint32_t NewKeyIndex() { return next_key_index_.fetch_add(1) & 0xffffff; }
+  void AddWindowKey(uint32_t key, Mw* mw) { window_keys_[key] = mw; }
+  void RemoveWindowKey(uint32_t key) { window_keys_.erase(key); }
+  Mw* FindWindow(uint32_t key) const {
+    auto it = window_keys_.find(key);
+    return it == window_keys_.end() ? nullptr : it->second;
+  }
   void AddKey(uint32_t key, Mr* mr) { keys_[key] = mr; }
   void RemoveKey(uint32_t key) { keys_.erase(key); }
   Mr* FindKey(uint32_t key) const {
@@ -91,6 +99,10 @@ class Device {
   std::atomic<uint32_t> next_qpn_{0x11};
   std::unordered_map<uint32_t, Qp*> qps_;  // engine lock
   std::unordered_map<uint32_t, Mr*> keys_;  // engine lock
+  std::unordered_map<uint32_t, Mw*> window_keys_;  // engine lock
+  // Keys are an index in the upper 24 bits and a key byte below it, as on
+  // mlx HCAs; a new translation or binding changes the key byte.
+  std::atomic<uint32_t> next_key_index_{1};
   std::atomic<int> counts_[static_cast<int>(Kind::kCount)] = {};
 };
 

@@ -8,15 +8,12 @@
 
 #include "context.h"
 #include "device.h"
+#include "mw.h"
 #include "pd.h"
 #include "transport/engine.h"
 
 namespace simverbs {
 namespace {
-
-// Keys are an index in the upper 24 bits and a key byte below it, as on
-// mlx HCAs; rereg with a new translation changes the key byte.
-std::atomic<uint32_t> next_key_index{1};
 
 constexpr unsigned kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                   IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
@@ -55,7 +52,6 @@ Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
   m.pd = pd->ibv();
   m.addr = addr;
   m.length = length;
-  m.handle = next_key_index.load();
   m.lkey = 0;
   AssignKeys();
   pd->AddUser();
@@ -72,8 +68,13 @@ uint8_t* Mr::Translate(uint64_t va, uint64_t len) const {
   return static_cast<uint8_t*>(m.addr) + (va - iova_);
 }
 
-Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t va, uint64_t len, unsigned access) {
+Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t va, uint64_t len, unsigned access,
+              uint32_t qp_num) {
   Mr* mr = device->FindKey(key);
+  if (!mr && remote) {
+    const Mw* mw = device->FindWindow(key);
+    return mw ? mw->CheckLocked(pd, qp_num, va, len, access) : nullptr;
+  }
   if (!mr) return nullptr;
   if ((remote ? mr->handle_.pub.rkey : mr->handle_.pub.lkey) != key) return nullptr;
   if (mr->pd_ != pd) return nullptr;
@@ -87,9 +88,10 @@ Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t 
 void Mr::AssignKeys() {
   Device* dev = pd_->context()->device();
   if (handle_.pub.lkey) dev->RemoveKey(handle_.pub.lkey);
-  const uint32_t index = next_key_index.fetch_add(1) & 0xffffff;
+  const uint32_t index = dev->NewKeyIndex();
   handle_.pub.lkey = (index << 8) | 0x01;
   handle_.pub.rkey = handle_.pub.lkey;
+  handle_.pub.handle = index;
   dev->AddKey(handle_.pub.lkey, this);
 }
 
@@ -137,6 +139,7 @@ int Mr::Deregister() {
   {
     // After this no packet can reach the memory: its keys are gone.
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    if (windows_ > 0) return EBUSY;  // a memory window is bound to it
     dev->RemoveKey(handle_.pub.lkey);
   }
   dev->Release(Device::Kind::kMr);

@@ -39,8 +39,15 @@ class Mr {
   // Looks up a key for the transport: the MR if `key` names one of `device`
   // in `pd` whose range holds [va, va + len) and which allows `access`
   // (IBV_ACCESS_* bits; 0 for local read). Requires: engine lock.
+  // A remote key may also name a memory window (checked against `qp_num`
+  // for type 2 windows).
   static Mr* Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t va, uint64_t len,
-                   unsigned access);
+                   unsigned access, uint32_t qp_num = 0);
+
+  // Memory windows bound to this MR: deregistration fails with EBUSY while
+  // any is. Requires: engine lock.
+  void AddWindow() { ++windows_; }
+  void RemoveWindow() { --windows_; }
 
   // Checks the access flags by themselves (EINVAL rules of ibv_reg_mr(3)).
   static int CheckAccess(unsigned access);
@@ -54,6 +61,7 @@ class Mr {
   Pd* pd_;
   uint64_t iova_;
   unsigned access_;
+  int windows_ = 0;
 };
 
 }  // namespace simverbs

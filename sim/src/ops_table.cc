@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "cq.h"
+#include "mw.h"
 #include "qp.h"
 #include "query.h"
 #include "srq.h"
@@ -118,6 +119,9 @@ void InstallOps(verbs_context* v) {
   v->create_qp_ex = Qp::CreateExOp;
   o.post_srq_recv = Srq::PostRecvOp;
   o.post_send = Qp::PostSendOp;
+  o.alloc_mw = Mw::AllocOp;
+  o.dealloc_mw = Mw::DeallocOp;
+  o.bind_mw = Mw::BindOp;
   o.post_recv = Qp::PostRecvOp;
 }
 

@@ -11,6 +11,7 @@
 #include "cq.h"
 #include "device.h"
 #include "mr.h"
+#include "mw.h"
 #include "pd.h"
 #include "qp.h"
 #include "transport/engine.h"
@@ -38,6 +39,8 @@ ibv_wc_opcode WcOpcode(ibv_wr_opcode op) {
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     default: return IBV_WC_SEND;
   }
 }
@@ -53,7 +56,10 @@ bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
     case IBV_WR_RDMA_WRITE_WITH_IMM: return type != IBV_QPT_UD;
     case IBV_WR_RDMA_READ:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: return type == IBV_QPT_RC;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_SEND_WITH_INV: return type == IBV_QPT_RC;
+    case IBV_WR_BIND_MW:
+    case IBV_WR_LOCAL_INV: return type == IBV_QPT_RC || type == IBV_QPT_UC;
     default: return false;
   }
 }
@@ -73,6 +79,10 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
   if ((wr.send_flags & IBV_SEND_INLINE) && length > attr_.cap.max_inline_data) return EINVAL;
   if (IsAtomic(wr.opcode) && length != 8) return EINVAL;
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    const Mw* mw = Mw::From(wr.bind_mw.mw);
+    if (!mw || mw->context() != ctx_) return EINVAL;
+  }
   if (type() == IBV_QPT_UD) {
     const Ah* ah = Ah::From(wr.wr.ud.ah);
     if (!ah || ah->context() != ctx_) return EINVAL;
@@ -115,8 +125,12 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
         wqe.sges.push_back(sge);
       }
     }
-    wqe.imm_data = wr->imm_data;
-    if (IsAtomic(wr->opcode)) {
+    wqe.imm_data = wr->imm_data;  // or invalidate_rkey (same union)
+    if (wr->opcode == IBV_WR_BIND_MW) {
+      wqe.mw = wr->bind_mw.mw;
+      wqe.rkey = wr->bind_mw.rkey;
+      wqe.bind_info = wr->bind_mw.bind_info;
+    } else if (IsAtomic(wr->opcode)) {
       wqe.remote_addr = wr->wr.atomic.remote_addr;
       wqe.rkey = wr->wr.atomic.rkey;
       wqe.compare_add = wr->wr.atomic.compare_add;
@@ -191,6 +205,25 @@ void Qp::ProgressLocked() {
 
 void Qp::ExecuteLocked(size_t index) {
   SendWqe& wqe = sq_[index];
+  // Local operations: no packets.
+  if (wqe.opcode == IBV_WR_BIND_MW) {
+    const ibv_wc_status st = Mw::From(wqe.mw)->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info);
+    if (st != IBV_WC_SUCCESS) {
+      FailSendLocked(wqe, st);
+    } else {
+      wqe.acked = true;
+    }
+    return;
+  }
+  if (wqe.opcode == IBV_WR_LOCAL_INV) {
+    Mw* mw = device()->FindWindow(wqe.imm_data);
+    if (mw && mw->InvalidateLocked(wqe.imm_data, qp_num())) {
+      wqe.acked = true;
+    } else {
+      FailSendLocked(wqe, IBV_WC_MW_BIND_ERR);
+    }
+    return;
+  }
   // Gather the local data, checking every SGE against its MR (IBV_WC_LOC_PROT_ERR).
   std::vector<uint8_t> data;
   const bool reads_into_local = wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode);

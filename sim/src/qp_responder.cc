@@ -10,6 +10,7 @@
 #include "cq.h"
 #include "device.h"
 #include "mr.h"
+#include "mw.h"
 #include "pd.h"
 #include "qp.h"
 #include "srq.h"
@@ -30,7 +31,8 @@ unsigned RemoteAccessFor(ibv_wr_opcode op) {
 }
 
 bool ConsumesRecv(ibv_wr_opcode op) {
-  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
 // IBTA 9.4.x: the length of a UD receive counts the 40-byte GRH area.
@@ -135,7 +137,8 @@ void Qp::ReceiveRequest(const Packet& pkt) {
 
   switch (pkt.op) {
     case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM: {
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV: {
       const ibv_wc_status st = Scatter(device(), pd_, recv_wqe_, recv_offset_, pkt.payload.data(), pkt.payload.size());
       if (st != IBV_WC_SUCCESS) {
         if (!rc) {
@@ -158,7 +161,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         write_va_ = pkt.remote_addr;
         if (pkt.dma_length > 0) {
           write_mr_ = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, pkt.dma_length,
-                                IBV_ACCESS_REMOTE_WRITE);
+                                IBV_ACCESS_REMOTE_WRITE, qp_num());
           if (!write_mr_) {
             if (!rc) return;
             ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
@@ -169,7 +172,8 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       }
       if (!pkt.payload.empty()) {
         // Checked again per packet: the MR may have been deregistered meanwhile.
-        Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, pkt.payload.size(), IBV_ACCESS_REMOTE_WRITE);
+        Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, pkt.payload.size(), IBV_ACCESS_REMOTE_WRITE,
+                           qp_num());
         if (!mr) {
           if (!rc) return;
           ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
@@ -184,7 +188,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     }
     case IBV_WR_RDMA_READ: {
       Mr* mr = pkt.dma_length ? Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, pkt.dma_length,
-                                          IBV_ACCESS_REMOTE_READ)
+                                          IBV_ACCESS_REMOTE_READ, qp_num())
                               : nullptr;
       if (pkt.dma_length && !mr) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
@@ -218,7 +222,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
         return;
       }
-      Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC);
+      Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC, qp_num());
       if (!mr) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
                        device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1);
@@ -245,6 +249,15 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   }
   epsn_ = (pkt.psn + 1) & 0xffffff;
 
+  if (pkt.last && pkt.op == IBV_WR_SEND_WITH_INV) {
+    // The IETH names one of this QP's type 2 windows; anything else is an
+    // invalid request (IBTA class J).
+    Mw* mw = device()->FindWindow(pkt.imm_data);
+    if (!mw || !mw->InvalidateLocked(pkt.imm_data, qp_num())) {
+      ResponderFatal(pkt, IBV_WC_REM_INV_REQ_ERR, Packet::Nak::kInvalidRequest, -1);
+      return;
+    }
+  }
   if (pkt.last && has_recv) {
     recv_in_progress_ = false;
     const ibv_wc_opcode op = pkt.op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
@@ -312,6 +325,10 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
     if (pkt->op == IBV_WR_SEND_WITH_IMM || pkt->op == IBV_WR_RDMA_WRITE_WITH_IMM) {
       wc.imm_data = pkt->imm_data;
       wc.wc_flags |= IBV_WC_WITH_IMM;
+    }
+    if (pkt->op == IBV_WR_SEND_WITH_INV) {
+      wc.invalidated_rkey = pkt->imm_data;
+      wc.wc_flags |= IBV_WC_WITH_INV;
     }
     if (type() == IBV_QPT_UD) {
       wc.src_qp = pkt->src_qpn;

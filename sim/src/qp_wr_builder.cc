@@ -98,10 +98,15 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
     wr.wr.atomic.remote_addr = addr;
     wr.wr.atomic.compare_add = add;
   };
-  // Memory windows, invalidation, TSO, XRC and atomic write are not simulated yet.
-  q->wr_bind_mw = [](ibv_qp_ex* qp, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { Unsupported(qp); };
-  q->wr_local_inv = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
-  q->wr_send_inv = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
+  q->wr_bind_mw = [](ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+    ibv_send_wr& wr = NewWr(qp, IBV_WR_BIND_MW);
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    if (info) wr.bind_mw.bind_info = *info;
+  };
+  q->wr_local_inv = [](ibv_qp_ex* qp, uint32_t rkey) { NewWr(qp, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; };
+  q->wr_send_inv = [](ibv_qp_ex* qp, uint32_t rkey) { NewWr(qp, IBV_WR_SEND_WITH_INV).invalidate_rkey = rkey; };
+  // TSO, XRC and atomic write are not simulated.
   q->wr_send_tso = [](ibv_qp_ex* qp, void*, uint16_t, uint16_t) { Unsupported(qp); };
   q->wr_set_xrc_srqn = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
   q->wr_atomic_write = [](ibv_qp_ex* qp, uint32_t, uint64_t, const void*) { Unsupported(qp); };

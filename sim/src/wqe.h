@@ -46,6 +46,9 @@ struct SendWqe {
   uint32_t rkey = 0;
   uint64_t compare_add = 0;
   uint64_t swap = 0;
+  // BIND_MW
+  ibv_mw* mw = nullptr;
+  ibv_mw_bind_info bind_info{};
   // UD
   AddressVector av;
   uint32_t remote_qpn = 0;
