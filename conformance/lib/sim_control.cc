@@ -22,6 +22,8 @@ const SimControl& SimControl::Get() {
 SimControl::SimControl() {
   Resolve("simverbs_version", &version_);
   Resolve("simverbs_raise_cq_event", &raise_cq_event_);
+  Resolve("simverbs_raise_qp_event", &raise_qp_event_);
+  Resolve("simverbs_raise_srq_event", &raise_srq_event_);
   Resolve("simverbs_raise_port_event", &raise_port_event_);
   Resolve("simverbs_raise_device_fatal", &raise_device_fatal_);
   Resolve("simverbs_push_completion", &push_completion_);
@@ -31,6 +33,14 @@ int SimControl::version() const { return version_ ? version_() : 0; }
 
 int SimControl::RaiseCqEvent(ibv_cq* cq, ibv_event_type type) const {
   return raise_cq_event_ ? raise_cq_event_(cq, type) : EOPNOTSUPP;
+}
+
+int SimControl::RaiseQpEvent(ibv_qp* qp, ibv_event_type type) const {
+  return raise_qp_event_ ? raise_qp_event_(qp, type) : EOPNOTSUPP;
+}
+
+int SimControl::RaiseSrqEvent(ibv_srq* srq, ibv_event_type type) const {
+  return raise_srq_event_ ? raise_srq_event_(srq, type) : EOPNOTSUPP;
 }
 
 int SimControl::RaisePortEvent(ibv_context* context, uint8_t port_num, ibv_event_type type) const {

@@ -43,6 +43,21 @@ struct VerbsDeleter<ibv_comp_channel> {
   void operator()(ibv_comp_channel* channel) const { ibv_destroy_comp_channel(channel); }
 };
 
+template <>
+struct VerbsDeleter<ibv_qp> {
+  void operator()(ibv_qp* qp) const { ibv_destroy_qp(qp); }
+};
+
+template <>
+struct VerbsDeleter<ibv_srq> {
+  void operator()(ibv_srq* srq) const { ibv_destroy_srq(srq); }
+};
+
+template <>
+struct VerbsDeleter<ibv_ah> {
+  void operator()(ibv_ah* ah) const { ibv_destroy_ah(ah); }
+};
+
 template <typename T>
 using VerbsPtr = std::unique_ptr<T, VerbsDeleter<T>>;
 
@@ -52,6 +67,9 @@ using MrPtr = VerbsPtr<ibv_mr>;
 using CqPtr = VerbsPtr<ibv_cq>;
 using CqExPtr = VerbsPtr<ibv_cq_ex>;
 using ChannelPtr = VerbsPtr<ibv_comp_channel>;
+using QpPtr = VerbsPtr<ibv_qp>;
+using SrqPtr = VerbsPtr<ibv_srq>;
+using AhPtr = VerbsPtr<ibv_ah>;
 
 // The array from ibv_get_device_list.
 struct DeviceListDeleter {

@@ -1,0 +1,512 @@
+// Errors on the data path: flushing on the way to ERR, remote access and
+// invalid-request errors, local protection and length errors, RNR and
+// transport retries. On an error completion only wr_id, status and qp_num
+// are checked (ibv_poll_cq(3): the other fields are not valid).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <chrono>
+#include <vector>
+
+#include "conformance/lib/backend_profile.h"
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/qp_pair.h"
+#include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
+
+namespace conformance {
+namespace {
+
+// A key that names no MR: the key byte of a real key flipped.
+uint32_t BadKey(uint32_t key) { return key ^ 0x80; }
+
+// How long a transport retry may take to be given up: timeout 14 is 67 ms of
+// protocol time per try on hardware, so retry_cnt 1 takes ~0.13 s there.
+constexpr std::chrono::milliseconds kRetryWindow = std::chrono::seconds(5);
+
+class QpErrorTest : public QpTest {
+ protected:
+  void SetUp() override {
+    QpTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    ASSERT_TRUE(local_.Register(pd(), 8192));
+    ASSERT_TRUE(remote_.Register(pd(), 8192));
+    local_.FillPattern(1);
+  }
+
+  // An RC QP a_ in RTS connected to a QP number that does not exist, with
+  // the given transport timeout (0: wait forever) and retry count.
+  testing::AssertionResult MakeRequesterToNobody(uint8_t timeout, uint8_t retry_cnt) {
+    if (auto ok = CreateEnd(&a_); !ok) return ok;
+    ConnectParams params;
+    params.timeout = timeout;
+    params.retry_cnt = retry_cnt;
+    params.path_mtu = DefaultMtu();
+    const uint32_t nobody = (a_.qp_num() ^ 0x5a5a00) & 0xffffff;
+    return BringUp(a_.get(), port(), nobody, LocalAddress(), params);
+  }
+
+  // Posts one signaled WR from a_ and returns its completion.
+  void PostAndComplete(const ibv_send_wr& wr, ibv_wc* wc, std::chrono::milliseconds timeout = kReturnWindow) {
+    ASSERT_EQ(PostOne(a_.get(), wr), 0);
+    ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), wc, timeout));
+  }
+
+  // A WRITE of 64 bytes from a_ to remote_ with the given rkey and offset.
+  ibv_send_wr Write(uint64_t wr_id, uint32_t rkey, size_t offset = 0, uint32_t length = 64) {
+    sge_ = local_.Sge(0, length);
+    return RdmaWr(wr_id, IBV_WR_RDMA_WRITE, &sge_, 1, remote_.addr(offset), rkey);
+  }
+
+  Buffer local_;
+  Buffer remote_;
+  ibv_sge sge_ = {};
+};
+
+// Rule: ibv_modify_qp(3)/IBTA Vol 1 ch. 10 (Error state): on entering Error "all outstanding and
+//   subsequently posted WRs are completed with a flush error" (IBV_WC_WR_FLUSH_ERR), in order.
+// Checks: three receives posted on an RC QP in RTS complete with IBV_WC_WR_FLUSH_ERR, in posting
+//   order, with qp_num == the QP, after it is moved to ERR.
+TEST_F(QpErrorTest, ModifyToErrFlushesRecvsInOrder) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sges[3] = {local_.Sge(0, 64), local_.Sge(64, 64), local_.Sge(128, 64)};
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostRecv(b_.get(), 10 + static_cast<uint64_t>(i), &sges[i], 1), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(b_.recv_cq.get(), 3, &wcs));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, 10 + static_cast<uint64_t>(i)) << DescribeWcs(wcs);
+    EXPECT_EQ(wcs[i].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[i]);
+    EXPECT_EQ(wcs[i].qp_num, b_.qp_num());
+  }
+}
+
+// Rule: IBTA Vol 1 ch. 10 (Error state; work completion errors): outstanding send WRs are
+//   completed with a flush error when the QP enters Error - a WR completed in error generates a completion
+//   whether or not it was signaled.
+// Checks: three WRITEs (the middle one unsignaled) that are never answered (no such destination,
+//   timeout 0) complete with IBV_WC_WR_FLUSH_ERR in posting order after the QP is moved to ERR.
+TEST_F(QpErrorTest, ModifyToErrFlushesSendsInOrder) {
+  ASSERT_TRUE(MakeRequesterToNobody(0, 7));
+  ibv_sge sge = local_.Sge(0, 8);
+  for (uint64_t i = 1; i <= 3; ++i) {
+    const unsigned flags = i == 2 ? 0 : IBV_SEND_SIGNALED;
+    ASSERT_EQ(PostOne(a_.get(), RdmaWr(i, IBV_WR_RDMA_WRITE, &sge, 1, remote_.addr(), remote_.rkey(), flags)), 0);
+  }
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "an unanswered WRITE completed";
+  ASSERT_TRUE(ModifyToState(a_.get(), IBV_QPS_ERR));
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 3, &wcs));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, static_cast<uint64_t>(i + 1)) << DescribeWcs(wcs);
+    EXPECT_EQ(wcs[i].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[i]);
+    EXPECT_EQ(wcs[i].qp_num, a_.qp_num());
+  }
+}
+
+// Rule: IBTA Vol 1 ch. 10 (Error state): WRs posted to a QP in the Error state are completed with a
+//   flush error; ibv_post_send(3) "returns 0 on success".
+// Checks: a SEND posted to an RC QP in ERR is accepted (0) and completes with IBV_WC_WR_FLUSH_ERR,
+//   its wr_id and qp_num.
+TEST_F(QpErrorTest, PostSendInErrCompletesWithFlushErr) {
+  ASSERT_TRUE(MakePair());
+  ASSERT_TRUE(ModifyToState(a_.get(), IBV_QPS_ERR));
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(33, &sge, 1), &wc));
+  EXPECT_EQ(wc.wr_id, 33u);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+  EXPECT_EQ(wc.qp_num, a_.qp_num());
+}
+
+// Rule: IBTA Vol 1 ch. 10 (Error state): receive WRs posted to a QP in the Error state are completed
+//   with a flush error.
+// Checks: a receive posted to an RC QP in ERR is accepted (0) and completes with
+//   IBV_WC_WR_FLUSH_ERR, its wr_id and qp_num.
+TEST_F(QpErrorTest, PostRecvInErrCompletesWithFlushErr) {
+  ASSERT_TRUE(MakePair());
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostRecv(b_.get(), 44, &sge, 1), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 44u);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+  EXPECT_EQ(wc.qp_num, b_.qp_num());
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder checks) / C9-222.1.1 (R_Key violation): the responder NAKs with Remote
+//   Access Error; the requester completes the WR with IBV_WC_REM_ACCESS_ERR.
+// Checks: a WRITE with an R_Key that names no MR completes with IBV_WC_REM_ACCESS_ERR.
+TEST_F(QpErrorTest, WriteFails_BadRkey) {
+  ASSERT_TRUE(MakePair());
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(Write(1, BadKey(remote_.rkey())), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+  EXPECT_EQ(wc.qp_num, a_.qp_num());
+}
+
+// Rule: IBTA Vol 1 ch. 10 (work completion errors) / ch. 11 (completion errors): an RC requester that
+//   completes a WR with a remote error enters the Error state, and its later WRs are completed with flush
+//   errors.
+// Checks: a WRITE with a bad R_Key followed by a good WRITE in one list: the first completes with
+//   IBV_WC_REM_ACCESS_ERR, the second with IBV_WC_WR_FLUSH_ERR, and the requester reads ERR.
+TEST_F(QpErrorTest, RequesterEntersErr_RemoteAccessError) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sges[2] = {local_.Sge(0, 64), local_.Sge(64, 64)};
+  ibv_send_wr wrs[2] = {
+      RdmaWr(1, IBV_WR_RDMA_WRITE, &sges[0], 1, remote_.addr(), BadKey(remote_.rkey())),
+      RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, remote_.addr(64), remote_.rkey()),
+  };
+  wrs[0].next = &wrs[1];
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.get(), wrs, &bad), 0);
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs));
+  EXPECT_EQ(wcs[0].wr_id, 1u) << DescribeWcs(wcs);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wcs[0]);
+  EXPECT_EQ(wcs[1].wr_id, 2u) << DescribeWcs(wcs);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[1]);
+  EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder checks) / C9-222.1.1: an R_Key violation on an incoming RDMA WRITE is a
+//   responder error that moves the responder QP to the Error state.
+// Checks: after a WRITE with a bad R_Key, the responder QP reads ERR.
+TEST_F(QpErrorTest, ResponderEntersErr_RemoteAccessError) {
+  ASSERT_TRUE(MakePair());
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(Write(1, BadKey(remote_.rkey())), &wc));
+  EXPECT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_ERR));
+}
+
+// Rule: IBTA Vol 1 C9-222.1.1 and ch. 11 (affiliated asynchronous events): an R_Key violation detected by the
+//   responder raises the affiliated asynchronous error IBV_EVENT_QP_ACCESS_ERR ("Local access violation
+//   error", ibv_get_async_event(3)) on the responder QP (backend question
+//   ResponderAccessErrorRaisesQpAccessErr; rxe 6.1 raises none).
+// Checks: after a WRITE with a bad R_Key, IBV_EVENT_QP_ACCESS_ERR arrives with element.qp == the
+//   responder QP.
+TEST_F(QpErrorTest, ResponderRaisesQpAccessErr_BadRkey) {
+  SKIP_IF(!Backend().Answer("ResponderAccessErrorRaisesQpAccessErr", true)) << "(the backend raises no event)";
+  ASSERT_TRUE(MakePair());
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(Write(1, BadKey(remote_.rkey())), &wc));
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_QP_ACCESS_ERR, b_.get(), &acks_));
+}
+
+// Rule: ibv_reg_mr(3): the MR covers [addr, addr + length); IBTA Vol 1 C9-222.1.1 / ch. 10 (memory
+//   protection): an access outside the MR's range is an R_Key violation (Remote Access Error).
+// Checks: a 16-byte WRITE starting 8 bytes before the end of the remote MR completes with
+//   IBV_WC_REM_ACCESS_ERR.
+TEST_F(QpErrorTest, WriteFails_OutOfMrBounds) {
+  ASSERT_TRUE(MakePair());
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(Write(1, remote_.rkey(), remote_.size() - 8, 16), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+}
+
+// Rule: ibv_reg_mr(3): IBV_ACCESS_REMOTE_WRITE "Enable Remote Write Access"; IBTA Vol 1 ch. 10 (memory access
+//   rights): an RDMA WRITE to an MR without remote write access is an R_Key violation.
+// Checks: a WRITE to an MR registered with LOCAL_WRITE | REMOTE_READ only completes with
+//   IBV_WC_REM_ACCESS_ERR.
+TEST_F(QpErrorTest, WriteFails_MrWithoutRemoteWrite) {
+  ASSERT_TRUE(MakePair());
+  Buffer read_only;
+  ASSERT_TRUE(read_only.Register(pd(), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ));
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(
+      PostAndComplete(RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, read_only.addr(), read_only.rkey()), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder checks) / C9-222.1.1: an R_Key violation on an RDMA READ is NAKed with
+//   Remote Access Error (IBV_WC_REM_ACCESS_ERR at the requester).
+// Checks: a READ with an R_Key that names no MR completes with IBV_WC_REM_ACCESS_ERR.
+TEST_F(QpErrorTest, ReadFails_BadRkey) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(
+      PostAndComplete(RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, remote_.addr(), BadKey(remote_.rkey())), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder checks) / C9-222.1.1: an R_Key violation on an atomic operation is NAKed
+//   with Remote Access Error (IBV_WC_REM_ACCESS_ERR at the requester).
+// Checks: a FETCH_AND_ADD with an R_Key that names no MR completes with IBV_WC_REM_ACCESS_ERR.
+TEST_F(QpErrorTest, AtomicFails_BadRkey) {
+  SKIP_IF(!HasAtomics()) << "(atomic_cap is IBV_ATOMIC_NONE)";
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = local_.Sge(0, 8);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(
+      AtomicWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, remote_.addr(), BadKey(remote_.rkey()), 1, 0), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+}
+
+// Rule: ibv_modify_qp(3): qp_access_flags is the "Mask of enabled remote access operations";
+//   IBTA Vol 1 ch. 9 (responder checks): an RDMA WRITE to a QP that has not enabled it is an invalid request
+//   (NAK Invalid Request, IBV_WC_REM_INV_REQ_ERR at the requester).
+// Checks: a WRITE to a responder QP whose qp_access_flags lack IBV_ACCESS_REMOTE_WRITE completes
+//   with IBV_WC_REM_INV_REQ_ERR.
+TEST_F(QpErrorTest, WriteFails_QpWithoutRemoteWrite) {
+  ConnectParams b_params;
+  b_params.access = IBV_ACCESS_REMOTE_READ;
+  ASSERT_TRUE(MakePair({}, {}, {}, b_params));
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(Write(1, remote_.rkey()), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 11 (affiliated asynchronous events): an invalid request detected by the responder
+//   raises the affiliated asynchronous error IBV_EVENT_QP_REQ_ERR ("Invalid Request Local Work Queue Error",
+//   ibv_get_async_event(3)) on the responder QP (backend question ResponderInvalidRequestRaisesQpReqErr).
+// Checks: after a WRITE to a QP without IBV_ACCESS_REMOTE_WRITE, IBV_EVENT_QP_REQ_ERR arrives with
+//   element.qp == the responder QP.
+TEST_F(QpErrorTest, ResponderRaisesQpReqErr_QpWithoutRemoteWrite) {
+  SKIP_IF(!Backend().Answer("ResponderInvalidRequestRaisesQpReqErr", true)) << "(the backend raises no event)";
+  ConnectParams b_params;
+  b_params.access = IBV_ACCESS_REMOTE_READ;
+  ASSERT_TRUE(MakePair({}, {}, {}, b_params));
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(Write(1, remote_.rkey()), &wc));
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_QP_REQ_ERR, b_.get(), &acks_));
+}
+
+// Rule: ibv_reg_mr(3): lkey is "The local key (L_Key)" used in struct ibv_sge; IBTA Vol 1 ch. 10 (memory
+//   protection) / ch. 11 (completion errors): an invalid L_Key in a send WR is a Local Protection Error
+//   (IBV_WC_LOC_PROT_ERR).
+// Checks: a SEND whose SGE has an L_Key that names no MR completes with IBV_WC_LOC_PROT_ERR.
+TEST_F(QpErrorTest, SendFails_BadLkey) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
+  ibv_sge sge = local_.Sge(0, 64);
+  sge.lkey = BadKey(sge.lkey);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR) << DescribeWc(wc);
+  EXPECT_EQ(wc.qp_num, a_.qp_num());
+}
+
+// Rule: IBTA Vol 1 ch. 10 (memory protection: an L_Key's PD must match the QP's PD): an L_Key of an MR in
+//   another protection domain is a Local Protection Error (backend question SendChecksLkeyPd; rxe
+//   does not check the PD).
+// Checks: a SEND whose SGE uses the L_Key of an MR registered in another PD completes with
+//   IBV_WC_LOC_PROT_ERR.
+TEST_F(QpErrorTest, SendFails_LkeyOfOtherPd) {
+  SKIP_IF(!Backend().Answer("SendChecksLkeyPd", true)) << "(the backend does not check the MR's PD)";
+  ASSERT_TRUE(MakePair());
+  PdPtr other_pd(ibv_alloc_pd(context()));
+  ASSERT_NE(other_pd, nullptr) << ErrnoName(errno);
+  Buffer other;
+  ASSERT_TRUE(other.Register(other_pd.get(), 4096));
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
+  ibv_sge sge = other.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder checks) / ch. 10 (work completion errors): a SEND longer than the receive
+//   WQE's buffers is a Local Length Error at the responder (IBV_WC_LOC_LEN_ERR on the receive).
+// Checks: a 64-byte SEND into a 16-byte receive completes that receive with IBV_WC_LOC_LEN_ERR.
+TEST_F(QpErrorTest, RecvFails_BufferTooSmall) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge rsge = remote_.Sge(0, 16);
+  ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
+  ibv_sge sge = local_.Sge(0, 64);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 9u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << DescribeWc(wc);
+  EXPECT_EQ(wc.qp_num, b_.qp_num());
+}
+
+// Rule: IBTA Vol 1 ch. 9 (NAK Invalid Request for a message too long for the receive WQE):
+//   the requester completes the SEND with IBV_WC_REM_INV_REQ_ERR.
+// Checks: a 64-byte SEND into a 16-byte receive completes at the requester with
+//   IBV_WC_REM_INV_REQ_ERR.
+TEST_F(QpErrorTest, SendFails_RemoteRecvTooSmall) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge rsge = remote_.Sge(0, 16);
+  ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+}
+
+// Rule: ibv_modify_qp(3): rnr_retry is the "RNR retry" count; IBTA Vol 1 9.7.5.2.8: with no receive
+//   posted the responder sends RNR NAKs, and when the RNR retries are used up the requester
+//   completes the WR with IBV_WC_RNR_RETRY_EXC_ERR.
+// Checks: with rnr_retry 0 and no receive posted at b_, a SEND completes with
+//   IBV_WC_RNR_RETRY_EXC_ERR.
+TEST_F(QpErrorTest, SendFails_NoRecvRnrRetryZero) {
+  ConnectParams a_params;
+  a_params.rnr_retry = 0;
+  ASSERT_TRUE(MakePair({}, {}, a_params, {}));
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RNR_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 9.7.5.2.8: an RNR retry count of 7 means "retry forever"; the requester resends
+//   after each RNR NAK's timer until a receive is posted.
+// Checks: with rnr_retry 7 and no receive posted, a SEND does not complete within 200 ms; once a
+//   receive is posted, the SEND and the receive both complete successfully.
+TEST_F(QpErrorTest, SendSucceeds_RnrRetryInfiniteThenRecvPosted) {
+  ConnectParams params;
+  params.rnr_retry = 7;
+  params.min_rnr_timer = 1;
+  ASSERT_TRUE(MakePair({}, params));
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "the SEND completed with no receive posted";
+  ibv_sge rsge = remote_.Sge(0, 16);
+  ASSERT_EQ(PostRecv(b_.get(), 2, &rsge, 1), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+}
+
+// Rule: ibv_modify_qp(3): timeout is the "Local ack timeout" (4.096 us * 2^timeout) and retry_cnt the "Retry
+//   count"; IBTA Vol 1 ch. 9 (transport timer and retries): when no response arrives after retry_cnt retries
+//   the requester completes the WR with IBV_WC_RETRY_EXC_ERR. A packet to a QP number that does not exist is
+//   silently dropped (IBTA Vol 1 ch. 9, header validation).
+// Checks: an RC QP connected to a QP number that does not exist (timeout 14, retry_cnt 1) completes
+//   a SEND with IBV_WC_RETRY_EXC_ERR within 5 s.
+TEST_F(QpErrorTest, SendFails_DestQpnDoesNotExist) {
+  ASSERT_TRUE(MakeRequesterToNobody(14, 1));
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (transport timer and retries): a requester whose peer no longer answers exhausts its
+//   retries and completes the WR with IBV_WC_RETRY_EXC_ERR.
+// Checks: after the connected peer QP is destroyed, a SEND (timeout 14, retry_cnt 1) completes with
+//   IBV_WC_RETRY_EXC_ERR within 5 s.
+TEST_F(QpErrorTest, SendFails_PeerDestroyed) {
+  ConnectParams a_params;
+  a_params.timeout = 14;
+  a_params.retry_cnt = 1;
+  ASSERT_TRUE(MakePair({}, {}, a_params, {}));
+  b_.reset();
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 10 (work completion errors) / ch. 11 (completion errors): an RC requester that
+//   completes a WR with a transport error (retries exhausted) enters the Error state.
+// Checks: after IBV_WC_RETRY_EXC_ERR (no such destination QP), the requester reads ERR.
+TEST_F(QpErrorTest, RequesterEntersErr_RetryExceeded) {
+  ASSERT_TRUE(MakeRequesterToNobody(14, 1));
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  ASSERT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+  EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
+}
+
+// Rule: IBTA Vol 1 ch. 10 (work completion errors) / ch. 11 (Post Send Request): a send WR that completes in
+//   error always generates a work completion, whether or not it was signaled (IBV_SEND_SIGNALED only controls
+//   successful ones).
+// Checks: on a QP with sq_sig_all = 0, an unsignaled WRITE with a bad R_Key completes with
+//   IBV_WC_REM_ACCESS_ERR and its wr_id.
+TEST_F(QpErrorTest, UnsignaledWrCompletes_OnError) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = local_.Sge(0, 64);
+  ASSERT_EQ(PostOne(a_.get(), RdmaWr(5, IBV_WR_RDMA_WRITE, &sge, 1, remote_.addr(), BadKey(remote_.rkey()), 0)),
+            0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc)) << "the failed unsignaled WR gave no completion";
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+}
+
+// Rule: ibv_reg_mr(3): "IBV_ACCESS_LOCAL_WRITE: Enable Local Write Access" - without it the HCA may not write
+//   the MR; IBTA Vol 1 ch. 10 (memory protection): an RDMA READ whose scatter list names such an MR is a
+//   Local Protection Error.
+// Checks: a READ into an MR registered without IBV_ACCESS_LOCAL_WRITE completes with
+//   IBV_WC_LOC_PROT_ERR.
+TEST_F(QpErrorTest, ReadFails_LocalMrWithoutLocalWrite) {
+  ASSERT_TRUE(MakePair());
+  Buffer read_only;
+  ASSERT_TRUE(read_only.Register(pd(), 4096, 0));
+  ibv_sge sge = read_only.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, remote_.addr(), remote_.rkey()), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 10 (Reset state) and ch. 11 (Modify Queue Pair): moving a QP to Reset removes every WR
+//   from its queues without generating completions.
+// Checks: three receives posted on an RC QP in RTS give no completion within 200 ms after the QP
+//   is moved to RESET.
+TEST_F(QpErrorTest, ModifyToResetCompletesNothing) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sges[3] = {local_.Sge(0, 64), local_.Sge(64, 64), local_.Sge(128, 64)};
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostRecv(b_.get(), 10 + static_cast<uint64_t>(i), &sges[i], 1), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_RESET));
+  EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get())) << "RESET completed a receive";
+}
+
+// Rule: IBTA Vol 1 9.7.5.2.8: after an RNR NAK the requester resends from the NAKed message
+//   (go-back-N), so the messages of an RC QP are still delivered and completed in order.
+// Checks: with rnr_retry 7, two SENDs posted before any receive exists both complete successfully
+//   once two receives are posted; the receives complete in order, each holding its own message.
+TEST_F(QpErrorTest, SendsCompleteInOrder_AfterRnrRetries) {
+  ConnectParams params;
+  params.rnr_retry = 7;
+  params.min_rnr_timer = 1;
+  ASSERT_TRUE(MakePair({}, params));
+  ibv_sge sges[2] = {local_.Sge(0, 32), local_.Sge(32, 32)};
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sges[0], 1)), 0);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sges[1], 1)), 0);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "a SEND completed with no receive posted";
+  ibv_sge rsges[2] = {remote_.Sge(0, 32), remote_.Sge(1024, 32)};
+  ASSERT_EQ(PostRecv(b_.get(), 10, &rsges[0], 1), 0);
+  ASSERT_EQ(PostRecv(b_.get(), 11, &rsges[1], 1), 0);
+  std::vector<ibv_wc> rwcs;
+  ASSERT_TRUE(PollCompletions(b_.recv_cq.get(), 2, &rwcs));
+  EXPECT_EQ(rwcs[0].wr_id, 10u) << DescribeWcs(rwcs);
+  EXPECT_EQ(rwcs[1].wr_id, 11u) << DescribeWcs(rwcs);
+  EXPECT_EQ(remote_.Bytes(0, 32), local_.Bytes(0, 32));
+  EXPECT_EQ(remote_.Bytes(1024, 32), local_.Bytes(32, 32));
+  std::vector<ibv_wc> swcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &swcs));
+  EXPECT_EQ(swcs[0].wr_id, 1u) << DescribeWcs(swcs);
+  EXPECT_EQ(swcs[0].status, IBV_WC_SUCCESS) << DescribeWcs(swcs);
+  EXPECT_EQ(swcs[1].wr_id, 2u) << DescribeWcs(swcs);
+  EXPECT_EQ(swcs[1].status, IBV_WC_SUCCESS) << DescribeWcs(swcs);
+}
+
+}  // namespace
+}  // namespace conformance

@@ -1,0 +1,293 @@
+// ibv_post_send / ibv_post_recv: what is refused at post time (state, SGE
+// count, queue depth, inline size), and how a partly bad list is handled.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "conformance/lib/backend_profile.h"
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/qp_pair.h"
+#include "conformance/lib/skip_if.h"
+#include "conformance/lib/verbs_matchers.h"
+
+namespace conformance {
+namespace {
+
+class QpPostTest : public QpTest {
+ protected:
+  void SetUp() override {
+    QpTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    ASSERT_TRUE(local_.Register(pd(), 4096));
+    ASSERT_TRUE(remote_.Register(pd(), 4096));
+  }
+
+  // The capabilities ibv_query_qp reports for qp.
+  ibv_qp_cap Caps(ibv_qp* qp) {
+    ibv_qp_attr attr = {};
+    ibv_qp_init_attr init = {};
+    EXPECT_EQ(ibv_query_qp(qp, &attr, IBV_QP_CAP, &init), 0);
+    return init.cap;
+  }
+
+  // An RC QP a_ in RTS whose destination QP does not exist and whose
+  // transport timer is off (timeout 0 = infinite): what it sends is never
+  // answered, so its WRs stay outstanding.
+  testing::AssertionResult MakeStuckRequester(const QpCaps& caps) {
+    EndConfig config;
+    config.caps = caps;
+    config.send_cqe = static_cast<int>(caps.max_send_wr) + 16;
+    if (auto ok = CreateEnd(&a_, config); !ok) return ok;
+    ConnectParams params;
+    params.timeout = 0;
+    params.path_mtu = DefaultMtu();
+    ibv_ah_attr self = LocalAddress();
+    const uint32_t nobody = (a_.qp_num() ^ 0x5a5a00) & 0xffffff;
+    return BringUp(a_.get(), port(), nobody, self, params);
+  }
+
+  Buffer local_;
+  Buffer remote_;
+};
+
+// Rule: IBTA Vol 1 C10-97.2.1: a Post Receive Request to a QP in the Reset state
+//   returns an immediate error; ibv_post_recv(3): "returns this failing WR through bad_wr" and
+//   "the value of errno on failure".
+// Checks: ibv_post_recv on a new (RESET) RC QP returns EINVAL and sets *bad_wr to the WR.
+TEST_F(QpPostTest, PostRecvFails_Reset) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_recv_wr wr = {};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_recv(a_.get(), &wr, &bad), ReturnsErrno(EINVAL));
+  EXPECT_EQ(bad, &wr);
+}
+
+// Rule: IBTA Vol 1 ch. 10 (QP states, Init): "WRs can be posted to the RQ" of a QP in the Init
+//   state (they are not processed until RTR); ibv_post_recv(3): "returns 0 on success".
+// Checks: ibv_post_recv on an RC QP in INIT returns 0.
+TEST_F(QpPostTest, PostRecvSucceeds_Init) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ASSERT_TRUE(ModifyToInit(a_.get(), port(), ConnectParams{}));
+  ibv_sge sge = local_.Sge(0, 64);
+  EXPECT_EQ(PostRecv(a_.get(), 1, &sge, 1), 0);
+}
+
+// Rule: IBTA Vol 1 ch. 10 (QP states) and ch. 11 (Post Send Request): posting to the send queue of a QP in
+//   the Reset state returns an immediate error; ibv_post_send(3): "returns this failing WR through
+//   bad_wr".
+// Checks: ibv_post_send on a new (RESET) RC QP returns non-zero and sets *bad_wr to the WR.
+TEST_F(QpPostTest, PostSendFails_Reset) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_send_wr wr = SendWr(1, &sge, 1);
+  ibv_send_wr* bad = nullptr;
+  EXPECT_NE(ibv_post_send(a_.get(), &wr, &bad), 0);
+  EXPECT_EQ(bad, &wr);
+}
+
+// Rule: IBTA Vol 1 ch. 10 (Init state): "Any attempt to post a WR to the SQ results in the return
+//   of an immediate error" - many HCAs accept the WR and run it once the QP reaches RTS
+//   (backend question PostSendInInitFails).
+// Checks: ibv_post_send on an RC QP in INIT fails with *bad_wr set when the backend answers
+//   PostSendInInitFails true (the spec), and returns 0 when it answers false.
+TEST_F(QpPostTest, PostSendFollowsBackend_Init) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ASSERT_TRUE(ModifyToInit(a_.get(), port(), ConnectParams{}));
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_send_wr wr = SendWr(1, &sge, 1);
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(a_.get(), &wr, &bad);
+  if (Backend().Answer("PostSendInInitFails", true)) {
+    EXPECT_NE(rc, 0);
+    EXPECT_EQ(bad, &wr);
+  } else {
+    EXPECT_EQ(rc, 0) << ErrnoName(rc);
+  }
+}
+
+// Rule: IBTA Vol 1 ch. 10 (RTR state): SQ posting is not enabled before RTS - many HCAs accept
+//   the WR and run it once the QP reaches RTS (backend question PostSendInRtrFails).
+// Checks: ibv_post_send on an RC QP in RTR fails with *bad_wr set when the backend answers
+//   PostSendInRtrFails true (the spec), and returns 0 when it answers false.
+TEST_F(QpPostTest, PostSendFollowsBackend_Rtr) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ConnectParams params;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(ModifyToInit(a_.get(), port(), params));
+  ASSERT_TRUE(ModifyToRtr(a_.get(), a_.qp_num(), LocalAddress(), params));
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_send_wr wr = SendWr(1, &sge, 1);
+  ibv_send_wr* bad = nullptr;
+  const int rc = ibv_post_send(a_.get(), &wr, &bad);
+  if (Backend().Answer("PostSendInRtrFails", true)) {
+    EXPECT_NE(rc, 0);
+    EXPECT_EQ(bad, &wr);
+  } else {
+    EXPECT_EQ(rc, 0) << ErrnoName(rc);
+  }
+}
+
+// Rule: ibv_create_qp(3): max_send_sge is the "max number of scatter/gather (s/g) elements in a WR
+//   in the SQ"; ibv_post_send(3): it "stops processing WRs from this list at the first failure
+//   (that can be detected immediately ...) and returns this failing WR through bad_wr" (EINVAL:
+//   "Invalid value provided in wr").
+// Checks: a WRITE with num_sge = the QP's max_send_sge + 1 returns EINVAL, *bad_wr is the WR, and
+//   no completion appears.
+TEST_F(QpPostTest, PostSendFails_TooManySge) {
+  ASSERT_TRUE(MakePair());
+  const uint32_t max_sge = Caps(a_.get()).max_send_sge;
+  std::vector<ibv_sge> sges(max_sge + 1, local_.Sge(0, 8));
+  ibv_send_wr wr = RdmaWr(1, IBV_WR_RDMA_WRITE, sges.data(), static_cast<int>(sges.size()), remote_.addr(),
+                          remote_.rkey());
+  ibv_send_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_send(a_.get(), &wr, &bad), ReturnsErrno(EINVAL));
+  EXPECT_EQ(bad, &wr);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow));
+}
+
+// Rule: ibv_post_send(3): "It stops processing WRs from this list at the first failure (that can
+//   be detected immediately while requests are being posted), and returns this failing WR through
+//   bad_wr."
+// Checks: a list of three WRITEs whose third has too many SGEs returns EINVAL with *bad_wr ==
+//   &wrs[2]; the first two are posted and complete successfully, in order; the third never does.
+TEST_F(QpPostTest, PostSendStopsAtBadWr) {
+  ASSERT_TRUE(MakePair());
+  const uint32_t max_sge = Caps(a_.get()).max_send_sge;
+  ibv_sge good[2] = {local_.Sge(0, 8), local_.Sge(8, 8)};
+  std::vector<ibv_sge> too_many(max_sge + 1, local_.Sge(16, 8));
+  ibv_send_wr wrs[3] = {
+      RdmaWr(1, IBV_WR_RDMA_WRITE, &good[0], 1, remote_.addr(0), remote_.rkey()),
+      RdmaWr(2, IBV_WR_RDMA_WRITE, &good[1], 1, remote_.addr(8), remote_.rkey()),
+      RdmaWr(3, IBV_WR_RDMA_WRITE, too_many.data(), static_cast<int>(too_many.size()), remote_.addr(16),
+             remote_.rkey()),
+  };
+  wrs[0].next = &wrs[1];
+  wrs[1].next = &wrs[2];
+  ibv_send_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_send(a_.get(), wrs, &bad), ReturnsErrno(EINVAL));
+  EXPECT_EQ(bad, &wrs[2]);
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs));
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << DescribeWc(wcs[0]);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS) << DescribeWc(wcs[1]);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "the refused WR completed";
+}
+
+// Rule: ibv_create_qp(3): max_send_wr is the "max number of outstanding WRs in the SQ" and the
+//   returned cap holds "the actual QP values"; ibv_post_send(3): ENOMEM "Send Queue is full" (some
+//   HCAs take more than they report: backend question SendQueueFullAtReportedCap).
+// Checks: on an RC QP whose WRITEs are never answered (no such destination QP, timeout 0), the
+//   reported max_send_wr WRITEs post, and the next returns ENOMEM with *bad_wr set.
+TEST_F(QpPostTest, PostSendFails_SendQueueFull) {
+  SKIP_IF(!Backend().Answer("SendQueueFullAtReportedCap", true)) << "(the SQ holds more than it reports)";
+  QpCaps caps;
+  caps.max_send_wr = 8;
+  ASSERT_TRUE(MakeStuckRequester(caps));
+  const uint32_t depth = Caps(a_.get()).max_send_wr;
+  ASSERT_LE(depth, 4096u) << "unexpectedly deep send queue";
+  ibv_sge sge = local_.Sge(0, 8);
+  for (uint32_t i = 0; i < depth; ++i) {
+    ASSERT_EQ(PostOne(a_.get(), RdmaWr(i, IBV_WR_RDMA_WRITE, &sge, 1, remote_.addr(), remote_.rkey(), 0)), 0)
+        << "WR " << i << " of " << depth;
+  }
+  ibv_send_wr wr = RdmaWr(depth, IBV_WR_RDMA_WRITE, &sge, 1, remote_.addr(), remote_.rkey(), 0);
+  ibv_send_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_send(a_.get(), &wr, &bad), ReturnsErrno(ENOMEM));
+  EXPECT_EQ(bad, &wr);
+}
+
+// Rule: ibv_create_qp(3): max_inline_data is the "max number of data (bytes) that can be posted
+//   inline to the SQ"; ibv_post_send(3): EINVAL "Invalid value provided in wr", and the failing WR
+//   is returned "through bad_wr".
+// Checks: an inline SEND of the QP's max_inline_data + 1 bytes returns EINVAL and sets *bad_wr.
+TEST_F(QpPostTest, PostSendFails_InlineAboveMax) {
+  EndConfig config;
+  config.caps.max_inline_data = 64;
+  config.caps.max_send_sge = 2;
+  ASSERT_TRUE(MakePair(config));
+  const uint32_t max_inline = Caps(a_.get()).max_inline_data;
+  ASSERT_GE(max_inline, 64u);
+  ASSERT_LT(max_inline, 4096u);
+  ibv_sge sge = local_.Sge(0, max_inline + 1);
+  ibv_send_wr wr = SendWr(1, &sge, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  ibv_send_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_send(a_.get(), &wr, &bad), ReturnsErrno(EINVAL));
+  EXPECT_EQ(bad, &wr);
+}
+
+// Rule: ibv_create_qp(3): max_recv_sge is the "max number of s/g elements in a WR in the RQ";
+//   ibv_post_recv(3): it stops at the first failure "and returns this failing WR through bad_wr".
+// Checks: a receive with num_sge = the QP's max_recv_sge + 1 returns EINVAL and sets *bad_wr.
+TEST_F(QpPostTest, PostRecvFails_TooManySge) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ASSERT_TRUE(ModifyToInit(a_.get(), port(), ConnectParams{}));
+  const uint32_t max_sge = Caps(a_.get()).max_recv_sge;
+  std::vector<ibv_sge> sges(max_sge + 1, local_.Sge(0, 8));
+  ibv_recv_wr wr = {};
+  wr.wr_id = 1;
+  wr.sg_list = sges.data();
+  wr.num_sge = static_cast<int>(sges.size());
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_recv(a_.get(), &wr, &bad), ReturnsErrno(EINVAL));
+  EXPECT_EQ(bad, &wr);
+}
+
+// Rule: ibv_post_recv(3): "It stops processing WRs from this list at the first failure ... and
+//   returns this failing WR through bad_wr"; IBTA Vol 1 ch. 10 (Error state): posted receives are
+//   completed with flush errors.
+// Checks: a list of three receives whose third has too many SGEs returns EINVAL with *bad_wr ==
+//   &wrs[2]; moving the QP to ERR then flushes exactly the first two, in order.
+TEST_F(QpPostTest, PostRecvStopsAtBadWr) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ASSERT_TRUE(ModifyToInit(a_.get(), port(), ConnectParams{}));
+  const uint32_t max_sge = Caps(a_.get()).max_recv_sge;
+  ibv_sge good[2] = {local_.Sge(0, 8), local_.Sge(8, 8)};
+  std::vector<ibv_sge> too_many(max_sge + 1, local_.Sge(16, 8));
+  ibv_recv_wr wrs[3] = {};
+  wrs[0] = {1, &wrs[1], &good[0], 1};
+  wrs[1] = {2, &wrs[2], &good[1], 1};
+  wrs[2] = {3, nullptr, too_many.data(), static_cast<int>(too_many.size())};
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_recv(a_.get(), wrs, &bad), ReturnsErrno(EINVAL));
+  EXPECT_EQ(bad, &wrs[2]);
+  ASSERT_TRUE(ModifyToState(a_.get(), IBV_QPS_ERR));
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.recv_cq.get(), 2, &wcs));
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_TRUE(NoCompletionWithin(a_.recv_cq.get(), kQuietWindow)) << "the refused receive was posted";
+}
+
+// Rule: ibv_create_qp(3): max_recv_wr is the "max number of outstanding WRs in the RQ" and the
+//   returned cap holds "the actual QP values" (some HCAs take more than they report: backend
+//   question RecvQueueFullAtReportedCap); a full queue fails the post (ENOMEM in Linux).
+// Checks: an RC QP in INIT takes its reported max_recv_wr receives; the next returns ENOMEM with
+//   *bad_wr set.
+TEST_F(QpPostTest, PostRecvFails_RecvQueueFull) {
+  SKIP_IF(!Backend().Answer("RecvQueueFullAtReportedCap", true)) << "(the RQ holds more than it reports)";
+  EndConfig config;
+  config.caps.max_recv_wr = 8;
+  ASSERT_TRUE(CreateEnd(&a_, config));
+  ASSERT_TRUE(ModifyToInit(a_.get(), port(), ConnectParams{}));
+  const uint32_t depth = Caps(a_.get()).max_recv_wr;
+  ASSERT_LE(depth, 4096u) << "unexpectedly deep receive queue";
+  ibv_sge sge = local_.Sge(0, 8);
+  for (uint32_t i = 0; i < depth; ++i) ASSERT_EQ(PostRecv(a_.get(), i, &sge, 1), 0) << "receive " << i;
+  ibv_recv_wr wr = {depth, nullptr, &sge, 1};
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_recv(a_.get(), &wr, &bad), ReturnsErrno(ENOMEM));
+  EXPECT_EQ(bad, &wr);
+}
+
+}  // namespace
+}  // namespace conformance

@@ -1,0 +1,297 @@
+// Shared receive queues: create, query, modify (the srq_limit watermark),
+// destroy, and QPs that take their receives from one.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "conformance/lib/backend_profile.h"
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/qp_pair.h"
+#include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
+#include "conformance/lib/verbs_matchers.h"
+
+namespace conformance {
+namespace {
+
+class SrqTest : public QpTest {
+ protected:
+  void SetUp() override {
+    QpTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    SKIP_IF(device_attr().max_srq == 0) << "(the device has no SRQs)";
+    ASSERT_TRUE(local_.Register(pd(), 4096));
+    ASSERT_TRUE(remote_.Register(pd(), 4096));
+  }
+
+  // srq_ with max_wr 16 and max_sge 1.
+  void CreateSrq(uint32_t max_wr = 16) {
+    ibv_srq_init_attr init = {};
+    init.attr.max_wr = max_wr;
+    init.attr.max_sge = 1;
+    errno = 0;
+    srq_.reset(ibv_create_srq(pd(), &init));
+    ASSERT_NE(srq_, nullptr) << "ibv_create_srq: " << ErrnoName(errno);
+  }
+
+  // srq_ and an RC pair a_ -> b_ where b_ takes its receives from srq_.
+  void MakeSrqPair() {
+    ASSERT_NO_FATAL_FAILURE(CreateSrq());
+    EndConfig b_config;
+    b_config.srq = srq_.get();
+    ASSERT_TRUE(MakePair(EndConfig{}, b_config, ConnectParams{}, ConnectParams{}));
+  }
+
+  // Posts `count` 64-byte receives to srq_ (wr_id base, base + 1, ...).
+  void PostSrqRecvs(int count, uint64_t base = 0) {
+    for (int i = 0; i < count; ++i) {
+      ibv_sge sge = remote_.Sge(static_cast<size_t>(i % 32) * 64, 64);
+      ASSERT_EQ(PostSrqRecv(srq_.get(), base + static_cast<uint64_t>(i), &sge, 1), 0) << "receive " << i;
+    }
+  }
+
+  // Sends one message from `from` and waits until `to` has received it.
+  void SendOne(QpEnd& from, QpEnd& to, uint64_t wr_id) {
+    ibv_sge sge = local_.Sge(0, 16);
+    ASSERT_EQ(PostOne(from.get(), SendWr(wr_id, &sge, 1)), 0);
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(to.recv_cq.get(), &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  }
+
+  Buffer local_;
+  Buffer remote_;
+};
+
+// Rule: ibv_create_srq(3): "will update the srq_init_attr struct with the original values of the
+//   SRQ that was created; the values of max_wr and max_sge will be greater than or equal to the
+//   values requested."
+// Checks: an SRQ asked for 16 WRs and 2 SGEs is created with srq_context, pd and context set, and
+//   the returned max_wr >= 16, max_sge >= 2.
+TEST_F(SrqTest, CreateSucceeds) {
+  ibv_srq_init_attr init = {};
+  int marker = 0;
+  init.srq_context = &marker;
+  init.attr.max_wr = 16;
+  init.attr.max_sge = 2;
+  auto call = CaptureErrno([&] { return ibv_create_srq(pd(), &init); });
+  ASSERT_THAT(call, ReturnsObject());
+  EXPECT_EQ(call.ptr->srq_context, &marker);
+  EXPECT_EQ(call.ptr->pd, pd());
+  EXPECT_EQ(call.ptr->context, context());
+  EXPECT_GE(init.attr.max_wr, 16u);
+  EXPECT_GE(init.attr.max_sge, 2u);
+}
+
+// Rule: ibv_query_srq(3): returns the attributes of the SRQ: max_wr, max_sge and "srq_limit ... the
+//   limit value of the SRQ" (0: not armed; ibv_create_srq(3): srq_limit is "irrelevant for
+//   ibv_create_srq").
+// Checks: a new SRQ (16 WRs, 1 SGE, srq_limit 5 passed to create) queries max_wr >= 16,
+//   max_sge >= 1 and srq_limit 0.
+TEST_F(SrqTest, QueryReportsSizesAndNoLimit) {
+  ibv_srq_init_attr init = {};
+  init.attr.max_wr = 16;
+  init.attr.max_sge = 1;
+  init.attr.srq_limit = 5;
+  srq_.reset(ibv_create_srq(pd(), &init));
+  ASSERT_NE(srq_, nullptr) << ErrnoName(errno);
+  ibv_srq_attr attr = {};
+  attr.srq_limit = 99;
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
+  EXPECT_GE(attr.max_wr, 16u);
+  EXPECT_GE(attr.max_sge, 1u);
+  EXPECT_EQ(attr.srq_limit, 0u);
+}
+
+// Rule: ibv_query_device(3): max_srq_wr is the "Maximum number of WR per SRQ"; IBTA Vol 1 ch. 11
+//   (Create Shared Receive Queue): a size above the HCA's maximum fails (EINVAL in Linux).
+// Checks: max_wr = max_srq_wr + 1 returns NULL with errno EINVAL.
+TEST_F(SrqTest, CreateFails_MaxWrAboveMax) {
+  ibv_srq_init_attr init = {};
+  init.attr.max_wr = static_cast<uint32_t>(device_attr().max_srq_wr) + 1;
+  init.attr.max_sge = 1;
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_srq(pd(), &init); }), ReturnsNullWithErrno(EINVAL));
+}
+
+// Rule: ibv_query_device(3): max_srq_sge is the "Maximum number of s/g per SRQ"; IBTA Vol 1 ch. 11:
+//   a value above the HCA's maximum fails (EINVAL in Linux).
+// Checks: max_sge = max_srq_sge + 1 returns NULL with errno EINVAL.
+TEST_F(SrqTest, CreateFails_MaxSgeAboveMax) {
+  ibv_srq_init_attr init = {};
+  init.attr.max_wr = 4;
+  init.attr.max_sge = static_cast<uint32_t>(device_attr().max_srq_sge) + 1;
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_srq(pd(), &init); }), ReturnsNullWithErrno(EINVAL));
+}
+
+// Rule: ibv_create_qp(3): "The attributes max_recv_wr and max_recv_sge are ignored by
+//   ibv_create_qp() if the QP is to be associated with an SRQ."
+// Checks: an RC QP on an SRQ asking for max_recv_wr = max_qp_wr + 1 and max_recv_sge = max_sge + 1
+//   is created, with qp->srq == the SRQ.
+TEST_F(SrqTest, CreateQpIgnoresRecvCaps_OnSrq) {
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  CqPtr cq(ibv_create_cq(context(), 8, nullptr, nullptr, 0));
+  ASSERT_NE(cq, nullptr) << ErrnoName(errno);
+  ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, cq.get(), cq.get(), {}, 0, srq_.get());
+  init.cap.max_recv_wr = static_cast<uint32_t>(device_attr().max_qp_wr) + 1;
+  init.cap.max_recv_sge = static_cast<uint32_t>(device_attr().max_sge) + 1;
+  auto call = CaptureErrno([&] { return ibv_create_qp(pd(), &init); });
+  ASSERT_THAT(call, ReturnsObject());
+  EXPECT_EQ(call.ptr->srq, srq_.get());
+}
+
+// Rule: ibv_post_recv(3): "If the QP qp is associated with a shared receive queue, you must use the
+//   function ibv_post_srq_recv(), and not ibv_post_recv(), since the QP's own receive queue will
+//   not be used"; IBTA Vol 1 ch. 11 (Post Receive Request): posting to such a QP is an error.
+// Checks: ibv_post_recv on an RC QP attached to an SRQ fails (non-zero) and sets *bad_wr.
+TEST_F(SrqTest, PostRecvFails_QpOnSrq) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ibv_sge sge = remote_.Sge(0, 64);
+  ibv_recv_wr wr = {1, nullptr, &sge, 1};
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_NE(ibv_post_recv(b_.get(), &wr, &bad), 0);
+  EXPECT_EQ(bad, &wr);
+}
+
+// Rule: ibv_post_srq_recv(3): "posts the linked list of work requests (WRs) ... to the shared
+//   receive queue"; IBTA Vol 1 ch. 10 (SRQ): every QP associated with the SRQ takes its receive
+//   WQEs from it.
+// Checks: two RC QPs on one SRQ each receive a SEND from their own peer; each receive completion
+//   reports its own QP number.
+TEST_F(SrqTest, TwoQpsReceiveFromOneSrq) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  QpEnd c;
+  QpEnd d;
+  EndConfig d_config;
+  d_config.srq = srq_.get();
+  ASSERT_TRUE(CreateEnd(&c));
+  ASSERT_TRUE(CreateEnd(&d, d_config));
+  ASSERT_TRUE(Connect(c, d));
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(2));
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  ASSERT_EQ(PostOne(c.get(), SendWr(2, &sge, 1)), 0);
+  ibv_wc b_wc = {};
+  ibv_wc d_wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &b_wc));
+  ASSERT_TRUE(PollOneCompletion(d.recv_cq.get(), &d_wc));
+  EXPECT_EQ(b_wc.status, IBV_WC_SUCCESS) << DescribeWc(b_wc);
+  EXPECT_EQ(d_wc.status, IBV_WC_SUCCESS) << DescribeWc(d_wc);
+  EXPECT_EQ(b_wc.qp_num, b_.qp_num());
+  EXPECT_EQ(d_wc.qp_num, d.qp_num());
+  EXPECT_NE(b_wc.wr_id, d_wc.wr_id) << "one SRQ receive was used twice";
+}
+
+// Rule: ibv_modify_srq(3): "Modifying the srq_limit arms the SRQ to produce an
+//   IBV_EVENT_SRQ_LIMIT_REACHED "low watermark" asynchronous event once the number of WRs in the
+//   SRQ drops below srq_limit."
+// Checks: with 4 receives and srq_limit 3, taking one (3 left, not below the limit) raises no
+//   IBV_EVENT_SRQ_LIMIT_REACHED within 200 ms.
+TEST_F(SrqTest, NoLimitEvent_CountAtLimit) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(4));
+  ibv_srq_attr attr = {};
+  attr.srq_limit = 3;
+  ASSERT_EQ(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_LIMIT), 0);
+  ASSERT_NO_FATAL_FAILURE(SendOne(a_, b_, 1));
+  EXPECT_TRUE(NoAsyncEventFor(context(), IBV_EVENT_SRQ_LIMIT_REACHED, srq_.get()));
+}
+
+// Rule: ibv_modify_srq(3): setting srq_limit "arms the SRQ to produce an
+//   IBV_EVENT_SRQ_LIMIT_REACHED "low watermark" asynchronous event once the number of WRs in the
+//   SRQ drops below srq_limit" - once: the event disarms it.
+// Checks: with 4 receives and srq_limit 3, taking two gives exactly one IBV_EVENT_SRQ_LIMIT_REACHED
+//   with element.srq == the SRQ; taking a third gives no second one within 200 ms.
+TEST_F(SrqTest, LimitEventRaisedOnce_CountBelowLimit) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(4));
+  ibv_srq_attr attr = {};
+  attr.srq_limit = 3;
+  ASSERT_EQ(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_LIMIT), 0);
+  ASSERT_NO_FATAL_FAILURE(SendOne(a_, b_, 1));
+  ASSERT_NO_FATAL_FAILURE(SendOne(a_, b_, 2));
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_SRQ_LIMIT_REACHED, srq_.get(), &acks_));
+  ASSERT_NO_FATAL_FAILURE(SendOne(a_, b_, 3));
+  EXPECT_TRUE(NoAsyncEventFor(context(), IBV_EVENT_SRQ_LIMIT_REACHED, srq_.get()))
+      << "the limit fired again without being re-armed";
+}
+
+// Rule: ibv_modify_srq(3): srq_limit "arms" a one-shot event; IBTA Vol 1 ch. 11 (SRQ limit): once
+//   the event is generated the limit is disarmed, and ibv_query_srq then reports srq_limit 0.
+// Checks: after IBV_EVENT_SRQ_LIMIT_REACHED, ibv_query_srq returns srq_limit 0.
+TEST_F(SrqTest, QueryShowsLimitDisarmed_AfterLimitEvent) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(4));
+  ibv_srq_attr attr = {};
+  attr.srq_limit = 4;
+  ASSERT_EQ(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_LIMIT), 0);
+  ASSERT_NO_FATAL_FAILURE(SendOne(a_, b_, 1));
+  ASSERT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_SRQ_LIMIT_REACHED, srq_.get(), &acks_));
+  ibv_srq_attr got = {};
+  got.srq_limit = 99;
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &got), 0);
+  EXPECT_EQ(got.srq_limit, 0u);
+}
+
+// Rule: ibv_modify_srq(3): "If any of the modify attributes is invalid, none of the attributes will
+//   be modified"; IBTA Vol 1 ch. 11 (Modify Shared Receive Queue): a limit larger than the SRQ is
+//   invalid (EINVAL in Linux).
+// Checks: srq_limit = the SRQ's max_wr + 1 returns EINVAL and ibv_query_srq still shows srq_limit 0.
+TEST_F(SrqTest, ModifyFails_LimitAboveMaxWr) {
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  ibv_srq_attr now = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &now), 0);
+  ibv_srq_attr attr = {};
+  attr.srq_limit = now.max_wr + 1;
+  EXPECT_THAT(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_LIMIT), ReturnsErrno(EINVAL));
+  ibv_srq_attr got = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &got), 0);
+  EXPECT_EQ(got.srq_limit, 0u);
+}
+
+// Rule: ibv_create_srq(3): "ibv_destroy_srq() fails if any queue pair is still associated with this
+//   SRQ" and returns "the value of errno on failure" (EBUSY in Linux).
+// Checks: destroying an SRQ with an attached QP returns EBUSY; once the QP is destroyed, the SRQ
+//   destroys (0).
+TEST_F(SrqTest, DestroyFails_QpAttached) {
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  EndConfig config;
+  config.srq = srq_.get();
+  ASSERT_TRUE(CreateEnd(&b_, config));
+  EXPECT_THAT(ibv_destroy_srq(srq_.get()), ReturnsErrno(EBUSY));
+  b_.reset();
+  EXPECT_EQ(ibv_destroy_srq(srq_.release()), 0);
+}
+
+// Rule: ibv_get_async_event(3): "IBV_EVENT_QP_LAST_WQE_REACHED Last WQE Reached on a QP associated
+//   with an SRQ"; IBTA Vol 1 o11-5.2.5: a QP on an SRQ that enters the Error state raises it (backend
+//   question LastWqeReachedOnSrqQpError; rxe before 6.5 does not).
+// Checks: moving an SRQ-attached RC QP to ERR raises IBV_EVENT_QP_LAST_WQE_REACHED with element.qp
+//   == that QP within 2 s.
+TEST_F(SrqTest, LastWqeReached_SrqQpEntersErr) {
+  SKIP_IF(!Backend().Answer("LastWqeReachedOnSrqQpError", true)) << "(the backend raises no such event)";
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_QP_LAST_WQE_REACHED, b_.get(), &acks_));
+}
+
+// Rule: ibv_post_srq_recv(3): it "stops processing WRs from this list at the first failure ... and
+//   returns this failing WR through bad_wr"; ibv_create_srq(3): max_sge is the "max number of
+//   scatter elements per WR".
+// Checks: a receive with num_sge = the SRQ's max_sge + 1 returns non-zero and sets *bad_wr.
+TEST_F(SrqTest, PostSrqRecvFails_TooManySge) {
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  ibv_srq_attr now = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &now), 0);
+  std::vector<ibv_sge> sges(now.max_sge + 1, remote_.Sge(0, 8));
+  ibv_recv_wr wr = {1, nullptr, sges.data(), static_cast<int>(sges.size())};
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_NE(ibv_post_srq_recv(srq_.get(), &wr, &bad), 0);
+  EXPECT_EQ(bad, &wr);
+}
+
+}  // namespace
+}  // namespace conformance
