@@ -1,0 +1,231 @@
+// The port as its link goes down and comes back up, on any backend that can toggle the link:
+// the simulator through its control API (simverbs_raise_port_event), any other backend through
+// two shell commands given in the environment:
+//   VERBS_CONFORMANCE_PORT_DOWN_CMD   takes the link of the tested port down
+//   VERBS_CONFORMANCE_PORT_UP_CMD     brings it back up
+// (scripts/conformance --backend rxe sets them to "ip link set dummy0 down" / "... up").
+// Skipped, with the reason, when neither is there.
+//
+// Other unaffiliated events may come with a link change (rxe raises GID_CHANGE when the
+// interface loses or regains its IPv6 address); the tests wait for PORT_ERR / PORT_ACTIVE and let
+// those pass, but never the opposite port event. A commanded link change is kernel-wide, so after
+// each test the link is brought back up and the port waited for until it is ACTIVE again.
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "conformance/lib/event_acks.h"
+#include "conformance/lib/event_wait.h"
+#include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
+#include "conformance/lib/verbs_handles.h"
+#include "conformance/lib/verbs_test.h"
+#include "conformance/lib/watchdog.h"
+
+namespace conformance {
+namespace {
+
+constexpr const char* kDownEnv = "VERBS_CONFORMANCE_PORT_DOWN_CMD";
+constexpr const char* kUpEnv = "VERBS_CONFORMANCE_PORT_UP_CMD";
+
+// A real link takes longer to change than a simulated one.
+constexpr std::chrono::milliseconds kLinkChangeWindow = 5000ms;
+constexpr std::chrono::milliseconds kToggleChildTimeout = 30000ms;
+
+std::string EnvOrEmpty(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+// Takes the link of a port down and up: the control API on the simulator, else the commands.
+class PortToggle {
+ public:
+  enum class Kind { kNone, kControlApi, kCommands };
+
+  static PortToggle Find(bool sim_api) {
+    PortToggle toggle;
+    toggle.down_cmd_ = EnvOrEmpty(kDownEnv);
+    toggle.up_cmd_ = EnvOrEmpty(kUpEnv);
+    if (sim_api) {
+      toggle.kind_ = Kind::kControlApi;
+    } else if (!toggle.down_cmd_.empty() && !toggle.up_cmd_.empty()) {
+      toggle.kind_ = Kind::kCommands;
+    }
+    return toggle;
+  }
+
+  Kind kind() const { return kind_; }
+  // Exactly one of the two variables set: a mistake worth a failure, not a skip.
+  bool HalfConfigured() const { return down_cmd_.empty() != up_cmd_.empty(); }
+
+  // Returns an empty string on success, else what went wrong.
+  std::string Down(ibv_context* context, uint8_t port) const { return Change(context, port, false); }
+  std::string Up(ibv_context* context, uint8_t port) const { return Change(context, port, true); }
+
+ private:
+  std::string Change(ibv_context* context, uint8_t port, bool up) const {
+    if (kind_ == Kind::kControlApi) {
+      const int rc = SimControl::Get().RaisePortEvent(context, port, up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+      return rc == 0 ? "" : "simverbs_raise_port_event returned " + std::to_string(rc);
+    }
+    const std::string& command = up ? up_cmd_ : down_cmd_;
+    const int status = std::system(command.c_str());
+    if (status == 0) return "";
+    return std::string(up ? kUpEnv : kDownEnv) + "='" + command + "' failed (system() status " +
+           std::to_string(status) + ")";
+  }
+
+  Kind kind_ = Kind::kNone;
+  std::string down_cmd_;
+  std::string up_cmd_;
+};
+
+// Reads async events until one of type `wanted` for `port` arrives (acknowledging everything it
+// reads). Other unaffiliated events are let through; the opposite link event is a failure.
+testing::AssertionResult WaitForPortEvent(ibv_context* context, ibv_event_type wanted, uint8_t port,
+                                          std::chrono::milliseconds window) {
+  const ibv_event_type opposite = wanted == IBV_EVENT_PORT_ERR ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR;
+  const auto deadline = std::chrono::steady_clock::now() + window;
+  std::string passed_over;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    ibv_async_event event = {};
+    if (left.count() <= 0 || !GetAsyncEventWithin(context, &event, left)) {
+      return testing::AssertionFailure() << "no " << ibv_event_type_str(wanted) << " within " << window.count()
+                                         << " ms" << (passed_over.empty() ? "" : "; got only:" + passed_over);
+    }
+    EventAcks acks;
+    acks.AddAsyncEvent(event);
+    if (event.event_type == wanted) {
+      if (event.element.port_num != port) {
+        return testing::AssertionFailure() << ibv_event_type_str(wanted) << " with element.port_num "
+                                           << int{event.element.port_num} << ", expected " << int{port};
+      }
+      return testing::AssertionSuccess();
+    }
+    if (event.event_type == opposite) {
+      return testing::AssertionFailure() << "got " << ibv_event_type_str(opposite) << " while waiting for "
+                                         << ibv_event_type_str(wanted);
+    }
+    passed_over += std::string(" ") + ibv_event_type_str(event.event_type);
+  }
+}
+
+// No further `type` event arrives within window (other events are let through).
+testing::AssertionResult NoMorePortEvents(ibv_context* context, ibv_event_type type, std::chrono::milliseconds window) {
+  const auto deadline = std::chrono::steady_clock::now() + window;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return testing::AssertionSuccess();
+    ibv_async_event event = {};
+    if (!GetAsyncEventWithin(context, &event, left)) return testing::AssertionSuccess();
+    const ibv_event_type got = event.event_type;
+    ibv_ack_async_event(&event);
+    if (got == type) return testing::AssertionFailure() << ibv_event_type_str(type) << " delivered twice";
+  }
+}
+
+ibv_port_state QueryState(ibv_context* context, uint8_t port) {
+  ibv_port_attr attr = {};
+  if (ibv_query_port(context, port, &attr) != 0) return IBV_PORT_NOP;
+  return attr.state;
+}
+
+class PortStateTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    toggle_ = PortToggle::Find(Sim());
+    ASSERT_FALSE(toggle_.HalfConfigured()) << "set both " << kDownEnv << " and " << kUpEnv << ", or neither";
+    SKIP_IF(toggle_.kind() == PortToggle::Kind::kNone)
+        << "(no way to take the link down: not the simulator, and " << kDownEnv << " / " << kUpEnv << " are not set)";
+    VerbsTest::SetUp();
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(port_attr().state, IBV_PORT_ACTIVE)
+        << "the port must be ACTIVE before its link is taken down, it is " << ibv_port_state_str(port_attr().state);
+  }
+
+  // A commanded link change outlives the watchdog child: bring the link back and wait for ACTIVE,
+  // so the tests after this one find the port as it was.
+  void TearDown() override {
+    if (toggle_.kind() != PortToggle::Kind::kCommands || context() == nullptr) return;
+    if (QueryState(context(), port()) != IBV_PORT_ACTIVE) {
+      const std::string error = toggle_.Up(context(), port());
+      EXPECT_EQ(error, "") << "restoring the link";
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kLinkChangeWindow;
+    while (QueryState(context(), port()) != IBV_PORT_ACTIVE && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(QueryState(context(), port()), IBV_PORT_ACTIVE) << "the port did not come back after the test";
+  }
+
+  PortToggle toggle_;
+};
+
+// Rule: ibv_get_async_event(3): "IBV_EVENT_PORT_ERR Link became unavailable on a port"; "One
+//   member of the element union will be valid, depending on the event_type" - port_num for a
+//   port event; ibv_query_port(3): state is the "Logical port state".
+// Checks: taking the link down delivers PORT_ERR with element.port_num == the port, after which
+//   ibv_query_port reports the port DOWN.
+TEST_F(PortStateTest, LinkDownRaisesPortErrAndPortIsDown) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        ASSERT_EQ(toggle_.Down(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ERR, port(), kLinkChangeWindow));
+        const ibv_port_state state = QueryState(context.get(), port());
+        EXPECT_EQ(state, IBV_PORT_DOWN) << ibv_port_state_str(state);
+      },
+      kToggleChildTimeout, "link down: PORT_ERR and ibv_query_port");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: ibv_get_async_event(3): "IBV_EVENT_PORT_ACTIVE Link became active on a port" with
+//   element.port_num; ibv_query_port(3): state is the "Logical port state".
+// Checks: after the link went down (PORT_ERR), bringing it up delivers PORT_ACTIVE with
+//   element.port_num == the port, after which ibv_query_port reports the port ACTIVE.
+TEST_F(PortStateTest, LinkUpRaisesPortActiveAndPortIsActive) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        ASSERT_EQ(toggle_.Down(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ERR, port(), kLinkChangeWindow));
+        ASSERT_EQ(toggle_.Up(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ACTIVE, port(), kLinkChangeWindow));
+        const ibv_port_state state = QueryState(context.get(), port());
+        EXPECT_EQ(state, IBV_PORT_ACTIVE) << ibv_port_state_str(state);
+      },
+      kToggleChildTimeout, "link down and up: PORT_ERR, PORT_ACTIVE and ibv_query_port");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: ibv_get_async_event(3): "waits for the next async event of the RDMA device context
+//   context"; a port event concerns the device, so every context opened on it gets one (the
+//   kernel delivers it to every uverbs file of the device).
+// Checks: taking the link down delivers PORT_ERR, once, to each of two open contexts.
+TEST_F(PortStateTest, LinkDownReachesEveryOpenContext) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr first = OpenAnotherContext();
+        ContextPtr second = OpenAnotherContext();
+        ASSERT_NE(first, nullptr);
+        ASSERT_NE(second, nullptr);
+        ASSERT_EQ(toggle_.Down(first.get(), port()), "");
+        for (ibv_context* context : {first.get(), second.get()}) {
+          ASSERT_TRUE(WaitForPortEvent(context, IBV_EVENT_PORT_ERR, port(), kLinkChangeWindow));
+          EXPECT_TRUE(NoMorePortEvents(context, IBV_EVENT_PORT_ERR, kQuietWindow));
+        }
+      },
+      kToggleChildTimeout, "link down: PORT_ERR on two contexts");
+  EXPECT_TRUE(Passed(result));
+}
+
+}  // namespace
+}  // namespace conformance
