@@ -318,6 +318,7 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   }
   b.qp_access_err_event = Bool(r, "qp_access_err_event", b.qp_access_err_event);
   b.last_wqe_reached_event = Bool(r, "last_wqe_reached_event", b.last_wqe_reached_event);
+  b.comm_est_event = Bool(r, "comm_est_event", b.comm_est_event);
   if (r.Find("sq_drained_event", false)) {
     b.sq_drained_always = r.Choice<bool>("sq_drained_event", {{"requested", false}, {"always", true}});
   }

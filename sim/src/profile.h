@@ -53,6 +53,8 @@ struct Behaviour {
   bool qp_access_err_event = true;
   // An SRQ-attached QP entering ERR raises IBV_EVENT_QP_LAST_WQE_REACHED (IBTA o11-5.2.5; rxe >= 6.5).
   bool last_wqe_reached_event = true;
+  // A packet reaching a QP in RTR raises IBV_EVENT_COMM_EST (IBTA; rxe never does).
+  bool comm_est_event = true;
   // SQ_DRAINED only when en_sqd_async_notify was set (IBTA), or always (rxe).
   bool sq_drained_always = false;
   // Protocol timers (transport timeout, RNR timer) run this many times faster than real time.

@@ -235,6 +235,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     next_to_send_ = 0;
     recv_in_progress_ = false;
     rnr_wait_ = false;
+    comm_established_ = false;
   }
   attr_.qp_state = attr_.cur_qp_state = next;
   handle_.pub.qp_base.state = next;

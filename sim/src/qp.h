@@ -137,6 +137,7 @@ class Qp {
   // Responder state of the message being received.
   uint32_t epsn_ = 0;
   bool recv_in_progress_ = false;
+  bool comm_established_ = false;
   RecvWqe recv_wqe_;
   uint64_t recv_offset_ = 0;
   ibv_wr_opcode recv_op_ = IBV_WR_SEND;

@@ -50,6 +50,12 @@ void Qp::Receive(const Packet& pkt) {
   // Requests reach only a QP that is ready to receive (rxe_recv.c check_type_state).
   const ibv_qp_state s = state();
   if (s != IBV_QPS_RTR && s != IBV_QPS_RTS && s != IBV_QPS_SQD && s != IBV_QPS_SQE) return;
+  // IBTA 11.6.3: the first packet that reaches a QP in RTR raises
+  // Communication Established (the QP may then still be moved to RTS).
+  if (s == IBV_QPS_RTR && !comm_established_ && type() != IBV_QPT_UD) {
+    comm_established_ = true;
+    if (device()->behaviour().comm_est_event) RaiseAsyncLocked(IBV_EVENT_COMM_EST);
+  }
   if (type() == IBV_QPT_UD) {
     ReceiveUd(pkt);
   } else {
