@@ -5,6 +5,9 @@
 
 #include "comp_channel.h"
 #include "device.h"
+#include "fabric/fabric.h"
+
+#include <cstdio>
 #include "ops_table.h"
 
 namespace simverbs {
@@ -34,7 +37,15 @@ Context::~Context() {
   handle_.Unbind();
 }
 
-Result<Context*> Context::Open(Device* device) { return new Context(device); }
+Result<Context*> Context::Open(Device* device) {
+  // Opening a device joins the fabric, so that other processes' QPs are reachable.
+  const std::string error = Fabric::Get().Attach();
+  if (!error.empty()) {
+    std::fprintf(stderr, "simverbs: %s\n", error.c_str());
+    return Result<Context*>::Error(EINVAL);
+  }
+  return new Context(device);
+}
 
 void Context::Close() {
   {

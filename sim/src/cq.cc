@@ -6,6 +6,7 @@
 #include "comp_channel.h"
 #include "context.h"
 #include "device.h"
+#include "fabric/fabric.h"
 #include "qp.h"
 #include "transport/engine.h"
 
@@ -165,6 +166,8 @@ void Cq::RaiseAsyncLocked(ibv_event_type type) {
 int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = From(ibcq);
   if (!cq || num_entries < 0 || (num_entries > 0 && !wc)) return -1;
+  // Packets from other processes are handled by whoever polls (no system call).
+  Fabric::Get().PollInbound();
   std::lock_guard<std::mutex> lock(cq->mu_);
   if (cq->error_) return -1;
   int n = 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "context.h"
+#include "fabric/fabric.h"
 #include "qp.h"
 
 namespace simverbs {
@@ -94,6 +95,18 @@ void Device::RaiseDeviceEvent(ibv_event_type type) {
 }  // namespace simverbs
 
 namespace simverbs {
+
+uint32_t Device::AllocQpn() {
+  if (Fabric::Get().attached()) return Fabric::Get().AllocQpn(index_);
+  return next_qpn_.fetch_add(1) & 0xffffff;
+}
+
+void Device::ReleaseQpn(uint32_t qpn) { Fabric::Get().ReleaseQpn(index_, qpn); }
+
+uint32_t Device::NewKeyIndex() {
+  if (Fabric::Get().attached()) return Fabric::Get().AllocKeyIndex(index_);
+  return next_key_index_.fetch_add(1) & 0xffffff;
+}
 
 void Device::AddQp(Qp* qp) { qps_[qp->qp_num()] = qp; }
 void Device::RemoveQp(Qp* qp) { qps_.erase(qp->qp_num()); }

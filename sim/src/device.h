@@ -63,7 +63,7 @@ class Device {
   void AddQp(Qp* qp);
   void RemoveQp(Qp* qp);
   Qp* FindQp(uint32_t qpn) const;
-  uint32_t NewKeyIndex() { return next_key_index_.fetch_add(1) & 0xffffff; }
+  uint32_t NewKeyIndex();
   void AddWindowKey(uint32_t key, Mw* mw) { window_keys_[key] = mw; }
   void RemoveWindowKey(uint32_t key) { window_keys_.erase(key); }
   Mw* FindWindow(uint32_t key) const {
@@ -77,8 +77,10 @@ class Device {
     return it == keys_.end() ? nullptr : it->second;
   }
 
-  // QP numbers are unique on the device; 0 and 1 are the special QPs.
-  uint32_t AllocQpn() { return next_qpn_.fetch_add(1) & 0xffffff; }
+  // QP numbers are unique on the device across the processes of the fabric;
+  // 0 and 1 are the special QPs. 0 means none is left.
+  uint32_t AllocQpn();
+  void ReleaseQpn(uint32_t qpn);
 
   // Device-wide object counts against the profile limits (max_pd, max_cq ...).
   enum class Kind { kPd, kMr, kCq, kQp, kSrq, kAh, kMw, kCount };

@@ -1,5 +1,7 @@
 #include "event_queue.h"
 
+#include "fabric/fabric.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -51,6 +53,7 @@ int EventQueue::Pop(QueuedEvent* out) {
     }
     const int flags = fcntl(fd_, F_GETFL);
     if (flags >= 0 && (flags & O_NONBLOCK)) return EAGAIN;
+    Fabric::Get().BeforeBlocking();  // peers' packets must not wait for our next poll
     pollfd pfd{fd_, POLLIN, 0};
     if (poll(&pfd, 1, -1) < 0 && errno == EINTR) return EINTR;
   }

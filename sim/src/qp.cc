@@ -132,8 +132,13 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     return R::Error(EINVAL);
   }
   if (!ctx->device()->Reserve(Device::Kind::kQp)) return R::Error(ENOMEM);
+  const uint32_t qpn = ctx->device()->AllocQpn();
+  if (qpn == 0) {
+    ctx->device()->Release(Device::Kind::kQp);
+    return R::Error(ENOMEM);
+  }
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  return new Qp(pd, send_cq, recv_cq, srq, a, ctx->device()->AllocQpn());
+  return new Qp(pd, send_cq, recv_cq, srq, a, qpn);
 }
 
 ibv_qp* Qp::CreateExOp(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
@@ -333,6 +338,7 @@ int Qp::Destroy() {
     destroying_ = true;
     Engine::Get().CancelTimer(this);
     device()->RemoveQp(this);
+    device()->ReleaseQpn(qp_num());
     send_cq_->RemoveQp(this);
     recv_cq_->RemoveQp(this);
   }

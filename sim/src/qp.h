@@ -73,6 +73,8 @@ class Qp {
   // The transport. Requires: engine lock held.
   void Receive(const Packet& pkt);  // a packet addressed to this QP
   void OnTimer();                   // its retransmit or RNR timer fired
+  // False if, after draining answers, the QP no longer waits for anything.
+  bool TimerStillDue() const;
 
   static ibv_qp* CreateExOp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
   static int PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
@@ -95,6 +97,7 @@ class Qp {
   void RetireLocked();
   void RewindLocked(size_t index);
   uint32_t PathMtuBytes() const;
+  int RemoteDeviceIndex() const;  // the device the connected peer is on, or -1
   Packet NewPacket(const AddressVector& av, uint32_t dst_qpn) const;
 
   // qp_responder.cc

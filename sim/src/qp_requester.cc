@@ -8,6 +8,7 @@
 
 #include "ah.h"
 #include "context.h"
+#include "fabric/fabric.h"
 #include "cq.h"
 #include "device.h"
 #include "mr.h"
@@ -69,6 +70,11 @@ bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
 uint32_t Qp::PathMtuBytes() const {
   const ibv_mtu mtu = type() == IBV_QPT_UD ? device()->PortAttr(attr_.port_num).active_mtu : attr_.path_mtu;
   return 128u << mtu;
+}
+
+int Qp::RemoteDeviceIndex() const {
+  const Device* dev = Engine::Route(AddressVector::From(attr_.ah_attr));
+  return dev ? dev->index() : -1;
 }
 
 int Qp::CheckSendWr(const ibv_send_wr& wr) const {
@@ -398,6 +404,8 @@ void Qp::RewindLocked(size_t index) {
   }
 }
 
+bool Qp::TimerStillDue() const { return state() == IBV_QPS_RTS && (rnr_wait_ || AwaitingAckLocked()); }
+
 void Qp::OnTimer() {
   if (state() != IBV_QPS_RTS) return;
   size_t i = 0;
@@ -406,6 +414,11 @@ void Qp::OnTimer() {
   if (rnr_wait_) {
     rnr_wait_ = false;  // the RNR timer: send again from the NAKed message
   } else if (i < next_to_send_) {
+    // Still in a live peer's ring: the wire is slow, nothing was lost yet.
+    if (Fabric::Get().DeliveryPending(RemoteDeviceIndex(), attr_.dest_qp_num)) {
+      Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
+      return;
+    }
     // Transport timeout: nothing answered the oldest outstanding message.
     if (retries_left_ <= 0) {
       FailSendLocked(sq_[i], IBV_WC_RETRY_EXC_ERR);

@@ -4,17 +4,18 @@
 
 #include "device.h"
 #include "device_list.h"
+#include "fabric/fabric.h"
 #include "qp.h"
 
 namespace simverbs {
 namespace {
 
 // A retry loop never runs faster than this, whatever the scaled timeout.
-constexpr std::chrono::microseconds kTimerFloor{1000};
+constexpr std::chrono::microseconds kTimerFloor{2000};
 
-// The device port a packet is addressed to: by GID when it has a GRH
-// (always on RoCE), by LID otherwise.
-Device* Route(const AddressVector& dst) {
+}  // namespace
+
+Device* Engine::Route(const AddressVector& dst) {
   for (const auto& dev : DeviceList::Get().devices()) {
     for (int port = 1; port <= dev->port_count(); ++port) {
       const PortProfile& p = dev->profile().ports[port - 1];
@@ -30,8 +31,6 @@ Device* Route(const AddressVector& dst) {
   }
   return nullptr;
 }
-
-}  // namespace
 
 Engine& Engine::Get() {
   // Leaked: the timer thread may still be parked when the process exits.
@@ -58,10 +57,13 @@ void Engine::DrainLocked() {
       continue;
     }
     Device* dev = Route(pkt.dst);
-    Qp* qp = dev ? dev->FindQp(pkt.dst_qpn) : nullptr;
-    // An unreachable address or a QP that does not exist: the packet is lost
-    // and the sender's timers decide what happens.
-    if (qp) qp->Receive(pkt);
+    if (!dev) continue;  // an unreachable address: lost; the sender's timers decide
+    if (Qp* qp = dev->FindQp(pkt.dst_qpn)) {
+      qp->Receive(pkt);
+    } else {
+      // Another process's QP, or none at all (lost as well).
+      Fabric::Get().SendRemote(dev->index(), pkt);
+    }
   }
   draining_ = false;
 }
@@ -113,34 +115,44 @@ bool Engine::IsAttached(const Qp* qp) const {
 void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
   auto scaled = ibta_duration / time_scale;
   if (scaled < kTimerFloor) scaled = kTimerFloor;
-  timers_[qp] = Clock::now() + scaled;
-  if (!timer_thread_running_) {
-    if (timer_thread_.joinable()) timer_thread_.join();
-    timer_thread_running_ = true;
+  const Clock::time_point deadline = Clock::now() + scaled;
+  timers_[qp] = deadline;
+  if (!timer_thread_.joinable()) {
     timer_thread_ = std::thread([this] { TimerThread(); });
+  } else if (deadline < timer_wakeup_) {
+    // Only an earlier deadline needs a wake-up; a later one is seen when the
+    // thread wakes for the earlier one (re-arming per message costs nothing).
+    timer_cv_.notify_one();
   }
-  timer_cv_.notify_one();
 }
 
 void Engine::CancelTimer(Qp* qp) { timers_.erase(qp); }
 
 void Engine::TimerThread() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!timers_.empty()) {
+  for (;;) {
+    if (timers_.empty()) {
+      timer_wakeup_ = Clock::time_point::max();
+      timer_cv_.wait(lock);
+      continue;
+    }
     auto next = timers_.begin();
     for (auto it = timers_.begin(); it != timers_.end(); ++it) {
       if (it->second < next->second) next = it;
     }
     if (Clock::now() < next->second) {
+      timer_wakeup_ = next->second;
       timer_cv_.wait_until(lock, next->second);
       continue;  // timers may have changed while waiting
     }
     Qp* qp = next->first;
     timers_.erase(next);
+    // An answer may be waiting in our own ring while nobody polls: take it
+    // first, so it is not mistaken for a loss.
+    Fabric::Get().DrainInboundLocked();
+    if (timers_.count(qp) || !qp->TimerStillDue()) continue;
     qp->OnTimer();
   }
-  // The thread ends when no timer is armed; the next ArmTimer starts another.
-  timer_thread_running_ = false;
 }
 
 }  // namespace simverbs

@@ -12,9 +12,9 @@
 // ibv_poll_cq reads without system calls; only an armed CQ writes its
 // channel's eventfd. Timers (transport timeout, RNR) are kept in simulated
 // time, scaled by the profile's time_scale, and fired by one thread that
-// sleeps until the earliest deadline and exists only while a timer is armed
-// somewhere. A peer in another process will plug in behind Transmit(): the
-// packet then crosses a shared-memory ring instead of a function call.
+// sleeps until the earliest deadline; it is started with the first timer and
+// sleeps while none is armed. A peer in another process is reached behind the same Transmit():
+// the packet then crosses a shared-memory ring (fabric/fabric.h).
 //
 // Lock order: Engine::mu_ → Cq::mu_ → EventQueue::mu_.
 
@@ -31,6 +31,7 @@
 
 namespace simverbs {
 
+class Device;
 class Qp;
 
 class Engine {
@@ -38,6 +39,10 @@ class Engine {
   using Clock = std::chrono::steady_clock;
 
   static Engine& Get();
+
+  // The device a packet to `dst` reaches (by GID with a GRH, by LID
+  // otherwise), or nullptr when the address is unreachable.
+  static Device* Route(const AddressVector& dst);
 
   // The data-path lock; every verb that touches QP state holds it.
   std::mutex& mu() { return mu_; }
@@ -79,7 +84,7 @@ class Engine {
   std::map<Qp*, Clock::time_point> timers_;
   std::condition_variable timer_cv_;
   std::thread timer_thread_;
-  bool timer_thread_running_ = false;
+  Clock::time_point timer_wakeup_ = Clock::time_point::max();  // when the timer thread wakes next
 };
 
 }  // namespace simverbs

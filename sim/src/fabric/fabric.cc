@@ -1,0 +1,409 @@
+#include "fabric/fabric.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "device.h"
+#include "device_list.h"
+#include "fabric/packet_ring.h"
+#include "transport/engine.h"
+
+namespace simverbs {
+namespace {
+
+constexpr uint64_t kMagic = 0x53494d4641425231;  // "SIMFABR1"
+constexpr int kMaxProcs = 64;
+constexpr int kMaxDevices = 16;
+constexpr uint32_t kDirSize = 8192;
+constexpr uint32_t kFirstQpn = 0x11;
+
+struct ProcSlot {
+  std::atomic<int32_t> pid;
+  uint64_t start_time;
+  std::atomic<uint32_t> generation;
+};
+
+struct DirEntry {
+  std::atomic<uint32_t> qpn;  // 0: free
+  std::atomic<int32_t> slot;
+};
+
+struct DeviceState {
+  std::atomic<uint32_t> next_qpn;
+  std::atomic<uint32_t> next_key;
+  DirEntry dir[kDirSize];
+};
+
+// /proc/<pid>/stat field 22: the start time, to tell a reused pid apart.
+uint64_t StartTime(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return 0;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+bool Alive(int pid, uint64_t start_time) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  const uint64_t now = StartTime(pid);
+  return now == 0 || start_time == 0 || now == start_time;
+}
+
+std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
+
+void* MapShared(const std::string& name, size_t size, bool create, int* err) {
+  const int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT | O_TRUNC : 0) | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *err = errno;
+    return nullptr;
+  }
+  if (create && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    *err = errno;
+    close(fd);
+    return nullptr;
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    *err = errno;
+    return nullptr;
+  }
+  return p;
+}
+
+uint64_t HashFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return std::hash<std::string>{}(ss.str());
+}
+
+class SegmentLock {
+ public:
+  explicit SegmentLock(pthread_mutex_t* mu) : mu_(mu) {
+    // Robust: the owner may have been killed while holding it.
+    if (pthread_mutex_lock(mu_) == EOWNERDEAD) pthread_mutex_consistent(mu_);
+  }
+  ~SegmentLock() { pthread_mutex_unlock(mu_); }
+
+ private:
+  pthread_mutex_t* mu_;
+};
+
+}  // namespace
+
+struct FabricSegment {
+  uint64_t magic;
+  std::atomic<uint32_t> ready;
+  uint32_t unlinked;  // the last process left and removed the name
+  uint64_t profile_hash;
+  char profile_path[512];
+  pthread_mutex_t mutex;
+  ProcSlot procs[kMaxProcs];
+  DeviceState devices[kMaxDevices];
+};
+
+Fabric& Fabric::Get() {
+  static Fabric* fabric = new Fabric();  // leaked: used from atexit
+  return *fabric;
+}
+
+std::string Fabric::Attach() {
+  if (segment_) return "";
+  const char* env = std::getenv("SIMVERBS_FABRIC");
+  const std::string fabric = env && *env ? env : "default";
+  for (char c : fabric) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return "SIMVERBS_FABRIC=\"" + fabric + "\": use letters, digits, '-', '_' and '.' only";
+    }
+  }
+  segment_name_ = "/simverbs-" + std::to_string(getuid()) + "-" + fabric;
+  const Profile& profile = DeviceList::Get().profile();
+  const uint64_t profile_hash = HashFile(profile.path);
+
+  FabricSegment* seg = nullptr;
+  for (int attempt = 0; attempt < 100 && !seg; ++attempt) {
+    int fd = shm_open(segment_name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const bool creator = fd >= 0;
+    if (!creator) {
+      if (errno != EEXIST) return "cannot create the fabric's shared memory " + segment_name_ + ": " + strerror(errno);
+      fd = shm_open(segment_name_.c_str(), O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0) continue;  // removed meanwhile: try again
+    } else if (ftruncate(fd, sizeof(FabricSegment)) != 0) {
+      const int err = errno;
+      close(fd);
+      shm_unlink(segment_name_.c_str());
+      return "cannot size the fabric's shared memory " + segment_name_ + ": " + strerror(err);
+    }
+    struct stat st {};
+    // The creator sizes the segment right after creating it.
+    for (int i = 0; i < 1000 && fstat(fd, &st) == 0 && st.st_size < static_cast<off_t>(sizeof(FabricSegment)); ++i) {
+      usleep(1000);
+    }
+    void* p = st.st_size >= static_cast<off_t>(sizeof(FabricSegment)) || creator
+                  ? mmap(nullptr, sizeof(FabricSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) continue;
+    auto* candidate = static_cast<FabricSegment*>(p);
+    if (creator) {
+      candidate->magic = kMagic;
+      pthread_mutexattr_t attr;
+      pthread_mutexattr_init(&attr);
+      pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+      pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+      pthread_mutex_init(&candidate->mutex, &attr);
+      for (auto& d : candidate->devices) {
+        d.next_qpn.store(kFirstQpn);
+        d.next_key.store(1);
+      }
+      candidate->ready.store(1, std::memory_order_release);
+    }
+    for (int i = 0; i < 1000 && !candidate->ready.load(std::memory_order_acquire); ++i) usleep(1000);
+    if (candidate->magic != kMagic || !candidate->ready.load()) {
+      munmap(candidate, sizeof(FabricSegment));
+      return "shared memory " + segment_name_ + " is not a simverbs fabric (remove it or set SIMVERBS_FABRIC)";
+    }
+    {
+      SegmentLock lock(&candidate->mutex);
+      if (!candidate->unlinked) {
+        segment_ = candidate;
+        CleanDeadLocked();
+        bool others = false;
+        for (auto& proc : segment_->procs) others |= proc.pid.load() != 0;
+        if (!others) {
+          // The first process fixes the profile of the fabric.
+          segment_->profile_hash = profile_hash;
+          std::snprintf(segment_->profile_path, sizeof segment_->profile_path, "%s", profile.path.c_str());
+        } else if (segment_->profile_hash != profile_hash) {
+          const std::string theirs = segment_->profile_path;
+          segment_ = nullptr;
+          munmap(candidate, sizeof(FabricSegment));
+          return "fabric \"" + fabric + "\" is running with profile " + theirs + ", this process asked for " +
+                 profile.path + " (use the same profile, or another SIMVERBS_FABRIC)";
+        }
+        for (int i = 0; i < kMaxProcs; ++i) {
+          if (segment_->procs[i].pid.load() == 0) {
+            slot_ = i;
+            break;
+          }
+        }
+        if (slot_ < 0) {
+          segment_ = nullptr;
+          munmap(candidate, sizeof(FabricSegment));
+          return "fabric \"" + fabric + "\" has " + std::to_string(kMaxProcs) + " processes already";
+        }
+        int err = 0;
+        ring_name_ = RingName(segment_name_, slot_);
+        void* ring_mem = MapShared(ring_name_, sizeof(PacketRing), true, &err);
+        if (!ring_mem) {
+          segment_ = nullptr;
+          munmap(candidate, sizeof(FabricSegment));
+          return "cannot create " + ring_name_ + ": " + strerror(err);
+        }
+        ring_ = PacketRing::Init(ring_mem);
+        ProcSlot& me = segment_->procs[slot_];
+        me.start_time = StartTime(getpid());
+        me.generation.fetch_add(1);
+        me.pid.store(getpid());
+        seg = segment_;
+      }
+    }
+    if (!seg) munmap(candidate, sizeof(FabricSegment));
+  }
+  if (!seg) return "cannot join fabric \"" + fabric + "\"";
+  attach_pid_ = getpid();
+  stop_ = false;
+  progress_ = std::thread([this] { ProgressThread(); });
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    std::atexit([] { Fabric::Get().Detach(); });
+  }
+  return "";
+}
+
+// Requires: segment mutex held.
+void Fabric::CleanDeadLocked() {
+  for (int i = 0; i < kMaxProcs; ++i) {
+    ProcSlot& proc = segment_->procs[i];
+    const int pid = proc.pid.load();
+    if (pid == 0 || Alive(pid, proc.start_time)) continue;
+    for (auto& dev : segment_->devices) {
+      for (auto& e : dev.dir) {
+        if (e.qpn.load() != 0 && e.slot.load() == i) {
+          e.slot.store(-1);
+          e.qpn.store(0);
+        }
+      }
+    }
+    shm_unlink(RingName(segment_name_, i).c_str());
+    proc.pid.store(0);
+  }
+}
+
+void Fabric::Detach() {
+  if (!segment_ || getpid() != attach_pid_) return;
+  stop_ = true;
+  ring_->MarkPolled(0);
+  ring_->Interrupt();
+  if (progress_.joinable()) progress_.join();
+  bool last = false;
+  {
+    SegmentLock lock(&segment_->mutex);
+    for (auto& dev : segment_->devices) {
+      for (auto& e : dev.dir) {
+        if (e.qpn.load() != 0 && e.slot.load() == slot_) {
+          e.slot.store(-1);
+          e.qpn.store(0);
+        }
+      }
+    }
+    shm_unlink(ring_name_.c_str());
+    segment_->procs[slot_].pid.store(0);
+    CleanDeadLocked();
+    last = true;
+    for (auto& proc : segment_->procs) last &= proc.pid.load() == 0;
+    if (last) {
+      // Nobody else is attached: remove the name so nothing is left behind.
+      segment_->unlinked = 1;
+      shm_unlink(segment_name_.c_str());
+    }
+  }
+  munmap(ring_, sizeof(PacketRing));
+  for (PacketRing*& r : peer_rings_) {
+    if (r) munmap(r, sizeof(PacketRing));
+    r = nullptr;
+  }
+  munmap(segment_, sizeof(FabricSegment));
+  segment_ = nullptr;
+  ring_ = nullptr;
+  slot_ = -1;
+}
+
+uint32_t Fabric::AllocQpn(int device_index) {
+  if (!segment_ || device_index >= kMaxDevices) return 0;
+  DeviceState& d = segment_->devices[device_index];
+  for (uint32_t tries = 0; tries < 4 * kDirSize; ++tries) {
+    uint32_t qpn = d.next_qpn.fetch_add(1) & 0xffffff;
+    if (qpn < kFirstQpn) continue;
+    DirEntry& e = d.dir[qpn % kDirSize];
+    uint32_t expected = 0;
+    e.slot.store(slot_);
+    if (e.qpn.compare_exchange_strong(expected, qpn)) return qpn;
+  }
+  return 0;  // the device's QP table is full
+}
+
+void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {
+  if (!segment_ || device_index >= kMaxDevices) return;
+  DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  if (e.qpn.load() == qpn) {
+    e.slot.store(-1);
+    e.qpn.store(0);
+  }
+}
+
+uint32_t Fabric::AllocKeyIndex(int device_index) {
+  if (!segment_ || device_index >= kMaxDevices) return 0;
+  return segment_->devices[device_index].next_key.fetch_add(1) & 0xffffff;
+}
+
+bool Fabric::SendRemote(int device_index, const Packet& pkt) {
+  if (!segment_ || device_index >= kMaxDevices) return false;
+  const DirEntry& e = segment_->devices[device_index].dir[pkt.dst_qpn % kDirSize];
+  const int slot = e.slot.load();
+  if (e.qpn.load() != pkt.dst_qpn || slot < 0 || slot == slot_) return false;
+  PacketRing*& ring = peer_rings_[slot];
+  const uint32_t generation = segment_->procs[slot].generation.load();
+  if (ring && peer_generation_[slot] != generation) {
+    munmap(ring, sizeof(PacketRing));  // the slot belongs to another process now
+    ring = nullptr;
+  }
+  if (!ring) {
+    int err = 0;
+    ring = static_cast<PacketRing*>(MapShared(RingName(segment_name_, slot), sizeof(PacketRing), false, &err));
+    peer_generation_[slot] = generation;
+    if (!ring) return false;
+  }
+  uint64_t pos = 0;
+  if (!ring->Push(pkt, pkt.src_device ? pkt.src_device->index() : 0, &pos)) return false;
+  last_pushed_[slot] = pos;
+  pushed_[slot] = true;
+  return true;
+}
+
+bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
+  const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  const int slot = e.slot.load();
+  if (e.qpn.load() != qpn || slot < 0 || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) return false;
+  if (peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
+  const ProcSlot& proc = segment_->procs[slot];
+  return Alive(proc.pid.load(), proc.start_time);
+}
+
+bool Fabric::InboundPending() const { return ring_ && !ring_->Empty(); }
+
+void Fabric::PollInbound() {
+  if (!ring_) return;
+  ring_->MarkPolled(MonotonicNs());
+  DrainInbound();
+}
+
+void Fabric::BeforeBlocking() {
+  if (!ring_) return;
+  ring_->MarkPolled(0);
+  DrainInbound();
+}
+
+void Fabric::DrainInbound() {
+  if (ring_->Empty()) return;
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  DrainInboundLocked();
+}
+
+void Fabric::DrainInboundLocked() {
+  if (!ring_) return;
+  WirePacket wp;
+  const auto& devices = DeviceList::Get().devices();
+  while (ring_->Pop(&wp)) {
+    Device* src = wp.src_device >= 0 && static_cast<size_t>(wp.src_device) < devices.size()
+                      ? devices[wp.src_device].get()
+                      : nullptr;
+    Engine::Get().Transmit(wp.ToPacket(src));
+  }
+}
+
+void Fabric::ProgressThread() {
+  for (;;) {
+    const uint32_t seq = ring_->WakeSeq();
+    if (stop_) break;
+    DrainInbound();
+    // While the application polls, producers do not wake us: look again
+    // every millisecond in case it stopped just after a producer looked.
+    const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
+    ring_->Sleep(seq, app_polling ? 1 : -1);
+  }
+}
+
+}  // namespace simverbs

@@ -1,0 +1,94 @@
+#pragma once
+
+// The fabric shared by every process that opens a simulated device.
+//
+// Design. Each process keeps its own QPs, CQs and MRs (sim/src); what the
+// processes share is a POSIX shared-memory segment per fabric and user
+// ("/simverbs-<uid>-<SIMVERBS_FABRIC>") that holds the process table, the QP
+// number directory (device, QPN → owning process) and the per-device QP
+// number and key counters, plus one inbound packet ring per process
+// ("/simverbs-<uid>-<fabric>-p<slot>"). A packet for a QP of another process
+// is pushed into that process's ring; the owner runs the responder (or
+// completer) logic itself, so remote memory is only ever touched by the
+// process that registered it, against its own registrations. The owner
+// drains its ring whenever it polls a CQ (no system call), and a per-process
+// progress thread drains it otherwise: it sleeps on a futex, and producers
+// wake it (one system call) only when the owner has stopped polling — so
+// perftest's sleeping bandwidth servers still answer, and busy-polling
+// programs make no system calls. This costs a copy into the ring and one out
+// of it; a WRITE straight into a peer's registered memory would save one.
+//
+// No daemon: the first process creates the segment and fixes the profile;
+// the last one to leave removes it. A process that died (SIGKILL) is found by
+// the next one to attach, which removes its ring and its directory entries;
+// its peers' packets are lost and their retry timers report
+// IBV_WC_RETRY_EXC_ERR. The table's mutex is robust, so a process killed while
+// holding it does not wedge the fabric.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "transport/packet.h"
+
+namespace simverbs {
+
+class PacketRing;
+struct FabricSegment;
+
+class Fabric {
+ public:
+  static Fabric& Get();
+
+  // Joins the fabric named by SIMVERBS_FABRIC (default "default") with the
+  // current profile. Returns an empty string or an error for the user.
+  std::string Attach();
+  bool attached() const { return segment_ != nullptr; }
+  void Detach();
+
+  // Shared counters: QP numbers (registered as ours) and memory keys.
+  uint32_t AllocQpn(int device_index);
+  void ReleaseQpn(int device_index, uint32_t qpn);
+  uint32_t AllocKeyIndex(int device_index);
+
+  // Sends a packet to the process that owns (device, dst_qpn). False when no
+  // live process owns it (the packet is lost). Requires: engine lock.
+  bool SendRemote(int device_index, const Packet& pkt);
+
+  // Delivers the packets in our ring. Called by ibv_poll_cq (cheap when the
+  // ring is empty) and by the progress thread. Takes the engine lock.
+  void PollInbound();
+  bool InboundPending() const;
+  // The same, for a thread that already holds the engine lock (timers).
+  void DrainInboundLocked();
+
+  // True while a packet we sent to the owner of (device, qpn) still waits in
+  // its ring and that process is alive: the wire is slow, nothing is lost.
+  // Retransmit timers do not count such a timeout. Requires: engine lock.
+  bool DeliveryPending(int device_index, uint32_t qpn);
+  // The application is about to block (ibv_get_cq_event, ...): drain, and
+  // have producers wake the progress thread for whatever comes next.
+  void BeforeBlocking();
+
+ private:
+  Fabric() = default;
+  void ProgressThread();
+  void DrainInbound();
+  void CleanDeadLocked();
+  int slot_ = -1;
+
+  FabricSegment* segment_ = nullptr;
+  std::string segment_name_;
+  PacketRing* ring_ = nullptr;
+  std::string ring_name_;
+  PacketRing* peer_rings_[64] = {};  // mapped on first use
+  uint32_t peer_generation_[64] = {};
+  uint64_t last_pushed_[64] = {};    // position of our last packet in each peer's ring
+  bool pushed_[64] = {};
+  std::thread progress_;
+  std::atomic<bool> stop_{false};
+  int attach_pid_ = 0;
+};
+
+}  // namespace simverbs

@@ -1,0 +1,104 @@
+#include "fabric/packet_ring.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <new>
+
+namespace simverbs {
+namespace {
+
+// A futex on shared memory (not FUTEX_PRIVATE): it works across processes.
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
+  timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, timeout_ms < 0 ? nullptr : &ts,
+          nullptr, 0);
+}
+
+void FutexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+// An owner that polled this recently is polling: it will find the packet.
+constexpr uint64_t kPollingWindowNs = 50000;
+
+}  // namespace
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no system call
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+PacketRing* PacketRing::Init(void* memory) {
+  auto* ring = static_cast<PacketRing*>(memory);
+  ring->head_.store(0);
+  ring->tail_.store(0);
+  ring->sleeping_.store(0);
+  ring->wake_seq_.store(0);
+  ring->last_poll_ns_.store(0);
+  for (uint32_t i = 0; i < kSlots; ++i) ring->slots_[i].seq.store(i);
+  return ring;
+}
+
+bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at) {
+  uint64_t pos = head_.load(std::memory_order_relaxed);
+  Slot* slot;
+  for (;;) {
+    slot = &slots_[pos % kSlots];
+    const uint64_t seq = slot->seq.load(std::memory_order_acquire);
+    const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
+    if (diff == 0) {
+      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
+    } else if (diff < 0) {
+      return false;  // full
+    } else {
+      pos = head_.load(std::memory_order_relaxed);
+    }
+  }
+  slot->pkt.From(pkt, src_device_index);
+  slot->seq.store(pos + 1, std::memory_order_release);
+  if (pushed_at) *pushed_at = pos;
+  // Dekker with Sleep(): publish, then look whether the consumer sleeps.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed) && MonotonicNs() - last_poll_ns() > kPollingWindowNs) {
+    wake_seq_.fetch_add(1, std::memory_order_release);
+    FutexWake(&wake_seq_);
+  }
+  return true;
+}
+
+bool PacketRing::Pop(WirePacket* out) {
+  const uint64_t pos = tail_.load(std::memory_order_relaxed);
+  Slot* slot = &slots_[pos % kSlots];
+  if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
+  *out = slot->pkt;
+  slot->seq.store(pos + kSlots, std::memory_order_release);
+  tail_.store(pos + 1, std::memory_order_relaxed);
+  return true;
+}
+
+bool PacketRing::Empty() const {
+  const uint64_t pos = tail_.load(std::memory_order_relaxed);
+  return slots_[pos % kSlots].seq.load(std::memory_order_acquire) != pos + 1;
+}
+
+void PacketRing::Sleep(uint32_t seq, int timeout_ms) {
+  sleeping_.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (Empty()) FutexWait(&wake_seq_, seq, timeout_ms);
+  sleeping_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace simverbs
+
+namespace simverbs {
+
+void PacketRing::Interrupt() {
+  wake_seq_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_seq_);
+}
+
+}  // namespace simverbs
