@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <new>
 #include <sstream>
 
 #include "device.h"
@@ -128,7 +129,21 @@ Fabric& Fabric::Get() {
 }
 
 std::string Fabric::Attach() {
-  if (segment_) return "";
+  if (segment_ && attach_pid_ == getpid()) return "";
+  if (segment_) {
+    // A child of fork(): the parent's attachment (its slot, ring and objects)
+    // is not ours. Forget it without touching it and join as a new process.
+    ring_ = nullptr;
+    slot_ = -1;
+    segment_ = nullptr;
+    // The thread object names the parent's thread, which does not exist here:
+    // forget it without joining or detaching.
+    new (&progress_) std::thread();
+    for (auto& q : backlog_) q.clear();
+    backlog_empty_ = true;
+    for (auto& r : peer_rings_) r = nullptr;
+    for (bool& p : pushed_) p = false;
+  }
   const char* env = std::getenv("SIMVERBS_FABRIC");
   const std::string fabric = env && *env ? env : "default";
   for (char c : fabric) {
@@ -346,10 +361,38 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
     if (!ring) return false;
   }
   uint64_t pos = 0;
-  if (!ring->Push(pkt, pkt.src_device ? pkt.src_device->index() : 0, &pos)) return false;
+  if (!backlog_[slot].empty() || !ring->Push(pkt, pkt.src_device ? pkt.src_device->index() : 0, &pos)) {
+    backlog_[slot].push_back(pkt);
+    backlog_empty_ = false;
+    return true;
+  }
   last_pushed_[slot] = pos;
   pushed_[slot] = true;
   return true;
+}
+
+void Fabric::FlushBacklogLocked() {
+  if (backlog_empty_) return;
+  bool empty = true;
+  for (int slot = 0; slot < kMaxProcs; ++slot) {
+    std::deque<Packet>& q = backlog_[slot];
+    if (q.empty()) continue;
+    const ProcSlot& proc = segment_->procs[slot];
+    if (!peer_rings_[slot] || peer_generation_[slot] != proc.generation.load() ||
+        !Alive(proc.pid.load(), proc.start_time)) {
+      q.clear();  // the peer is gone: what it did not take is lost
+      continue;
+    }
+    uint64_t pos = 0;
+    while (!q.empty() && peer_rings_[slot]->Push(q.front(), q.front().src_device ? q.front().src_device->index() : 0,
+                                                 &pos)) {
+      q.pop_front();
+      last_pushed_[slot] = pos;
+      pushed_[slot] = true;
+    }
+    empty &= q.empty();
+  }
+  backlog_empty_ = empty;
 }
 
 bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
@@ -357,7 +400,7 @@ bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   const int slot = e.slot.load();
   if (e.qpn.load() != qpn || slot < 0 || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) return false;
-  if (peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
+  if (backlog_[slot].empty() && peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time);
 }
@@ -368,6 +411,10 @@ void Fabric::PollInbound() {
   if (!ring_) return;
   ring_->MarkPolled(MonotonicNs());
   DrainInbound();
+  if (!backlog_empty_) {
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    FlushBacklogLocked();
+  }
 }
 
 void Fabric::BeforeBlocking() {
@@ -384,6 +431,7 @@ void Fabric::DrainInbound() {
 
 void Fabric::DrainInboundLocked() {
   if (!ring_) return;
+  FlushBacklogLocked();
   WirePacket wp;
   const auto& devices = DeviceList::Get().devices();
   while (ring_->Pop(&wp)) {
@@ -399,10 +447,15 @@ void Fabric::ProgressThread() {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     DrainInbound();
+    {
+      std::lock_guard<std::mutex> lock(Engine::Get().mu());
+      FlushBacklogLocked();
+    }
     // While the application polls, producers do not wake us: look again
-    // every millisecond in case it stopped just after a producer looked.
+    // every millisecond in case it stopped just after a producer looked
+    // (and while a backlog waits for room in a peer's ring).
     const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
-    ring_->Sleep(seq, app_polling ? 1 : -1);
+    ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : -1);
   }
 }
 

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <thread>
 
@@ -53,8 +54,12 @@ class Fabric {
   uint32_t AllocKeyIndex(int device_index);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
-  // live process owns it (the packet is lost). Requires: engine lock.
+  // process owns it (the packet is lost). Like an IB link, the fabric does
+  // not drop for congestion: when the peer's ring is full the packet waits
+  // in a backlog, in order, until there is room. Requires: engine lock.
   bool SendRemote(int device_index, const Packet& pkt);
+  // Pushes what waits in the backlogs. Requires: engine lock.
+  void FlushBacklogLocked();
 
   // Delivers the packets in our ring. Called by ibv_poll_cq (cheap when the
   // ring is empty) and by the progress thread. Takes the engine lock.
@@ -86,6 +91,8 @@ class Fabric {
   uint32_t peer_generation_[64] = {};
   uint64_t last_pushed_[64] = {};    // position of our last packet in each peer's ring
   bool pushed_[64] = {};
+  std::deque<Packet> backlog_[64];   // engine lock
+  bool backlog_empty_ = true;
   std::thread progress_;
   std::atomic<bool> stop_{false};
   int attach_pid_ = 0;
