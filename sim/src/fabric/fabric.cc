@@ -128,6 +128,48 @@ Fabric& Fabric::Get() {
   return *fabric;
 }
 
+// Takes a slot in `seg` and creates our ring. Requires: the segment's mutex.
+// On failure returns the error and leaves segment_ unset.
+std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
+                               uint64_t profile_hash) {
+  segment_ = seg;
+  CleanDeadLocked();
+  bool others = false;
+  for (auto& proc : seg->procs) others |= proc.pid.load() != 0;
+  std::string error;
+  if (!others) {
+    // The first process fixes the profile of the fabric.
+    seg->profile_hash = profile_hash;
+    std::snprintf(seg->profile_path, sizeof seg->profile_path, "%s", profile_path.c_str());
+  } else if (seg->profile_hash != profile_hash) {
+    error = "fabric \"" + fabric + "\" is running with profile " + seg->profile_path + ", this process asked for " +
+            profile_path + " (use the same profile, or another SIMVERBS_FABRIC)";
+  }
+  for (int i = 0; error.empty() && i < kMaxProcs && slot_ < 0; ++i) {
+    if (seg->procs[i].pid.load() == 0) slot_ = i;
+  }
+  if (error.empty() && slot_ < 0) {
+    error = "fabric \"" + fabric + "\" has " + std::to_string(kMaxProcs) + " processes already";
+  }
+  if (error.empty()) {
+    int err = 0;
+    ring_name_ = RingName(segment_name_, slot_);
+    void* ring_mem = MapShared(ring_name_, sizeof(PacketRing), true, &err);
+    if (!ring_mem) error = "cannot create " + ring_name_ + ": " + strerror(err);
+    if (ring_mem) ring_ = PacketRing::Init(ring_mem);
+  }
+  if (!error.empty()) {
+    segment_ = nullptr;
+    slot_ = -1;
+    return error;
+  }
+  ProcSlot& me = seg->procs[slot_];
+  me.start_time = StartTime(getpid());
+  me.generation.fetch_add(1);
+  me.pid.store(getpid());
+  return "";
+}
+
 std::string Fabric::Attach() {
   if (segment_ && attach_pid_ == getpid()) return "";
   if (segment_) {
@@ -156,6 +198,7 @@ std::string Fabric::Attach() {
   const uint64_t profile_hash = HashFile(profile.path);
 
   FabricSegment* seg = nullptr;
+  slot_ = -1;
   for (int attempt = 0; attempt < 100 && !seg; ++attempt) {
     int fd = shm_open(segment_name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     const bool creator = fd >= 0;
@@ -198,51 +241,16 @@ std::string Fabric::Attach() {
       munmap(candidate, sizeof(FabricSegment));
       return "shared memory " + segment_name_ + " is not a simverbs fabric (remove it or set SIMVERBS_FABRIC)";
     }
+    std::string error;
     {
       SegmentLock lock(&candidate->mutex);
-      if (!candidate->unlinked) {
-        segment_ = candidate;
-        CleanDeadLocked();
-        bool others = false;
-        for (auto& proc : segment_->procs) others |= proc.pid.load() != 0;
-        if (!others) {
-          // The first process fixes the profile of the fabric.
-          segment_->profile_hash = profile_hash;
-          std::snprintf(segment_->profile_path, sizeof segment_->profile_path, "%s", profile.path.c_str());
-        } else if (segment_->profile_hash != profile_hash) {
-          const std::string theirs = segment_->profile_path;
-          segment_ = nullptr;
-          munmap(candidate, sizeof(FabricSegment));
-          return "fabric \"" + fabric + "\" is running with profile " + theirs + ", this process asked for " +
-                 profile.path + " (use the same profile, or another SIMVERBS_FABRIC)";
-        }
-        for (int i = 0; i < kMaxProcs; ++i) {
-          if (segment_->procs[i].pid.load() == 0) {
-            slot_ = i;
-            break;
-          }
-        }
-        if (slot_ < 0) {
-          segment_ = nullptr;
-          munmap(candidate, sizeof(FabricSegment));
-          return "fabric \"" + fabric + "\" has " + std::to_string(kMaxProcs) + " processes already";
-        }
-        int err = 0;
-        ring_name_ = RingName(segment_name_, slot_);
-        void* ring_mem = MapShared(ring_name_, sizeof(PacketRing), true, &err);
-        if (!ring_mem) {
-          segment_ = nullptr;
-          munmap(candidate, sizeof(FabricSegment));
-          return "cannot create " + ring_name_ + ": " + strerror(err);
-        }
-        ring_ = PacketRing::Init(ring_mem);
-        ProcSlot& me = segment_->procs[slot_];
-        me.start_time = StartTime(getpid());
-        me.generation.fetch_add(1);
-        me.pid.store(getpid());
-        seg = segment_;
-      }
+      if (!candidate->unlinked) error = JoinLocked(candidate, fabric, profile.path, profile_hash);
     }
+    if (!error.empty()) {
+      munmap(candidate, sizeof(FabricSegment));
+      return error;
+    }
+    seg = segment_;
     if (!seg) munmap(candidate, sizeof(FabricSegment));
   }
   if (!seg) return "cannot join fabric \"" + fabric + "\"";
@@ -447,7 +455,7 @@ void Fabric::ProgressThread() {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     DrainInbound();
-    {
+    if (!backlog_empty_) {
       std::lock_guard<std::mutex> lock(Engine::Get().mu());
       FlushBacklogLocked();
     }

@@ -81,6 +81,8 @@ class Fabric {
   void ProgressThread();
   void DrainInbound();
   void CleanDeadLocked();
+  std::string JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
+                         uint64_t profile_hash);
   int slot_ = -1;
 
   FabricSegment* segment_ = nullptr;

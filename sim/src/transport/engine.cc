@@ -1,6 +1,9 @@
 #include "transport/engine.h"
 
+#include <pthread.h>
+
 #include <cstring>
+#include <new>
 
 #include "device.h"
 #include "device_list.h"
@@ -34,8 +37,24 @@ Device* Engine::Route(const AddressVector& dst) {
 
 Engine& Engine::Get() {
   // Leaked: the timer thread may still be parked when the process exits.
-  static Engine* engine = new Engine();
+  static Engine* engine = [] {
+    auto* e = new Engine();
+    // fork() while another thread holds the data-path lock would leave the
+    // child's copy locked forever: hold it across fork in the forking thread.
+    pthread_atfork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); }, [] { Get().ForkedChild(); });
+    return e;
+  }();
   return *engine;
+}
+
+void Engine::ForkedChild() {
+  // The timer thread is the parent's: forget it (and its timers, whose QPs
+  // are the parent's business) without joining.
+  new (&timer_thread_) std::thread();
+  new (&timer_cv_) std::condition_variable();
+  timers_.clear();
+  timer_wakeup_ = Clock::time_point::max();
+  mu_.unlock();
 }
 
 void Engine::Transmit(Packet&& pkt) {

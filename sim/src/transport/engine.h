@@ -67,6 +67,7 @@ class Engine {
   Engine() = default;
   void DrainLocked();
   void TimerThread();
+  void ForkedChild();
 
   std::mutex mu_;
   std::deque<Packet> queue_;
