@@ -176,6 +176,7 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     cq->head_ = (cq->head_ + 1) % cq->ring_.size();
     --cq->count_;
   }
+  if (n > 0) Fabric::Get().PollFoundWork();
   return n;
 }
 

@@ -192,6 +192,8 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
   const ibv_qp_state cur = attr_.qp_state;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
+  // A draining SQD QP may only go to ERR or RESET (rxe_qp_chk_attr, IBTA 10.3.1).
+  if (cur == IBV_QPS_SQD && attr_.sq_draining && next != IBV_QPS_ERR && next != IBV_QPS_RESET) return EINVAL;
   if (!QpTransitionIsValid(cur, next, handle_.pub.qp_base.qp_type, mask)) return EINVAL;
   if (int err = CheckValues(a, mask)) return err;
 
@@ -249,10 +251,12 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_RETRY_CNT) retries_left_ = attr_.retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) rnr_retries_left_ = attr_.rnr_retry;
 
-  // Nothing is in flight when the SQ is stopped here: it has drained at once.
-  if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD &&
-      (attr_.en_sqd_async_notify || device()->behaviour().sq_drained_always)) {
-    RaiseAsyncLocked(IBV_EVENT_SQ_DRAINED);
+  // RTS→SQD: new WRs wait; the queue has drained once every message already
+  // sent is answered (at once if none is outstanding).
+  if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) {
+    for (size_t i = 0; i < next_to_send_ && i < sq_.size(); ++i) sq_[i].before_sqd = true;
+    attr_.sq_draining = 1;
+    CheckDrainedLocked();
   }
   // WRs posted in INIT/RTR (profiles that queue them) or held in SQD run now.
   if (next == IBV_QPS_RTS) ProgressLocked();
@@ -261,6 +265,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
 
 void Qp::EnterErrorLocked(int event) {
   if (attr_.qp_state == IBV_QPS_ERR) return;
+  attr_.sq_draining = 0;
   const bool was_reset = attr_.qp_state == IBV_QPS_RESET;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_ERR;
   handle_.pub.qp_base.state = IBV_QPS_ERR;

@@ -91,6 +91,7 @@ class Qp {
   void ProgressLocked();                    // executes queued WQEs while in RTS
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
   bool AwaitingAckLocked() const;
+  void CheckDrainedLocked();
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order
   void FailSendLocked(SendWqe& wqe, ibv_wc_status status);

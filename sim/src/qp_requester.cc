@@ -100,8 +100,8 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   const ibv_qp_state s = state();
   const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
+  int err = 0;
   for (; wr; wr = wr->next) {
-    int err = 0;
     if (destroying_ || ((s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) && !queue_early)) {
       err = EINVAL;
     } else if (sq_.size() >= attr_.cap.max_send_wr) {
@@ -110,8 +110,9 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       err = CheckSendWr(*wr);
     }
     if (err) {
+      // ibv_post_send(3): the WRs before the bad one are posted (and run).
       if (bad_wr) *bad_wr = wr;
-      return err;
+      break;
     }
     SendWqe wqe;
     wqe.wr_id = wr->wr_id;
@@ -155,10 +156,10 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     // A QP in error completes every new WR with a flush error.
     for (SendWqe& w : sq_) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
     RetireLocked();
-    return 0;
+    return err;
   }
   ProgressLocked();
-  return 0;
+  return err;
 }
 
 int Qp::PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -196,7 +197,10 @@ bool Qp::AwaitingAckLocked() const {
 
 void Qp::ProgressLocked() {
   executing_ = true;
-  while (state() == IBV_QPS_RTS && !rnr_wait_ && next_to_send_ < sq_.size()) {
+  // In SQD only what was sent before the drain began may be sent again.
+  while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
+                                     sq_[next_to_send_].before_sqd)) &&
+         !rnr_wait_ && next_to_send_ < sq_.size()) {
     const size_t index = next_to_send_++;
     ExecuteLocked(index);
   }
@@ -204,12 +208,14 @@ void Qp::ProgressLocked() {
   CompleteAckedLocked();
   RetireLocked();
   // RC: what was sent but not acknowledged waits for the transport timer.
-  if (type() == IBV_QPT_RC && state() == IBV_QPS_RTS && !rnr_wait_ && attr_.timeout != 0 && AwaitingAckLocked()) {
+  if (type() == IBV_QPT_RC && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_ &&
+      attr_.timeout != 0 && AwaitingAckLocked()) {
     Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
   }
 }
 
 void Qp::ExecuteLocked(size_t index) {
+  const ibv_qp_state sending_state = state();
   SendWqe& wqe = sq_[index];
   // Local operations: no packets.
   if (wqe.opcode == IBV_WR_BIND_MW) {
@@ -302,7 +308,7 @@ void Qp::ExecuteLocked(size_t index) {
     wqe.last_psn = p.psn;
     offset += chunk;
     Engine::Get().Transmit(std::move(p));
-    if (state() != IBV_QPS_RTS || wqe.acked) return;  // answered or failed meanwhile
+    if (state() != sending_state || wqe.acked) return;  // answered or failed meanwhile
   } while (offset < data.size());
 
   // Unreliable transports complete a WR once it is on the wire.
@@ -391,7 +397,17 @@ void Qp::ReceiveResponse(const Packet& pkt) {
   }
   CompleteAckedLocked();
   if (!executing_) RetireLocked();
-  if (!AwaitingAckLocked()) Engine::Get().CancelTimer(this);
+  if (!AwaitingAckLocked()) {
+    Engine::Get().CancelTimer(this);
+    CheckDrainedLocked();
+  }
+}
+
+// SQD: once nothing sent is still unanswered, the send queue has drained.
+void Qp::CheckDrainedLocked() {
+  if (state() != IBV_QPS_SQD || !attr_.sq_draining || AwaitingAckLocked()) return;
+  attr_.sq_draining = 0;
+  if (attr_.en_sqd_async_notify || device()->behaviour().sq_drained_always) RaiseAsyncLocked(IBV_EVENT_SQ_DRAINED);
 }
 
 // Resend from sq_[index]: go-back-N from the first unacknowledged message.
@@ -404,10 +420,12 @@ void Qp::RewindLocked(size_t index) {
   }
 }
 
-bool Qp::TimerStillDue() const { return state() == IBV_QPS_RTS && (rnr_wait_ || AwaitingAckLocked()); }
+bool Qp::TimerStillDue() const {
+  return (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && (rnr_wait_ || AwaitingAckLocked());
+}
 
 void Qp::OnTimer() {
-  if (state() != IBV_QPS_RTS) return;
+  if (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) return;
   size_t i = 0;
   while (i < sq_.size() && sq_[i].acked) ++i;
   if (i >= sq_.size()) return;

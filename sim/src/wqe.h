@@ -60,6 +60,7 @@ struct SendWqe {
   bool transmitted = false;
   bool acked = false;      // done on the wire (ACKed, answered, or failed)
   bool completed = false;  // its CQE (if any) has been generated
+  bool before_sqd = false; // sent before RTS→SQD: may still be resent while draining
   ibv_wc_status status = IBV_WC_SUCCESS;
   std::vector<uint8_t> read_data;  // READ/atomic response payload, scattered on completion
 };

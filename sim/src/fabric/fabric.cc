@@ -425,6 +425,10 @@ void Fabric::PollInbound() {
   }
 }
 
+void Fabric::PollFoundWork() {
+  if (ring_) ring_->MarkPolled(0);
+}
+
 void Fabric::BeforeBlocking() {
   if (!ring_) return;
   ring_->MarkPolled(0);

@@ -64,6 +64,9 @@ class Fabric {
   // Delivers the packets in our ring. Called by ibv_poll_cq (cheap when the
   // ring is empty) and by the progress thread. Takes the engine lock.
   void PollInbound();
+  // ibv_poll_cq found completions: the program may now leave its poll loop
+  // (to spin on memory, say), so producers should wake us from now on.
+  void PollFoundWork();
   bool InboundPending() const;
   // The same, for a thread that already holds the engine lock (timers).
   void DrainInboundLocked();
