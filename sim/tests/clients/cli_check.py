@@ -44,7 +44,12 @@ expect("run without a program is a usage error", r.returncode == 2 and "no progr
 r = run("devices", "--profile", "sim-ib")
 expect("devices lists the profile's devices", "sim0 port 1" in r.stdout, repr(r.stdout))
 
+r = run("run", "--", "/usr/bin/python3", "-c",
+        "import pyverbs.device as d; print([x.name.decode() for x in d.get_device_list()])")
+expect("pyverbs lists the simulated devices", r.returncode == 0 and "'sim0', 'sim1'" in r.stdout,
+       repr(r.stdout + r.stderr))
+
 for f in failures:
     print("FAIL", f)
-print(f"{8 - len(failures)} passed, {len(failures)} failed")
+print(f"{9 - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
