@@ -5,6 +5,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <new>
 
 namespace simverbs {
@@ -77,7 +79,9 @@ bool PacketRing::Pop(WirePacket* out) {
   const uint64_t pos = tail_.load(std::memory_order_relaxed);
   Slot* slot = &slots_[pos % kSlots];
   if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
-  *out = slot->pkt;
+  // Header and payload only: a small packet must not cost a 4 KiB copy.
+  std::memcpy(static_cast<void*>(out), &slot->pkt, offsetof(WirePacket, payload));
+  std::memcpy(out->payload, slot->pkt.payload, slot->pkt.payload_len);
   slot->seq.store(pos + kSlots, std::memory_order_release);
   tail_.store(pos + 1, std::memory_order_relaxed);
   return true;
