@@ -38,10 +38,11 @@ struct Table {
   Transition t[kStates][kStates];
 
   constexpr Table() : t() {
-    // Every state may go to RESET and to ERR with no other attribute.
+    // Every state may go to RESET, and every state but RESET to ERR, with no
+    // other attribute (the kernel's table has no RESET -> ERR either).
     for (int s = 0; s < kStates; ++s) {
       t[s][IBV_QPS_RESET].valid = true;
-      t[s][IBV_QPS_ERR].valid = true;
+      if (s != IBV_QPS_RESET) t[s][IBV_QPS_ERR].valid = true;
     }
     t[IBV_QPS_RESET][IBV_QPS_INIT] = {true, {kInitReqRcUc, 0}, {kInitReqRcUc, 0}, {kInitReqUd, 0}};
     t[IBV_QPS_INIT][IBV_QPS_INIT] = {true, {0, kInitReqRcUc}, {0, kInitReqRcUc}, {0, kInitReqUd}};

@@ -29,7 +29,7 @@ TEST(QpStateTableTest, MissingRequiredAttributeIsInvalid) {
 
 TEST(QpStateTableTest, AttributeNeitherRequiredNorOptionalIsInvalid) {
   EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPT_RC, kRcInit | IBV_QP_QKEY));
-  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RESET, IBV_QPS_ERR, IBV_QPT_RC, IBV_QP_STATE | IBV_QP_PORT));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_INIT, IBV_QPS_ERR, IBV_QPT_RC, IBV_QP_STATE | IBV_QP_PORT));
 }
 
 TEST(QpStateTableTest, UdNeedsQkeyNotAccessFlags) {
@@ -49,8 +49,13 @@ TEST(QpStateTableTest, SkippingAStateIsInvalid) {
 TEST(QpStateTableTest, AnyStateToResetAndErr) {
   for (int s = IBV_QPS_RESET; s <= IBV_QPS_ERR; ++s) {
     EXPECT_TRUE(QpTransitionIsValid(static_cast<ibv_qp_state>(s), IBV_QPS_RESET, IBV_QPT_UD, IBV_QP_STATE)) << s;
+    if (s == IBV_QPS_RESET) continue;
     EXPECT_TRUE(QpTransitionIsValid(static_cast<ibv_qp_state>(s), IBV_QPS_ERR, IBV_QPT_UD, IBV_QP_STATE)) << s;
   }
+}
+
+TEST(QpStateTableTest, ResetToErrIsInvalid) {
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RESET, IBV_QPS_ERR, IBV_QPT_RC, IBV_QP_STATE));
 }
 
 TEST(QpStateTableTest, SqeRecoveryOnlyForUnreliableTypes) {
