@@ -28,11 +28,12 @@ constexpr uint32_t kSupportedCreateMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR
 uint64_t SupportedSendOps(ibv_qp_type type) {
   const uint64_t send = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
   const uint64_t write = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
-  const uint64_t rc_only =
-      IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  const uint64_t windows = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
+  const uint64_t rc_only = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                           IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
   switch (type) {
-    case IBV_QPT_RC: return send | write | rc_only;
-    case IBV_QPT_UC: return send | write;
+    case IBV_QPT_RC: return send | write | windows | rc_only;
+    case IBV_QPT_UC: return send | write | windows;
     default: return send;
   }
 }
