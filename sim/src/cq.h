@@ -65,7 +65,6 @@ class Cq {
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.
   void AddQp(Qp* qp) { qps_.insert(qp); }
   void RemoveQp(Qp* qp) { qps_.erase(qp); }
-  std::atomic<uint32_t>& comp_reported() { return comp_reported_; }
 
   // ops installed in every context
   static int PollOp(ibv_cq* cq, int num_entries, ibv_wc* wc);

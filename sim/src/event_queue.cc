@@ -73,9 +73,4 @@ void EventQueue::Close() {
   SetReadableLocked(true);
 }
 
-size_t EventQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return events_.size();
-}
-
 }  // namespace simverbs

@@ -50,7 +50,6 @@ class EventQueue {
   // Marks the queue closed: readers of an empty queue get EIO from now on.
   void Close();
 
-  size_t size() const;
 
  private:
   void SetReadableLocked(bool readable);

@@ -108,6 +108,7 @@ class Qp {
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
   void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
                           const Packet* pkt);
+  int AccessErrorEvent() const;
   void ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event);
 
   // Completion into a CQ with the profile's overrun rules. Returns false if

@@ -171,7 +171,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
           if (!write_mr_) {
             if (!rc) return;
             ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
-                           has_recv ? -1 : (device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1));
+                           has_recv ? -1 : AccessErrorEvent());
             return;
           }
         }
@@ -183,7 +183,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         if (!mr) {
           if (!rc) return;
           ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
-                         has_recv ? -1 : (device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1));
+                         has_recv ? -1 : AccessErrorEvent());
           return;
         }
         std::memcpy(mr->Translate(write_va_, pkt.payload.size()), pkt.payload.data(), pkt.payload.size());
@@ -198,7 +198,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                               : nullptr;
       if (pkt.dma_length && !mr) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
-                       device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1);
+                       AccessErrorEvent());
         return;
       }
       // The response, segmented by the path MTU, one PSN per packet.
@@ -231,7 +231,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, 8, IBV_ACCESS_REMOTE_ATOMIC, qp_num());
       if (!mr) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
-                       device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1);
+                       AccessErrorEvent());
         return;
       }
       auto* target = reinterpret_cast<uint64_t*>(mr->Translate(pkt.remote_addr, 8));
@@ -293,6 +293,12 @@ void Qp::ReceiveUd(const Packet& pkt) {
   }
   const ibv_wc_status st = Scatter(device(), pd_, wqe, kGrhBytes, pkt.payload.data(), pkt.payload.size());
   CompleteRecvLocked(wqe, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? pkt.payload.size() + kGrhBytes : 0, &pkt);
+}
+
+// The event of an R_Key violation not tied to a receive (IBTA C9-222.1.1),
+// unless the profile's device does not raise it: -1.
+int Qp::AccessErrorEvent() const {
+  return device()->behaviour().qp_access_err_event ? IBV_EVENT_QP_ACCESS_ERR : -1;
 }
 
 void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {

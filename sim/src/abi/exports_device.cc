@@ -14,6 +14,7 @@
 #include "cq.h"
 #include "device.h"
 #include "device_list.h"
+#include "event_element.h"
 #include "query.h"
 
 #undef ibv_get_device_list
@@ -157,30 +158,12 @@ SIMVERBS_EXPORT_1_1(ibv_get_async_event) int sv_ibv_get_async_event(ibv_context*
   if (int err = c->async_events().Pop(&ev)) return MinusOneOrZero(err);
   std::memset(event, 0, sizeof *event);
   event->event_type = ev.type;
-  switch (ev.type) {
-    case IBV_EVENT_CQ_ERR:
-      event->element.cq = static_cast<ibv_cq*>(ev.element);
-      break;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-      event->element.qp = static_cast<ibv_qp*>(ev.element);
-      break;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
-      event->element.srq = static_cast<ibv_srq*>(ev.element);
-      break;
-    case IBV_EVENT_WQ_FATAL:
-      event->element.wq = static_cast<ibv_wq*>(ev.element);
-      break;
-    default:
-      event->element.port_num = ev.port_num;
-      break;
+  switch (ElementOf(ev.type)) {
+    case EventElement::kCq: event->element.cq = static_cast<ibv_cq*>(ev.element); break;
+    case EventElement::kQp: event->element.qp = static_cast<ibv_qp*>(ev.element); break;
+    case EventElement::kSrq: event->element.srq = static_cast<ibv_srq*>(ev.element); break;
+    case EventElement::kWq: event->element.wq = static_cast<ibv_wq*>(ev.element); break;
+    default: event->element.port_num = ev.port_num; break;
   }
   return 0;
 }
@@ -195,31 +178,23 @@ SIMVERBS_EXPORT_1_1(ibv_ack_async_event) void sv_ibv_ack_async_event(ibv_async_e
     pthread_cond_signal(cond);
     pthread_mutex_unlock(mu);
   };
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
+  switch (ElementOf(event->event_type)) {
+    case EventElement::kCq: {
       ibv_cq* cq = event->element.cq;
       ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
       break;
     }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+    case EventElement::kQp: {
       ibv_qp* qp = event->element.qp;
       ack(&qp->mutex, &qp->cond, &qp->events_completed);
       break;
     }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+    case EventElement::kSrq: {
       ibv_srq* srq = event->element.srq;
       ack(&srq->mutex, &srq->cond, &srq->events_completed);
       break;
     }
-    case IBV_EVENT_WQ_FATAL: {
+    case EventElement::kWq: {
       ibv_wq* wq = event->element.wq;
       ack(&wq->mutex, &wq->cond, &wq->events_completed);
       break;

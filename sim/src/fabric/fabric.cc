@@ -265,20 +265,26 @@ std::string Fabric::Attach() {
   return "";
 }
 
+// Frees every QP number that the process in `slot` owned.
+// Requires: segment mutex held.
+void Fabric::ForgetQpnsLocked(int slot) {
+  for (auto& dev : segment_->devices) {
+    for (auto& e : dev.dir) {
+      if (e.qpn.load() != 0 && e.slot.load() == slot) {
+        e.slot.store(-1);
+        e.qpn.store(0);
+      }
+    }
+  }
+}
+
 // Requires: segment mutex held.
 void Fabric::CleanDeadLocked() {
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
     const int pid = proc.pid.load();
     if (pid == 0 || Alive(pid, proc.start_time)) continue;
-    for (auto& dev : segment_->devices) {
-      for (auto& e : dev.dir) {
-        if (e.qpn.load() != 0 && e.slot.load() == i) {
-          e.slot.store(-1);
-          e.qpn.store(0);
-        }
-      }
-    }
+    ForgetQpnsLocked(i);
     shm_unlink(RingName(segment_name_, i).c_str());
     proc.pid.store(0);
   }
@@ -293,14 +299,7 @@ void Fabric::Detach() {
   bool last = false;
   {
     SegmentLock lock(&segment_->mutex);
-    for (auto& dev : segment_->devices) {
-      for (auto& e : dev.dir) {
-        if (e.qpn.load() != 0 && e.slot.load() == slot_) {
-          e.slot.store(-1);
-          e.qpn.store(0);
-        }
-      }
-    }
+    ForgetQpnsLocked(slot_);
     shm_unlink(ring_name_.c_str());
     segment_->procs[slot_].pid.store(0);
     CleanDeadLocked();
@@ -412,8 +411,6 @@ bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time);
 }
-
-bool Fabric::InboundPending() const { return ring_ && !ring_->Empty(); }
 
 void Fabric::PollInbound() {
   if (!ring_) return;

@@ -67,7 +67,6 @@ class Fabric {
   // ibv_poll_cq found completions: the program may now leave its poll loop
   // (to spin on memory, say), so producers should wake us from now on.
   void PollFoundWork();
-  bool InboundPending() const;
   // The same, for a thread that already holds the engine lock (timers).
   void DrainInboundLocked();
 
@@ -84,6 +83,7 @@ class Fabric {
   void ProgressThread();
   void DrainInbound();
   void CleanDeadLocked();
+  void ForgetQpnsLocked(int slot);
   std::string JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
                          uint64_t profile_hash);
   int slot_ = -1;
