@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "comp_channel.h"
-#include "device.h"
-#include "fabric/fabric.h"
-
 #include <cstdio>
+
+#include "comp_channel.h"
+#include "cq.h"
+#include "device.h"
+#include "event_element.h"
+#include "fabric/fabric.h"
 #include "ops_table.h"
+#include "trace/trace.h"
 
 namespace simverbs {
 
@@ -54,6 +57,30 @@ void Context::Close() {
     channels_.clear();
   }
   delete this;
+}
+
+void Context::RaiseAsync(const QueuedEvent& ev) {
+  Trace& trace = Trace::Get();
+  if (trace.enabled()) {
+    switch (ElementOf(ev.type)) {
+      case EventElement::kCq:
+        trace.AsyncObject(ev.type, "cq", static_cast<ibv_cq*>(ev.element)->handle);
+        break;
+      case EventElement::kQp:
+        trace.AsyncObject(ev.type, "qp", static_cast<ibv_qp*>(ev.element)->qp_num);
+        break;
+      case EventElement::kSrq:
+        trace.AsyncObject(ev.type, "srq", static_cast<ibv_srq*>(ev.element)->handle);
+        break;
+      case EventElement::kPort:
+        trace.AsyncPort(ev.type, device_->name(), ev.port_num);
+        break;
+      default:
+        trace.AsyncDevice(ev.type, device_->name());
+        break;
+    }
+  }
+  async_.Push(ev);
 }
 
 void Context::AddChannel(CompChannel* ch) {

@@ -39,7 +39,7 @@ class Context {
 
   EventQueue& async_events() { return async_; }
   // Queues an async event for the application (ibv_get_async_event).
-  void RaiseAsync(const QueuedEvent& ev) { async_.Push(ev); }
+  void RaiseAsync(const QueuedEvent& ev);
 
   void AddChannel(CompChannel* ch);
   void RemoveChannel(CompChannel* ch);

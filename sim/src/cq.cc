@@ -8,6 +8,7 @@
 #include "device.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "trace/trace.h"
 #include "transport/engine.h"
 
 namespace simverbs {
@@ -103,6 +104,7 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
   if (count_ == ring_.size()) {
     if (ignore_overrun_) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
+      Trace::Get().Cqe(handle_.pub.handle, wc);
       ring_[head_] = wc;
       head_ = (head_ + 1) % ring_.size();
       NotifyLocked(wc, solicited);
@@ -114,6 +116,7 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
     RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
     return PushResult::kOverrun;
   }
+  Trace::Get().Cqe(handle_.pub.handle, wc);
   ring_[(head_ + count_) % ring_.size()] = wc;
   ++count_;
   NotifyLocked(wc, solicited);

@@ -6,6 +6,7 @@
 #include "context.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "trace/trace.h"
 
 namespace simverbs {
 
@@ -33,6 +34,7 @@ ibv_port_attr Device::PortAttr(int port_num) const {
 
 void Device::SetPortState(int port_num, ibv_port_state state) {
   std::lock_guard<std::mutex> lock(mu_);
+  Trace::Get().PortState(name(), port_num, port_state_[port_num - 1], state);
   port_state_[port_num - 1] = state;
 }
 

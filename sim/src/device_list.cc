@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "trace/trace.h"
+
 namespace simverbs {
 
 DeviceList& DeviceList::Get() {
@@ -21,6 +23,7 @@ DeviceList::DeviceList() {
     return;
   }
   profile_ = std::move(load.profile);
+  Trace::Get().Start(profile_.name);
   int index = 0;
   for (const auto& dev : profile_.devices) devices_.push_back(std::make_unique<Device>(dev, profile_.behaviour, index++));
 }

@@ -9,6 +9,7 @@
 #include "pd.h"
 #include "qp_state_table.h"
 #include "srq.h"
+#include "trace/trace.h"
 #include "transport/engine.h"
 
 namespace simverbs {
@@ -245,8 +246,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     rnr_wait_ = false;
     comm_established_ = false;
   }
-  attr_.qp_state = attr_.cur_qp_state = next;
-  handle_.pub.qp_base.state = next;
+  SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
   if (mask & IBV_QP_RQ_PSN) epsn_ = attr_.rq_psn;
   if (mask & IBV_QP_RETRY_CNT) retries_left_ = attr_.retry_cnt;
@@ -268,8 +268,7 @@ void Qp::EnterErrorLocked(int event) {
   if (attr_.qp_state == IBV_QPS_ERR) return;
   attr_.sq_draining = 0;
   const bool was_reset = attr_.qp_state == IBV_QPS_RESET;
-  attr_.qp_state = attr_.cur_qp_state = IBV_QPS_ERR;
-  handle_.pub.qp_base.state = IBV_QPS_ERR;
+  SetStateLocked(IBV_QPS_ERR);
   Engine::Get().CancelTimer(this);
   if (event >= 0) RaiseAsyncLocked(static_cast<ibv_event_type>(event));
   if (was_reset) return;
@@ -296,6 +295,12 @@ void Qp::EnterErrorLocked(int event) {
   }
   // IBTA o11-5.2.5: an SRQ QP in ERR with no WQE left raises Last WQE Reached.
   if (srq_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
+}
+
+void Qp::SetStateLocked(ibv_qp_state next) {
+  Trace::Get().QpState(qp_num(), attr_.qp_state, next);
+  attr_.qp_state = attr_.cur_qp_state = next;
+  handle_.pub.qp_base.state = next;
 }
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {

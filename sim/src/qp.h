@@ -85,6 +85,8 @@ class Qp {
   ~Qp();
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
   ibv_qp_state state() const { return attr_.qp_state; }
+  // Every state change goes through here (traced). Requires: engine lock.
+  void SetStateLocked(ibv_qp_state next);
 
   // qp_requester.cc
   int CheckSendWr(const ibv_send_wr& wr) const;

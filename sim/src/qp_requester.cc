@@ -15,6 +15,7 @@
 #include "mw.h"
 #include "pd.h"
 #include "qp.h"
+#include "trace/trace.h"
 #include "transport/engine.h"
 
 namespace simverbs {
@@ -217,6 +218,7 @@ void Qp::ProgressLocked() {
 void Qp::ExecuteLocked(size_t index) {
   const ibv_qp_state sending_state = state();
   SendWqe& wqe = sq_[index];
+  Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
   // Local operations: no packets.
   if (wqe.opcode == IBV_WR_BIND_MW) {
     const ibv_wc_status st = Mw::From(wqe.mw)->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info);
@@ -483,8 +485,7 @@ void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
   if (type() == IBV_QPT_RC) {
     EnterErrorLocked(-1);
   } else {
-    attr_.qp_state = attr_.cur_qp_state = IBV_QPS_SQE;
-    handle_.pub.qp_base.state = IBV_QPS_SQE;
+    SetStateLocked(IBV_QPS_SQE);
     for (SendWqe& w : sq_) {
       if (!w.acked) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
     }
