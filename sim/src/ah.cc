@@ -8,6 +8,7 @@
 #include "context.h"
 #include "device.h"
 #include "pd.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -28,6 +29,7 @@ Ah::~Ah() {
 }
 
 Result<Ah*> Ah::Create(Pd* pd, const ibv_ah_attr& attr) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateAh)) return Result<Ah*>::Error(err);
   Device* dev = pd->context()->device();
   if (!dev->ValidPort(attr.port_num)) return Result<Ah*>::Error(EINVAL);
   const ibv_port_attr& port = dev->profile().ports[attr.port_num - 1].attr;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 
@@ -20,7 +21,10 @@ CompChannel::~CompChannel() {
   handle_.Unbind();
 }
 
-Result<CompChannel*> CompChannel::Create(Context* ctx) { return new CompChannel(ctx); }
+Result<CompChannel*> CompChannel::Create(Context* ctx) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateCompChannel)) return Result<CompChannel*>::Error(err);
+  return new CompChannel(ctx);
+}
 
 int CompChannel::Destroy() {
   // libibverbs checks refcnt under context->mutex; the context may be closed already.

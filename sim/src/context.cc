@@ -12,6 +12,7 @@
 #include "fabric/fabric.h"
 #include "ops_table.h"
 #include "trace/trace.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 
@@ -41,6 +42,7 @@ Context::~Context() {
 }
 
 Result<Context*> Context::Open(Device* device) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kOpenDevice)) return Result<Context*>::Error(err);
   // Opening a device joins the fabric, so that other processes' QPs are reachable.
   const std::string error = Fabric::Get().Attach();
   if (!error.empty()) {

@@ -10,6 +10,7 @@
 #include "qp.h"
 #include "trace/trace.h"
 #include "transport/engine.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -47,6 +48,7 @@ Cq::~Cq() {
 }
 
 Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateCq)) return Result<Cq*>::Error(err);
   const DeviceProfile& prof = ctx->device()->profile();
   if (p.cqe < 1 || p.cqe > prof.attr_ex.orig_attr.max_cqe) return Result<Cq*>::Error(EINVAL);
   if (p.comp_vector >= static_cast<uint32_t>(ctx->ibv()->num_comp_vectors)) return Result<Cq*>::Error(EINVAL);
@@ -101,6 +103,10 @@ int Cq::Resize(int cqe) {
 Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
   std::lock_guard<std::mutex> lock(mu_);
   if (destroying_ || error_) return PushResult::kErrored;
+  if (held_) {
+    held_wcs_.emplace_back(wc, solicited);
+    return PushResult::kOk;
+  }
   if (count_ == ring_.size()) {
     if (ignore_overrun_) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
@@ -121,6 +127,30 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
   ++count_;
   NotifyLocked(wc, solicited);
   return PushResult::kOk;
+}
+
+void Cq::Hold() {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ = true;
+}
+
+int Cq::ReleaseLocked() {
+  std::vector<std::pair<ibv_wc, bool>> released;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!held_) return EINVAL;
+    held_ = false;
+    released.swap(held_wcs_);
+  }
+  int result = 0;
+  for (const auto& [wc, solicited] : released) {
+    if (Push(wc, solicited) != PushResult::kOverrun) continue;
+    result = ENOSPC;
+    // The QP that completed is not known any more; the default mode's cascade
+    // covers every QP on the CQ anyway.
+    if (ctx_->device()->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) CascadeOverrunLocked();
+  }
+  return result;
 }
 
 void Cq::CascadeOverrunLocked() {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "handle.h"
@@ -54,6 +55,12 @@ class Cq {
     kErrored,  // the CQ was already in error (or being destroyed): the completion is lost
   };
   PushResult Push(const ibv_wc& wc, bool solicited);
+  // Control API: while held, completions wait outside the CQ (not polled, no
+  // events); Release pushes them in order, as if they completed now.
+  // Requires: engine lock (Release).
+  void Hold();
+  int ReleaseLocked();  // EINVAL if not held; ENOSPC if a released completion overran the CQ
+
   // The cascade of the default overrun mode: every QP on this CQ goes to ERR
   // with IBV_EVENT_QP_FATAL. Requires: engine lock.
   void CascadeOverrunLocked();
@@ -103,6 +110,8 @@ class Cq {
   Arm arm_ = Arm::kNone;
   bool error_ = false;
   bool destroying_ = false;
+  bool held_ = false;
+  std::vector<std::pair<ibv_wc, bool>> held_wcs_;  // completion, solicited bit
 };
 
 }  // namespace simverbs

@@ -1,15 +1,19 @@
 #include "event_queue.h"
 
-#include "fabric/fabric.h"
-
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
+
+#include "fabric/fabric.h"
+#include "sched/scheduler.h"
 
 namespace simverbs {
 
@@ -32,30 +36,76 @@ void EventQueue::SetReadableLocked(bool readable) {
   readable_ = readable;
 }
 
+// Requires: mu_ held. No system call unless a reader is blocked.
+void EventQueue::WakeAllLocked() {
+  wake_seq_.fetch_add(1, std::memory_order_release);
+  if (!waiters_.empty()) syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
 void EventQueue::Push(const QueuedEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(ev);
+  QueuedEvent e = ev;
+  if (e.waiter == 0 && !waiters_.empty()) {
+    size_t index;
+    if (deliver_next_to_ >= 0 && static_cast<size_t>(deliver_next_to_) < waiters_.size()) {
+      index = static_cast<size_t>(deliver_next_to_);
+    } else {
+      index = Scheduler::Get().Choose(waiters_.size());
+    }
+    if (waiters_.size() > 1 || deliver_next_to_ >= 0) e.waiter = waiters_[index];
+  }
+  deliver_next_to_ = -1;
+  events_.push_back(e);
   SetReadableLocked(true);
+  WakeAllLocked();
+}
+
+// Requires: mu_ held. Events reserved for a reader that left go to anyone.
+void EventQueue::RemoveWaiterLocked(uint64_t id) {
+  waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), id), waiters_.end());
+  for (QueuedEvent& e : events_) {
+    if (e.waiter == id) e.waiter = 0;
+  }
 }
 
 int EventQueue::Pop(QueuedEvent* out) {
+  uint64_t me = 0;  // our waiter id once we block
   for (;;) {
+    uint32_t seen;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!events_.empty()) {
-        *out = events_.front();
-        events_.pop_front();
+      auto it = std::find_if(events_.begin(), events_.end(),
+                             [me](const QueuedEvent& e) { return e.waiter == 0 || e.waiter == me; });
+      if (it != events_.end()) {
+        *out = *it;
+        out->waiter = 0;
+        events_.erase(it);
+        if (me != 0) RemoveWaiterLocked(me);
         if (out->reported) out->reported->fetch_add(1, std::memory_order_acq_rel);
         SetReadableLocked(!events_.empty() || closed_);
         return 0;
       }
-      if (closed_) return EIO;
+      if (closed_ && events_.empty()) {
+        if (me != 0) RemoveWaiterLocked(me);
+        return EIO;
+      }
+      const int flags = fcntl(fd_, F_GETFL);
+      if (flags >= 0 && (flags & O_NONBLOCK)) {
+        if (me != 0) RemoveWaiterLocked(me);
+        return EAGAIN;
+      }
+      if (me == 0) {
+        me = next_waiter_id_++;
+        waiters_.push_back(me);
+      }
+      seen = wake_seq_.load(std::memory_order_acquire);
     }
-    const int flags = fcntl(fd_, F_GETFL);
-    if (flags >= 0 && (flags & O_NONBLOCK)) return EAGAIN;
     Fabric::Get().BeforeBlocking();  // peers' packets must not wait for our next poll
-    pollfd pfd{fd_, POLLIN, 0};
-    if (poll(&pfd, 1, -1) < 0 && errno == EINTR) return EINTR;
+    if (syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0) != 0 && errno == EINTR) {
+      std::lock_guard<std::mutex> lock(mu_);
+      RemoveWaiterLocked(me);
+      return EINTR;
+    }
   }
 }
 
@@ -71,6 +121,19 @@ void EventQueue::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   SetReadableLocked(true);
+  WakeAllLocked();
+}
+
+size_t EventQueue::waiters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiters_.size();
+}
+
+int EventQueue::DeliverNextTo(size_t index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index >= waiters_.size()) return EINVAL;
+  deliver_next_to_ = static_cast<int>(index);
+  return 0;
 }
 
 }  // namespace simverbs

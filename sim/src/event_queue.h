@@ -9,6 +9,13 @@
 // queue is non-empty (or closed). The count of events "reported" for an object
 // grows when an event is handed out, not when it is queued (as the kernel's
 // ib_uverbs_event_read does): destroy waits only for events that were read.
+//
+// Several threads may block in Pop. Which of them receives an event is a
+// choice among legal behaviours, so it comes from the seeded scheduler (or
+// from the control API, DeliverNextTo): Push reserves the event for one
+// waiter, and the others keep waiting. Blocked readers wait on a futex word
+// bumped by every Push and Close, not on the fd, so a reserved event does not
+// wake the others into a busy loop; a signal still interrupts the wait (EINTR).
 
 #include <infiniband/verbs.h>
 
@@ -16,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <vector>
 
 namespace simverbs {
 
@@ -25,6 +33,7 @@ struct QueuedEvent {
   void* element = nullptr;      // ibv_cq* / ibv_qp* / ibv_srq* / ibv_wq*, or nullptr for port events
   int port_num = 0;
   std::atomic<uint32_t>* reported = nullptr;  // bumped when handed out; nullptr for port/device events
+  uint64_t waiter = 0;  // the blocked reader it is reserved for; 0 = whoever reads it first
 };
 
 class EventQueue {
@@ -50,15 +59,26 @@ class EventQueue {
   // Marks the queue closed: readers of an empty queue get EIO from now on.
   void Close();
 
+  // Threads blocked in Pop now.
+  size_t waiters() const;
+  // The next event pushed goes to the blocked reader at `index` (0 = the one
+  // waiting longest). EINVAL if fewer readers are blocked.
+  int DeliverNextTo(size_t index);
 
  private:
   void SetReadableLocked(bool readable);
+  void WakeAllLocked();
+  void RemoveWaiterLocked(uint64_t id);
 
   int fd_;
   mutable std::mutex mu_;
   std::deque<QueuedEvent> events_;
   bool readable_ = false;
   bool closed_ = false;
+  std::vector<uint64_t> waiters_;  // blocked readers, longest waiting first
+  uint64_t next_waiter_id_ = 1;
+  int deliver_next_to_ = -1;       // index in waiters_, from DeliverNextTo
+  std::atomic<uint32_t> wake_seq_{0};  // futex word
 };
 
 }  // namespace simverbs

@@ -11,6 +11,7 @@
 #include "mw.h"
 #include "pd.h"
 #include "transport/engine.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -96,6 +97,7 @@ void Mr::AssignKeys() {
 }
 
 Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kRegMr)) return Result<Mr*>::Error(err);
   if (int err = CheckAccess(access)) return Result<Mr*>::Error(err);
   const ibv_device_attr& attr = pd->context()->device()->profile().attr_ex.orig_attr;
   if (length > attr.max_mr_size) return Result<Mr*>::Error(EINVAL);

@@ -8,6 +8,7 @@
 #include "pd.h"
 #include "qp.h"
 #include "transport/engine.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -32,6 +33,7 @@ Mw::~Mw() {
 }
 
 Result<Mw*> Mw::Alloc(Pd* pd, ibv_mw_type type) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kAllocMw)) return Result<Mw*>::Error(err);
   Device* dev = pd->context()->device();
   const uint64_t caps = dev->profile().attr_ex.orig_attr.device_cap_flags;
   bool supported = false;

@@ -4,6 +4,7 @@
 
 #include "context.h"
 #include "device.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -19,6 +20,7 @@ Pd::Pd(Context* ctx) : ctx_(ctx) {
 Pd::~Pd() { handle_.Unbind(); }
 
 Result<Pd*> Pd::Alloc(Context* ctx) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kAllocPd)) return Result<Pd*>::Error(err);
   if (!ctx->device()->Reserve(Device::Kind::kPd)) return Result<Pd*>::Error(ENOMEM);
   return new Pd(ctx);
 }

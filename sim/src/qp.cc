@@ -11,6 +11,7 @@
 #include "srq.h"
 #include "trace/trace.h"
 #include "transport/engine.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -97,6 +98,7 @@ Qp::~Qp() {
 }
 
 Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateQp)) return Result<Qp*>::Error(err);
   using R = Result<Qp*>;
   Context* ctx = pd->context();
   const ibv_device_attr& dev = ctx->device()->profile().attr_ex.orig_attr;
@@ -295,6 +297,35 @@ void Qp::EnterErrorLocked(int event) {
   }
   // IBTA o11-5.2.5: an SRQ QP in ERR with no WQE left raises Last WQE Reached.
   if (srq_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
+}
+
+int Qp::FailNthSend(uint32_t nth, ibv_wc_status status) {
+  if (nth == 0 || status == IBV_WC_SUCCESS) return EINVAL;
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  if (destroying_) return EINVAL;
+  fail_countdown_ = nth;
+  fail_status_ = status;
+  return 0;
+}
+
+int Qp::InjectState(ibv_qp_state next) {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  if (destroying_) return EINVAL;
+  const ibv_qp_state cur = state();
+  if (next == IBV_QPS_ERR) {
+    // A QP in RESET has no context on the HCA to fail (and RESET->ERR is not a transition).
+    if (cur == IBV_QPS_RESET || cur == IBV_QPS_ERR) return EINVAL;
+    EnterErrorLocked(IBV_EVENT_QP_FATAL);
+    return 0;
+  }
+  // IBTA 10.3.1: only UC and UD send queues enter SQE (RC errors go to ERR).
+  if (next == IBV_QPS_SQE && (type() == IBV_QPT_UC || type() == IBV_QPT_UD) && cur == IBV_QPS_RTS) {
+    Engine::Get().CancelTimer(this);
+    EnterSqeLocked();
+    if (!executing_) RetireLocked();
+    return 0;
+  }
+  return EINVAL;
 }
 
 void Qp::SetStateLocked(ibv_qp_state next) {

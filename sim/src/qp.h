@@ -66,6 +66,14 @@ class Qp {
   // Requires: engine lock held.
   void RaiseAsyncLocked(ibv_event_type type);
 
+  // Control API. The nth send WR posted from now on (1 = the next) completes
+  // with `status` instead of executing, with the consequences of a real error
+  // of that kind (RC to ERR, UC/UD to SQE). EINVAL for nth 0 or SUCCESS.
+  int FailNthSend(uint32_t nth, ibv_wc_status status);
+  // Control API: the HCA moves the QP to ERR (with IBV_EVENT_QP_FATAL) or, for
+  // UC and UD in RTS, to SQE (flushing the send queue). EINVAL otherwise.
+  int InjectState(ibv_qp_state state);
+
   // Requires: engine lock held. Moves the QP to ERR and flushes it; raises
   // `event` (e.g. IBV_EVENT_QP_FATAL) unless it is negative.
   void EnterErrorLocked(int event);
@@ -97,6 +105,7 @@ class Qp {
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order
   void FailSendLocked(SendWqe& wqe, ibv_wc_status status);
+  void EnterSqeLocked();  // UC/UD send error: SQE, the rest of the send queue flushed
   void RetireLocked();
   void RewindLocked(size_t index);
   uint32_t PathMtuBytes() const;
@@ -131,6 +140,9 @@ class Qp {
   ibv_qp_attr attr_{};  // the attributes as ibv_query_qp reports them
   ibv_qp_init_attr init_{};
   bool destroying_ = false;
+
+  uint32_t fail_countdown_ = 0;  // FailNthSend: posts until the failing one; 0 = none
+  ibv_wc_status fail_status_ = IBV_WC_SUCCESS;
 
   std::deque<SendWqe> sq_;  // posted, not yet retired
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted

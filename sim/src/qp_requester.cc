@@ -151,6 +151,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       wqe.remote_addr = wr->wr.rdma.remote_addr;
       wqe.rkey = wr->wr.rdma.rkey;
     }
+    if (fail_countdown_ > 0 && --fail_countdown_ == 0) wqe.injected = fail_status_;
     sq_.push_back(std::move(wqe));
   }
   if (s == IBV_QPS_ERR || s == IBV_QPS_SQE) {
@@ -219,6 +220,10 @@ void Qp::ExecuteLocked(size_t index) {
   const ibv_qp_state sending_state = state();
   SendWqe& wqe = sq_[index];
   Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
+  if (wqe.injected != IBV_WC_SUCCESS) {
+    FailSendLocked(wqe, wqe.injected);
+    return;
+  }
   // Local operations: no packets.
   if (wqe.opcode == IBV_WR_BIND_MW) {
     const ibv_wc_status st = Mw::From(wqe.mw)->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info);
@@ -485,10 +490,14 @@ void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
   if (type() == IBV_QPT_RC) {
     EnterErrorLocked(-1);
   } else {
-    SetStateLocked(IBV_QPS_SQE);
-    for (SendWqe& w : sq_) {
-      if (!w.acked) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
-    }
+    EnterSqeLocked();
+  }
+}
+
+void Qp::EnterSqeLocked() {
+  SetStateLocked(IBV_QPS_SQE);
+  for (SendWqe& w : sq_) {
+    if (!w.acked) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "context.h"
 #include "device.h"
 #include "pd.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -33,6 +34,7 @@ Srq::~Srq() {
 }
 
 Result<Srq*> Srq::Create(Pd* pd, const ibv_srq_init_attr& a) {
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateSrq)) return Result<Srq*>::Error(err);
   const ibv_device_attr& d = pd->context()->device()->profile().attr_ex.orig_attr;
   // srq_limit is ignored at creation (ibv_create_srq(3)).
   if (a.attr.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.attr.max_sge > static_cast<uint32_t>(d.max_srq_sge)) {

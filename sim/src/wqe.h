@@ -62,6 +62,7 @@ struct SendWqe {
   bool completed = false;  // its CQE (if any) has been generated
   bool before_sqd = false; // sent before RTS→SQD: may still be resent while draining
   ibv_wc_status status = IBV_WC_SUCCESS;
+  ibv_wc_status injected = IBV_WC_SUCCESS;  // control API: complete with this instead of executing
   std::vector<uint8_t> read_data;  // READ/atomic response payload, scattered on completion
 };
 

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define SIMVERBS_API_VERSION 1
+#define SIMVERBS_API_VERSION 2
 
 /* The API version the library implements (SIMVERBS_API_VERSION). */
 int simverbs_version(void);
@@ -46,6 +46,63 @@ int simverbs_raise_device_fatal(struct ibv_context *context);
 /* Adds a completion to a CQ as the HCA would (arming, channel events and
  * overrun rules apply). solicited: the completion carries the SE bit. */
 int simverbs_push_completion(struct ibv_cq *cq, const struct ibv_wc *wc, int solicited);
+
+/* ---- Faults ---------------------------------------------------------- */
+
+/* The nth send work request posted to the QP from now on (1 = the next one)
+ * completes with `status` instead of executing, with the consequences a real
+ * error of that status has: an RC QP goes to ERR and flushes the rest, a UC or
+ * UD QP goes to SQE. The error completion is generated even if unsignaled.
+ * EINVAL for nth 0 or IBV_WC_SUCCESS. A later call replaces an armed one. */
+int simverbs_fail_send_wr(struct ibv_qp *qp, unsigned int nth, enum ibv_wc_status status);
+
+/* The HCA moves the QP, as after an error it detected itself:
+ *   IBV_QPS_ERR: from any state but RESET and ERR; raises IBV_EVENT_QP_FATAL and flushes.
+ *   IBV_QPS_SQE: UC and UD QPs in RTS; outstanding send WRs flush; receives go on.
+ * EINVAL otherwise. (A CQ is put in error with simverbs_raise_cq_event(cq, IBV_EVENT_CQ_ERR).) */
+int simverbs_set_qp_state(struct ibv_qp *qp, enum ibv_qp_state state);
+
+/* Allocation failures. Every point where an object is created has a name
+ * ("alloc_pd", "reg_mr", "create_cq", ...); simverbs_fault_point_name(i) for
+ * i in [0, simverbs_fault_point_count()) lists them, so a test can sweep all.
+ * simverbs_fail_after(name, calls, err): `calls` more calls succeed, the next
+ * one fails with `err` (e.g. ENOMEM) before creating anything, then the point
+ * disarms. The counts are per process. EINVAL for an unknown name or err <= 0. */
+int simverbs_fault_point_count(void);
+const char *simverbs_fault_point_name(int index); /* NULL out of range */
+int simverbs_fail_after(const char *point, unsigned int calls, int err);
+void simverbs_clear_faults(void);
+
+/* ---- Delivery control -------------------------------------------------- */
+
+/* While a CQ is held, its completions wait outside it: ibv_poll_cq does not
+ * see them and they raise no completion events. Releasing pushes them into the
+ * CQ in completion order, as if they had just completed (arming, events and
+ * overrun rules apply; ENOSPC if one overran the CQ). EINVAL if not held. */
+int simverbs_hold_completions(struct ibv_cq *cq);
+int simverbs_release_completions(struct ibv_cq *cq);
+
+/* The threads blocked now in ibv_get_async_event on the context (or in
+ * ibv_get_cq_event on the channel); -1 for a bad argument. A test waits for
+ * this count instead of sleeping until its threads are parked. */
+int simverbs_async_waiters(struct ibv_context *context);
+int simverbs_comp_waiters(struct ibv_comp_channel *channel);
+
+/* The next event queued on the context (channel) goes to the blocked thread
+ * at `index`, 0 being the one that has waited longest. Without this the seeded
+ * scheduler chooses. EINVAL if fewer threads are blocked. */
+int simverbs_deliver_async_to(struct ibv_context *context, unsigned int index);
+int simverbs_deliver_comp_to(struct ibv_comp_channel *channel, unsigned int index);
+
+/* ---- Determinism ------------------------------------------------------- */
+
+/* The seed of the run's scheduler: SIMVERBS_SEED, or the one drawn at start.
+ * Every choice among legal behaviours (which blocked thread gets an event,
+ * spurious completion events, SRQ order, QP number reuse, the contents of
+ * invalid completion fields) comes from it. */
+unsigned long long simverbs_seed(void);
+/* Restarts the scheduler as if the run had started with SIMVERBS_SEED=seed. */
+void simverbs_reseed(unsigned long long seed);
 
 #ifdef __cplusplus
 }

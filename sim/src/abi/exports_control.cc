@@ -6,7 +6,10 @@
 #include "context.h"
 #include "cq.h"
 #include "device.h"
+#include "comp_channel.h"
 #include "event_element.h"
+#include "fault/fault_points.h"
+#include "sched/scheduler.h"
 #include "qp.h"
 #include "srq.h"
 #include "transport/engine.h"
@@ -68,3 +71,67 @@ SIMVERBS_EXPORT int simverbs_push_completion(ibv_cq* cq, const ibv_wc* wc, int s
   }
   return ENOSPC;
 }
+
+SIMVERBS_EXPORT int simverbs_fail_send_wr(ibv_qp* qp, unsigned int nth, ibv_wc_status status) {
+  Qp* q = Qp::From(qp);
+  if (!q) return EINVAL;
+  return q->FailNthSend(nth, status);
+}
+
+SIMVERBS_EXPORT int simverbs_set_qp_state(ibv_qp* qp, ibv_qp_state state) {
+  Qp* q = Qp::From(qp);
+  if (!q) return EINVAL;
+  return q->InjectState(state);
+}
+
+SIMVERBS_EXPORT int simverbs_fault_point_count(void) { return static_cast<int>(FaultPoints::kCount); }
+
+SIMVERBS_EXPORT const char* simverbs_fault_point_name(int index) {
+  return index < 0 ? nullptr : FaultPoints::Name(static_cast<size_t>(index));
+}
+
+SIMVERBS_EXPORT int simverbs_fail_after(const char* point, unsigned int calls, int err) {
+  return FaultPoints::Get().Arm(point, calls, err);
+}
+
+SIMVERBS_EXPORT void simverbs_clear_faults(void) { FaultPoints::Get().DisarmAll(); }
+
+SIMVERBS_EXPORT int simverbs_hold_completions(ibv_cq* cq) {
+  Cq* c = Cq::From(cq);
+  if (!c) return EINVAL;
+  c->Hold();
+  return 0;
+}
+
+SIMVERBS_EXPORT int simverbs_release_completions(ibv_cq* cq) {
+  Cq* c = Cq::From(cq);
+  if (!c) return EINVAL;
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  return c->ReleaseLocked();
+}
+
+SIMVERBS_EXPORT int simverbs_async_waiters(ibv_context* context) {
+  Context* c = Context::From(context);
+  return c ? static_cast<int>(c->async_events().waiters()) : -1;
+}
+
+SIMVERBS_EXPORT int simverbs_comp_waiters(ibv_comp_channel* channel) {
+  CompChannel* ch = CompChannel::From(channel);
+  return ch ? static_cast<int>(ch->events().waiters()) : -1;
+}
+
+SIMVERBS_EXPORT int simverbs_deliver_async_to(ibv_context* context, unsigned int index) {
+  Context* c = Context::From(context);
+  if (!c) return EINVAL;
+  return c->async_events().DeliverNextTo(index);
+}
+
+SIMVERBS_EXPORT int simverbs_deliver_comp_to(ibv_comp_channel* channel, unsigned int index) {
+  CompChannel* ch = CompChannel::From(channel);
+  if (!ch) return EINVAL;
+  return ch->events().DeliverNextTo(index);
+}
+
+SIMVERBS_EXPORT unsigned long long simverbs_seed(void) { return Scheduler::Get().seed(); }
+
+SIMVERBS_EXPORT void simverbs_reseed(unsigned long long seed) { Scheduler::Get().Reseed(seed); }

@@ -29,6 +29,11 @@ Scheduler::Scheduler() {
   state_ = seed_;
 }
 
+void Scheduler::Reseed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  seed_ = state_ = seed;
+}
+
 bool Scheduler::ParseSeed(const std::string& text, uint64_t* out) {
   if (text.empty() || text[0] == '-') return false;
   errno = 0;

@@ -31,6 +31,8 @@ class Scheduler {
   // True with probability 1/one_in.
   bool OneIn(uint32_t one_in);
   uint64_t Next();
+  // Restarts the sequence as if the run had started with SIMVERBS_SEED=seed.
+  void Reseed(uint64_t seed);
 
   // Parses SIMVERBS_SEED text; false if it is not a decimal or 0x number.
   static bool ParseSeed(const std::string& text, uint64_t* out);

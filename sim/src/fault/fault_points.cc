@@ -1,0 +1,49 @@
+#include "fault/fault_points.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace simverbs {
+namespace {
+constexpr const char* kNames[] = {
+#define SIMVERBS_FAULT_NAME(id, name) name,
+    SIMVERBS_FAULT_POINTS(SIMVERBS_FAULT_NAME)
+#undef SIMVERBS_FAULT_NAME
+};
+static_assert(sizeof kNames / sizeof kNames[0] == FaultPoints::kCount);
+}  // namespace
+
+FaultPoints& FaultPoints::Get() {
+  static FaultPoints* points = new FaultPoints();
+  return *points;
+}
+
+const char* FaultPoints::Name(size_t index) { return index < kCount ? kNames[index] : nullptr; }
+
+int FaultPoints::Arm(const char* name, unsigned calls, int err) {
+  if (!name || err <= 0) return EINVAL;
+  for (size_t i = 0; i < kCount; ++i) {
+    if (std::strcmp(name, kNames[i]) != 0) continue;
+    slots_[i].err.store(err);
+    slots_[i].remaining.store(static_cast<long>(calls));
+    any_armed_.store(true);
+    return 0;
+  }
+  return EINVAL;
+}
+
+void FaultPoints::DisarmAll() {
+  for (Slot& s : slots_) s.remaining.store(-1);
+  any_armed_.store(false);
+}
+
+int FaultPoints::HitSlow(FaultPoint point) {
+  Slot& s = slots_[static_cast<size_t>(point)];
+  long left = s.remaining.load();
+  while (left >= 0) {
+    if (s.remaining.compare_exchange_weak(left, left - 1)) return left == 0 ? s.err.load() : 0;
+  }
+  return 0;
+}
+
+}  // namespace simverbs
