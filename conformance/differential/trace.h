@@ -10,7 +10,8 @@
 //                and imm_data only with IBV_WC_WITH_IMM (ibv_poll_cq(3): the other fields are
 //                not valid otherwise)
 //   events       the async events whose element is that object, in the order read
-//   other keys   facts the scenario records (QP state, CQ size, results of calls)
+//   other keys   facts the scenario records (QP state, CQ size, results of calls), and
+//                poll_failed when ibv_poll_cq returned a negative value
 //
 // Timing is not part of the trace: events and completions are compared per object, and a
 // scenario reaches a defined point (Settle) before it reads anything that races.
