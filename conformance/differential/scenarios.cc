@@ -33,6 +33,7 @@ struct Pair {
   conformance::SrqPtr srq;
   QpEnd a;
   QpEnd b;
+  ibv_ah_attr address = {};  // the port's own (loopback)
 
   bool AllocPd(const Setup& setup, Trace* trace) {
     pd.reset(ibv_alloc_pd(setup.context));
@@ -43,6 +44,16 @@ struct Pair {
   // Creates what AllocPd has not, names it in the trace and connects a <-> b.
   bool Make(const Setup& setup, Trace* trace, EndConfig a_config = {}, EndConfig b_config = {},
             const ConnectParams& a_params = {}, const ConnectParams& b_params = {}) {
+    if (!Create(setup, trace, a_config, b_config)) return false;
+    auto ok = conformance::PortAddress(setup.context, setup.port, setup.gid_index, false, &address);
+    if (ok) ok = conformance::BringUp(a.get(), setup.port, b.qp_num(), address, a_params);
+    if (ok) ok = conformance::BringUp(b.get(), setup.port, a.qp_num(), address, b_params);
+    if (!ok) trace->Fail(ok.message());
+    return ok;
+  }
+
+  // Creates the buffers, CQs and QPs (in RESET) and names them in the trace.
+  bool Create(const Setup& setup, Trace* trace, const EndConfig& a_config = {}, const EndConfig& b_config = {}) {
     if (!pd && !AllocPd(setup, trace)) return false;
     for (auto ok : {local.Register(pd.get(), 4096), remote.Register(pd.get(), 4096)}) {
       if (!ok) {
@@ -63,10 +74,7 @@ struct Pair {
     trace->Name(a.recv_cq.get(), "cq.a.recv");
     trace->Name(b.send_cq.get(), "cq.b.send");
     trace->Name(b.recv_cq.get(), "cq.b.recv");
-    ibv_ah_attr address = {};
     auto ok = conformance::PortAddress(setup.context, setup.port, setup.gid_index, false, &address);
-    if (ok) ok = conformance::BringUp(a.get(), setup.port, b.qp_num(), address, a_params);
-    if (ok) ok = conformance::BringUp(b.get(), setup.port, a.qp_num(), address, b_params);
     if (!ok) trace->Fail(ok.message());
     return ok;
   }
@@ -301,6 +309,91 @@ void SrqLimitReached(const Setup& setup, Trace* trace) {
   pair.RecordStates(trace);
 }
 
+// Records a step's result as a call; a step that fails ends the scenario.
+bool Step(Trace* trace, const std::string& role, const std::string& what, const testing::AssertionResult& ok) {
+  trace->Call(role, what, ok ? 0 : EINVAL);
+  if (!ok) trace->Fail(ok.message());
+  return ok;
+}
+
+// A SEND posted while a is in INIT and one while it is in RTR, then a is moved to RTS and posts a
+// third: does the post fail, does it name the WR, and do the refused WRs run later anyway.
+void PostSendBeforeRts(const Setup& setup, Trace* trace) {
+  Pair pair;
+  if (!pair.Create(setup, trace)) return;
+  ibv_sge rsge = pair.remote.Sge(0, 8);
+  const ConnectParams params;
+  if (!Step(trace, "qp.b", "bring up", conformance::BringUp(pair.b.get(), setup.port, pair.a.qp_num(), pair.address,
+                                                            params))) {
+    return;
+  }
+  PostRecvs(trace, "qp.b", pair.b.get(), &rsge, 100, 3);
+  ibv_sge sge = pair.local.Sge(0, 8);
+  const auto post = [&](uint64_t wr_id, const char* state) {
+    ibv_send_wr wr = conformance::SendWr(wr_id, &sge, 1);
+    ibv_send_wr* bad = nullptr;
+    trace->Call("qp.a", std::string("ibv_post_send in ") + state, ibv_post_send(pair.a.get(), &wr, &bad));
+    trace->Set("qp.a", std::string("bad_wr in ") + state, bad == &wr ? "the WR" : bad ? "another pointer" : "NULL");
+  };
+  if (!Step(trace, "qp.a", "to INIT", conformance::ModifyToInit(pair.a.get(), setup.port, params))) return;
+  post(1, "INIT");
+  if (!Step(trace, "qp.a", "to RTR", conformance::ModifyToRtr(pair.a.get(), pair.b.qp_num(), pair.address, params))) {
+    return;
+  }
+  post(2, "RTR");
+  if (!Step(trace, "qp.a", "to RTS", conformance::ModifyToRts(pair.a.get(), params))) return;
+  trace->Settle(true);
+  post(3, "RTS");
+  if (!trace->WaitForCompletions(pair.a.send_cq.get(), 1, "a completion after the SEND in RTS")) return;
+  trace->Settle(true);
+  pair.RecordStates(trace);
+}
+
+// b is left in RTR while a sends to it, then moved to RTS: Communication Established or not.
+void ReceiveInRtr(const Setup& setup, Trace* trace) {
+  Pair pair;
+  if (!pair.Create(setup, trace)) return;
+  const ConnectParams params;
+  if (!Step(trace, "qp.b", "to INIT", conformance::ModifyToInit(pair.b.get(), setup.port, params)) ||
+      !Step(trace, "qp.b", "to RTR", conformance::ModifyToRtr(pair.b.get(), pair.a.qp_num(), pair.address, params)) ||
+      !Step(trace, "qp.a", "bring up",
+            conformance::BringUp(pair.a.get(), setup.port, pair.b.qp_num(), pair.address, params))) {
+    return;
+  }
+  ibv_sge rsge = pair.remote.Sge(0, 8);
+  PostRecvs(trace, "qp.b", pair.b.get(), &rsge, 100, 1);
+  ibv_sge sge = pair.local.Sge(0, 8);
+  PostSends(trace, pair.a.get(), &sge, 1, 1);
+  if (!trace->WaitForCompletions(pair.a.send_cq.get(), 1, "the SEND to the QP in RTR")) return;
+  trace->Settle(true);
+  Step(trace, "qp.b", "to RTS", conformance::ModifyToRts(pair.b.get(), params));
+  trace->Settle(true);
+  pair.RecordStates(trace);
+}
+
+// a drains its send queue (RTS -> SQD without en_sqd_async_notify) after two SENDs, then goes
+// back to RTS and sends once more.
+void SqDrain(const Setup& setup, Trace* trace) {
+  Pair pair;
+  if (!pair.Make(setup, trace)) return;
+  ibv_sge rsge = pair.remote.Sge(0, 8);
+  PostRecvs(trace, "qp.b", pair.b.get(), &rsge, 100, 3);
+  ibv_sge sge = pair.local.Sge(0, 8);
+  PostSends(trace, pair.a.get(), &sge, 1, 2);
+  if (!trace->WaitForCompletions(pair.a.send_cq.get(), 2, "completions of both SENDs")) return;
+  ibv_qp_attr attr = {};
+  attr.qp_state = IBV_QPS_SQD;
+  trace->Call("qp.a", "ibv_modify_qp(IBV_QPS_SQD)", ibv_modify_qp(pair.a.get(), &attr, IBV_QP_STATE));
+  trace->Settle(true);
+  trace->RecordState(pair.a.get(), "state_when_drained");
+  attr.qp_state = IBV_QPS_RTS;
+  trace->Call("qp.a", "ibv_modify_qp(IBV_QPS_RTS)", ibv_modify_qp(pair.a.get(), &attr, IBV_QP_STATE));
+  PostSends(trace, pair.a.get(), &sge, 3, 1);
+  if (!trace->WaitForCompletions(pair.b.recv_cq.get(), 1, "the SEND after SQD at b")) return;
+  trace->Settle(true);
+  pair.RecordStates(trace);
+}
+
 }  // namespace
 
 const std::vector<Scenario>& Scenarios() {
@@ -312,6 +405,9 @@ const std::vector<Scenario>& Scenarios() {
       {"rnr-retry-exceeded", "SENDs to a QP without receives, rnr_retry 0", RnrRetryExceeded},
       {"port-down-up", "the link goes down and up under a connected pair", PortDownUp},
       {"srq-limit", "an SRQ armed with a limit drained below it and to empty", SrqLimitReached},
+      {"post-send-before-rts", "SENDs posted in INIT and RTR, then the QP moved to RTS", PostSendBeforeRts},
+      {"receive-in-rtr", "a SEND reaches a QP in RTR, which then moves to RTS", ReceiveInRtr},
+      {"sq-drain", "RTS -> SQD without en_sqd_async_notify after two SENDs, then back to RTS", SqDrain},
   };
   return kScenarios;
 }

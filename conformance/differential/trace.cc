@@ -136,10 +136,10 @@ void Trace::Call(const std::string& role, const std::string& verb, int rc) {
   objects_[role]["calls"].push_back({{"verb", verb}, {"result", ResultName(rc)}});
 }
 
-void Trace::RecordState(ibv_qp* qp) {
+void Trace::RecordState(ibv_qp* qp, const std::string& key) {
   ibv_qp_state state = IBV_QPS_UNKNOWN;
   if (auto ok = conformance::QueryQpState(qp, &state); !ok) Fail(ok.message());
-  objects_[RoleOf(qp)]["state"] = QpStateName(state);
+  objects_[RoleOf(qp)][key] = QpStateName(state);
 }
 
 void Trace::Fail(const std::string& what) { errors_.push_back(what); }

@@ -49,8 +49,8 @@ class Trace {
   void Set(const std::string& role, const std::string& key, nlohmann::json value);
   // Appends {"verb": verb, "result": "0" | errno name} to objects[role]["calls"].
   void Call(const std::string& role, const std::string& verb, int rc);
-  // Records the QP's state (ibv_query_qp) as objects[role]["state"].
-  void RecordState(ibv_qp* qp);
+  // Records the QP's state (ibv_query_qp) as objects[role][key].
+  void RecordState(ibv_qp* qp, const std::string& key = "state");
   // A scenario step that could not be done; the scenario's trace is then not comparable.
   void Fail(const std::string& what);
   bool failed() const { return !errors_.empty(); }
