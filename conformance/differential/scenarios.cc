@@ -41,18 +41,18 @@ struct Pair {
     return pd != nullptr;
   }
 
-  // Creates what AllocPd has not, names it in the trace and connects a <-> b.
-  bool Make(const Setup& setup, Trace* trace, EndConfig a_config = {}, EndConfig b_config = {},
+  // Create, then connect a <-> b (RESET -> INIT -> RTR -> RTS).
+  bool Make(const Setup& setup, Trace* trace, const EndConfig& a_config = {}, const EndConfig& b_config = {},
             const ConnectParams& a_params = {}, const ConnectParams& b_params = {}) {
     if (!Create(setup, trace, a_config, b_config)) return false;
-    auto ok = conformance::PortAddress(setup.context, setup.port, setup.gid_index, false, &address);
-    if (ok) ok = conformance::BringUp(a.get(), setup.port, b.qp_num(), address, a_params);
+    auto ok = conformance::BringUp(a.get(), setup.port, b.qp_num(), address, a_params);
     if (ok) ok = conformance::BringUp(b.get(), setup.port, a.qp_num(), address, b_params);
     if (!ok) trace->Fail(ok.message());
     return ok;
   }
 
-  // Creates the buffers, CQs and QPs (in RESET) and names them in the trace.
+  // Creates what AllocPd has not (buffers, CQs, QPs in RESET), names it in the trace and reads
+  // the port's address.
   bool Create(const Setup& setup, Trace* trace, const EndConfig& a_config = {}, const EndConfig& b_config = {}) {
     if (!pd && !AllocPd(setup, trace)) return false;
     for (auto ok : {local.Register(pd.get(), 4096), remote.Register(pd.get(), 4096)}) {
@@ -92,6 +92,7 @@ void PostSendList(Trace* trace, const std::string& role, ibv_qp* qp, std::vector
   trace->Call(role, "ibv_post_send", ibv_post_send(qp, wrs.data(), &bad));
 }
 
+// Posts `count` SENDs of sge from qp.a as one list.
 void PostSends(Trace* trace, ibv_qp* qp, ibv_sge* sge, uint64_t first_wr_id, int count,
                unsigned flags = IBV_SEND_SIGNALED) {
   std::vector<ibv_send_wr> wrs;
