@@ -165,7 +165,8 @@ def run_sim(program, simverbs, profile, fabric, out, device, scenarios):
     env = dict(os.environ, SIMVERBS_FABRIC=fabric)
     cmd = [simverbs, "run", "--profile", profile, "--", program, "--device", device, "--output", out]
     cmd += [a for s in scenarios for a in ("--scenario", s)]
-    rc = subprocess.run(cmd, env=env, stdout=sys.stderr, timeout=600).returncode
+    # verbs-differential ends itself after 240 s (--time-limit); this only backs that up.
+    rc = subprocess.run(cmd, env=env, stdout=sys.stderr, timeout=300).returncode
     if not os.path.exists(out):
         print(f"differential: verbs-differential wrote no trace on the simulator (exit {rc})", file=sys.stderr)
         return rc or 1
