@@ -269,8 +269,9 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     const ibv_wc_opcode op = pkt.op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
     CompleteRecvLocked(recv_wqe_, IBV_WC_SUCCESS, op, recv_offset_, &pkt);
   }
-  // The first packet of a message moves an RTR QP on: Communication Established.
-  if (rc && pkt.last) Respond(pkt, Packet::Kind::kAck);
+  // A receive completion that did not fit in its CQ can take the QP to ERR (rxe 6.1:
+  // rxe_resp.c do_complete -> RESPST_ERR_CQ_OVERFLOW, no ACK): a QP in ERR acknowledges nothing.
+  if (rc && pkt.last && state() != IBV_QPS_ERR) Respond(pkt, Packet::Kind::kAck);
 }
 
 void Qp::ReceiveUd(const Packet& pkt) {

@@ -2,6 +2,8 @@
 //   simverbs run [--profile P] -- CMD ARGS...   run a program on simulated devices
 //   simverbs devices [--profile P]              list the devices a profile gives
 //   simverbs profiles                           list the profiles that can be named
+//   simverbs record [--device D] [--stable-identity] [--stable-mac MAC] [--name N] [OUT.json]
+//                                               write a profile of a device this machine has
 
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "profile.h"
+#include "record.h"
 
 namespace {
 
@@ -130,9 +133,29 @@ int main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "List the simulated devices of a profile");
   devices->add_option("--profile,-p", profile, "Device profile: a name or a .json path");
   app.add_subcommand("profiles", "List the profiles that can be given by name");
+  simverbs::RecordOptions record_options;
+  CLI::App* record = app.add_subcommand(
+      "record",
+      "Write a device profile of a device this machine has, read through the system libibverbs; an existing "
+      "OUT.json keeps its behaviour and description");
+  record->add_option("--device,-d", record_options.device, "The device (default: the first)");
+  record->add_option("--name", record_options.name, "The profile's name (default: OUT.json's, else its stem)");
+  bool stable_identity = false;
+  record->add_flag("--stable-identity", stable_identity,
+                   "Replace the node GUID and link-local GIDs by those of MAC " +
+                       std::string(simverbs::kDefaultStableMac) +
+                       " (or --stable-mac), so the file does not change from boot to boot");
+  std::string stable_mac = simverbs::kDefaultStableMac;
+  CLI::Option* stable_mac_option =
+      record->add_option("--stable-mac", stable_mac, "The MAC for --stable-identity (implies it)");
+  record->add_option("output", record_options.output, "The profile to write (default: stdout)");
 
   CLI11_PARSE(app, argc, argv);
   if (devices->parsed()) return Devices(profile);
+  if (record->parsed()) {
+    if (stable_identity || stable_mac_option->count() > 0) record_options.stable_mac = stable_mac;
+    return simverbs::Record(record_options);
+  }
   for (const auto& name : simverbs::AvailableProfiles()) std::printf("%s\n", name.c_str());
   return 0;
 }
