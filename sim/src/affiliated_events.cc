@@ -14,22 +14,20 @@ namespace {
 
 constexpr long kDefaultDestroyWarnMs = 3000;
 
-// SIMVERBS_DESTROY_WARN_MS, read once: how long a destroy waits for acks
-// before it says so on stderr; 0 never says it.
+// SIMVERBS_DESTROY_WARN_MS: how long a destroy waits for acks before it says
+// so on stderr; 0 never says it. Read at each destroy (not a hot path), so a
+// program or test may change it at run time.
 long DestroyWarnMs() {
-  static const long ms = [] {
-    const char* env = std::getenv("SIMVERBS_DESTROY_WARN_MS");
-    if (env == nullptr || *env == '\0') return kDefaultDestroyWarnMs;
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    if (*end != '\0' || value < 0) {
-      std::fprintf(stderr, "simverbs: SIMVERBS_DESTROY_WARN_MS=%s is not a number of milliseconds; using %ld\n", env,
-                   kDefaultDestroyWarnMs);
-      return kDefaultDestroyWarnMs;
-    }
-    return value;
-  }();
-  return ms;
+  const char* env = std::getenv("SIMVERBS_DESTROY_WARN_MS");
+  if (env == nullptr || *env == '\0') return kDefaultDestroyWarnMs;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || value < 0) {
+    std::fprintf(stderr, "simverbs: SIMVERBS_DESTROY_WARN_MS=%s is not a number of milliseconds; using %ld\n", env,
+                 kDefaultDestroyWarnMs);
+    return kDefaultDestroyWarnMs;
+  }
+  return value;
 }
 
 // The public cond is made with default attributes, so its clock is CLOCK_REALTIME.
