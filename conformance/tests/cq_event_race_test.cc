@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -139,6 +140,7 @@ TEST_F(CqOverrunRaceTest, PollerSeesOrderedCompletions_OverrunWhilePolling) {
   for (int round = 0; round < kMaxRounds && !overran && !HasFailure(); ++round) {
     CqPtr cq(ibv_create_cq(context(), 4, nullptr, nullptr, 0));
     ASSERT_NE(cq, nullptr) << ErrnoName(errno);
+    std::atomic<bool> polling{false};
     std::atomic<bool> pushing{true};
     std::vector<uint64_t> polled;
     int poll_error = 0;
@@ -147,6 +149,7 @@ TEST_F(CqOverrunRaceTest, PollerSeesOrderedCompletions_OverrunWhilePolling) {
       // One last poll after the pushes ended takes what is left.
       for (bool last = false; !last;) {
         last = !pushing.load();
+        polling.store(true);
         for (int n; (n = ibv_poll_cq(cq.get(), 4, wc)) != 0;) {
           if (n < 0) {
             poll_error = n;
@@ -156,6 +159,9 @@ TEST_F(CqOverrunRaceTest, PollerSeesOrderedCompletions_OverrunWhilePolling) {
         }
       }
     });
+    // The pushes start once the poller runs, so the two overlap.
+    const auto give_up = std::chrono::steady_clock::now() + kReturnWindow;
+    while (!polling.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
     int refused = 0;
     for (int i = 0; i < kPushes; ++i) {
       if (sim().PushCompletion(cq.get(), MakeRecvWc(static_cast<uint64_t>(i)), false) != 0) ++refused;
