@@ -1,6 +1,7 @@
-// Verbs from several threads at once on one context: each thread drives its
-// own RC pair while another QP's transport timer runs out (on the simulator:
-// application threads, its timer thread and its fabric thread together).
+// Verbs from several threads at once on one context: threads that each drive
+// their own RC pair while another QP's transport timer runs out, and a poster
+// thread racing an event-loop thread (on the simulator: application threads,
+// its timer thread and its fabric thread together).
 // Portable; every wait is a bounded poll.
 
 #include <gmock/gmock.h>
@@ -8,14 +9,18 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/event_wait.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/verbs_handles.h"
 
 namespace conformance {
 namespace {
@@ -117,6 +122,76 @@ TEST_F(QpThreadsTest, ConcurrentPairsCompleteInOrder_WhileTimerExpires) {
   ASSERT_TRUE(stuck_completed);
   EXPECT_EQ(wc.wr_id, 7u);
   EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
+// Rule: ibv_get_cq_event(3): the stage II loop "Wait for the completion event and ack it", "Request for
+//   notification upon the next completion event", "Empty the CQ" - run on its own thread while another
+//   thread posts; ibv_req_notify_cq(3): a new CQE on an armed CQ adds a completion event to its channel.
+// Checks: one thread posts 200 SENDs a_ -> b_ (each once the previous one's send completion is polled)
+//   while another runs the stage II loop on b_'s receive CQ (each wait bounded by 2 s): the loop sees all
+//   200 receives, in order, each with IBV_WC_SUCCESS, and no wait runs out.
+TEST_F(QpThreadsTest, EventLoopThreadSeesEveryCompletion_WhilePosterThreadSends) {
+  channel_.reset(ibv_create_comp_channel(context()));
+  ASSERT_NE(channel_, nullptr) << ErrnoName(errno);
+  EndConfig b_config;
+  b_config.recv_channel = channel_.get();
+  b_config.caps.max_recv_wr = kMessages;
+  b_config.recv_cqe = kMessages;
+  ASSERT_TRUE(MakePair(EndConfig{}, b_config, ConnectParams{}, ConnectParams{}));
+  Buffer send_buf;
+  Buffer recv_buf;
+  ASSERT_TRUE(send_buf.Register(pd(), 64));
+  ASSERT_TRUE(recv_buf.Register(pd(), 64));
+  for (int i = 0; i < kMessages; ++i) {
+    ibv_sge rsge = recv_buf.Sge(0, 8);
+    ASSERT_EQ(PostRecv(b_.get(), static_cast<uint64_t>(i), &rsge, 1), 0) << "receive " << i;
+  }
+  ibv_cq* cq = b_.recv_cq.get();
+  ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+
+  std::string loop_error;
+  std::vector<uint64_t> received;
+  std::thread loop([&] {
+    while (received.size() < static_cast<size_t>(kMessages)) {
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      if (auto ok = GetCqEventWithin(channel_.get(), &ev_cq, &ev_ctx, kReturnWindow); !ok) {
+        loop_error = "after " + std::to_string(received.size()) + " receives: " + ok.message();
+        return;
+      }
+      ibv_ack_cq_events(ev_cq, 1);
+      if (ibv_req_notify_cq(ev_cq, 0) != 0) {
+        loop_error = "ibv_req_notify_cq failed";
+        return;
+      }
+      ibv_wc wc = {};
+      for (int n; (n = ibv_poll_cq(ev_cq, 1, &wc)) != 0;) {
+        if (n < 0 || wc.status != IBV_WC_SUCCESS) {
+          loop_error = "poll: " + std::to_string(n) + " " + DescribeWc(wc);
+          return;
+        }
+        received.push_back(wc.wr_id);
+      }
+    }
+  });
+  std::string post_error;
+  for (int i = 0; i < kMessages && post_error.empty(); ++i) {
+    ibv_sge sge = send_buf.Sge(0, 8);
+    ibv_wc swc = {};
+    if (PostOne(a_.get(), SendWr(static_cast<uint64_t>(i), &sge, 1)) != 0) {
+      post_error = "ibv_post_send " + std::to_string(i) + " failed";
+    } else if (auto ok = PollOneCompletion(a_.send_cq.get(), &swc); !ok) {
+      post_error = "send " + std::to_string(i) + ": " + ok.message();
+    } else if (swc.status != IBV_WC_SUCCESS) {
+      post_error = "send " + std::to_string(i) + ": " + DescribeWc(swc);
+    }
+  }
+  loop.join();
+
+  EXPECT_EQ(post_error, "");
+  EXPECT_EQ(loop_error, "");
+  ASSERT_EQ(received.size(), static_cast<size_t>(kMessages));
+  for (int i = 0; i < kMessages; ++i) EXPECT_EQ(received[i], static_cast<uint64_t>(i)) << "receive " << i;
 }
 
 }  // namespace
