@@ -229,32 +229,32 @@ testing::AssertionResult Passed(const ChildResult& result) {
   return testing::AssertionFailure() << result.Describe();
 }
 
-bool ExpectBlocks(BlockingCall& call, milliseconds window, std::source_location where) {
+bool ExpectBlocks(BlockingCall& call, milliseconds window, CallSite where) {
   if (!call.WaitFor(window)) return true;
-  ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+  ADD_FAILURE_AT(where.file, where.line)
       << "expected the call to block for at least " << window.count() << " ms, but it returned " << call.result()
       << " after " << call.elapsed().count() << " ms";
   return false;
 }
 
 bool ExpectReturnsAfter(BlockingCall& call, const std::function<void()>& unblock, milliseconds within,
-                        std::source_location where) {
+                        CallSite where) {
   if (call.returned()) {
-    ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+    ADD_FAILURE_AT(where.file, where.line)
         << "the call returned " << call.result() << " after " << call.elapsed().count()
         << " ms, before it was unblocked";
     return false;
   }
   unblock();
   if (call.WaitFor(within)) return true;
-  ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+  ADD_FAILURE_AT(where.file, where.line)
       << "the call is still blocked " << within.count() << " ms after it was unblocked";
   return false;
 }
 
-bool ExpectReturnsWithin(BlockingCall& call, milliseconds within, std::source_location where) {
+bool ExpectReturnsWithin(BlockingCall& call, milliseconds within, CallSite where) {
   if (call.WaitFor(within)) return true;
-  ADD_FAILURE_AT(where.file_name(), static_cast<int>(where.line()))
+  ADD_FAILURE_AT(where.file, where.line)
       << "the call has not returned within " << within.count() << " ms";
   return false;
 }

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <functional>
-#include <source_location>
 #include <string>
 
 #include "conformance/lib/blocking_call.h"
@@ -41,21 +40,33 @@ ChildResult RunChecksInChild(std::function<void()> body, std::chrono::millisecon
 // For EXPECT_TRUE(Passed(RunInChild(...))): the child's report on failure.
 testing::AssertionResult Passed(const ChildResult& result);
 
+// The caller's file and line, for failures reported at the call site. Not
+// std::source_location: clang 14 (the ThreadSanitizer build, see scripts/test)
+// cannot compile libstdc++ 12's. Both compilers fill these builtins in at the
+// call site when they are default arguments.
+struct CallSite {
+  static constexpr CallSite Here(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return CallSite{file, line};
+  }
+  const char* file;
+  int line;
+};
+
 // Blocking checks on a BlockingCall, for use inside a watchdog child. Each
 // records a gtest failure at the caller's line and returns false when the
 // check fails.
 
 // The call has not returned within window (a bounded wait for a negative).
 bool ExpectBlocks(BlockingCall& call, std::chrono::milliseconds window,
-                  std::source_location where = std::source_location::current());
+                  CallSite where = CallSite::Here());
 
 // The call is still blocked; after unblock() it returns within `within`.
 // unblock is not run when the call already returned.
 bool ExpectReturnsAfter(BlockingCall& call, const std::function<void()>& unblock, std::chrono::milliseconds within,
-                        std::source_location where = std::source_location::current());
+                        CallSite where = CallSite::Here());
 
 // The call returns within `within` without help.
 bool ExpectReturnsWithin(BlockingCall& call, std::chrono::milliseconds within,
-                         std::source_location where = std::source_location::current());
+                         CallSite where = CallSite::Here());
 
 }  // namespace conformance

@@ -20,7 +20,12 @@ constexpr uint64_t kSupportedCqFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_
 }  // namespace
 
 Cq::Cq(Context* ctx, const Params& p)
-    : ctx_(ctx), channel_(p.channel), ignore_overrun_(p.ignore_overrun), ring_(static_cast<size_t>(p.cqe)) {
+    : ctx_(ctx),
+      channel_(p.channel),
+      ignore_overrun_(p.ignore_overrun),
+      events_(ctx, "CQ", ibv(), &handle_.pub.mutex, &handle_.pub.cond, &handle_.pub.async_events_completed,
+              &handle_.pub.comp_events_completed),
+      ring_(static_cast<size_t>(p.cqe)) {
   handle_.Bind(this);
   ibv_cq_ex& c = handle_.pub;
   c.context = ctx->ibv();
@@ -28,10 +33,6 @@ Cq::Cq(Context* ctx, const Params& p)
   c.cq_context = p.cq_context;
   c.handle = next_cq_handle.fetch_add(1);
   c.cqe = p.cqe;
-  c.comp_events_completed = 0;
-  c.async_events_completed = 0;
-  pthread_mutex_init(&c.mutex, nullptr);
-  pthread_cond_init(&c.cond, nullptr);
   InstallExOps();
   if (p.channel) {
     // As verbs_init_cq: the channel's refcnt counts the CQs that use it.
@@ -41,11 +42,7 @@ Cq::Cq(Context* ctx, const Params& p)
   }
 }
 
-Cq::~Cq() {
-  pthread_mutex_destroy(&handle_.pub.mutex);
-  pthread_cond_destroy(&handle_.pub.cond);
-  handle_.Unbind();
-}
+Cq::~Cq() { handle_.Unbind(); }
 
 Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateCq)) return Result<Cq*>::Error(err);
@@ -65,17 +62,10 @@ int Cq::Destroy() {
     destroying_ = true;
   }
   // Events never read are dropped; they do not hold up the destroy.
-  if (channel_) channel_->events().Purge(ibv());
-  ctx_->async_events().Purge(ibv());
-
-  // libibverbs' ibv_cmd_destroy_cq: wait until every event handed out has
-  // been acked. Compared with != as there, so over-acking also blocks.
-  ibv_cq_ex& c = handle_.pub;
-  pthread_mutex_lock(&c.mutex);
-  while (c.comp_events_completed != comp_reported_.load() || c.async_events_completed != async_reported_.load()) {
-    pthread_cond_wait(&c.cond, &c.mutex);
-  }
-  pthread_mutex_unlock(&c.mutex);
+  if (channel_) events_.Purge(channel_->events());
+  events_.Purge(ctx_->async_events());
+  // libibverbs' ibv_cmd_destroy_cq: wait until every event handed out has been acked.
+  events_.WaitForAcks(handle_.pub.handle);
 
   if (channel_) {
     pthread_mutex_lock(&ctx_->ibv()->mutex);
@@ -168,11 +158,7 @@ void Cq::NotifyLocked(const ibv_wc& wc, bool solicited_bit) {
   if (arm_ == Arm::kNone || (arm_ == Arm::kSolicited && !solicited)) return;
   arm_ = Arm::kNone;
   if (!channel_) return;
-  QueuedEvent ev;
-  ev.is_completion = true;
-  ev.element = ibv();
-  ev.reported = &comp_reported_;
-  channel_->events().Push(ev);
+  channel_->events().Push(events_.CompletionEvent());
 }
 
 void Cq::SetError() {
@@ -188,13 +174,7 @@ void Cq::RaiseAsync(ibv_event_type type) {
   RaiseAsyncLocked(type);
 }
 
-void Cq::RaiseAsyncLocked(ibv_event_type type) {
-  QueuedEvent ev;
-  ev.type = type;
-  ev.element = ibv();
-  ev.reported = &async_reported_;
-  ctx_->RaiseAsync(ev);
-}
+void Cq::RaiseAsyncLocked(ibv_event_type type) { events_.RaiseAsync(type); }
 
 int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   Cq* cq = From(ibcq);

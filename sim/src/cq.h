@@ -6,7 +6,7 @@
 // returns -1, notify and resize fail; only destroy works) → destroyed.
 // Arming is one-shot: a completion that matches the arm fires one event on
 // the channel and disarms. Destroy waits, like libibverbs, until every event
-// that was *read* for this CQ has been acked (public mutex/cond/counters).
+// that was *read* for this CQ has been acked (affiliated_events.h).
 
 #include <infiniband/verbs.h>
 
@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "affiliated_events.h"
 #include "handle.h"
 #include "result.h"
 
@@ -100,8 +101,7 @@ class Cq {
   CompChannel* channel_;
   const bool ignore_overrun_;
   std::multiset<Qp*> qps_;  // engine lock; a QP with one CQ for both queues is in it twice
-  std::atomic<uint32_t> comp_reported_{0};
-  std::atomic<uint32_t> async_reported_{0};
+  AffiliatedEvents events_;
 
   std::mutex mu_;
   std::vector<ibv_wc> ring_;  // capacity = cqe

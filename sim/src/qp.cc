@@ -48,7 +48,9 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
       send_cq_(send_cq),
       recv_cq_(recv_cq),
       srq_(srq),
-      has_qp_ex_(a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+      has_qp_ex_(a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
+      events_(ctx_, "QP", ibv(), &handle_.pub.qp_base.mutex, &handle_.pub.qp_base.cond,
+              &handle_.pub.qp_base.events_completed) {
   handle_.Bind(this);
   ibv_qp& q = handle_.pub.qp_base;
   q.context = ctx_->ibv();
@@ -61,9 +63,6 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   q.qp_num = qp_num;
   q.state = IBV_QPS_RESET;
   q.qp_type = a.qp_type;
-  q.events_completed = 0;
-  pthread_mutex_init(&q.mutex, nullptr);
-  pthread_cond_init(&q.cond, nullptr);
   if (has_qp_ex_) {
     handle_.pub.comp_mask = 0;
     QpWrBuilder::Install(&handle_.pub);
@@ -91,11 +90,7 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
 
 Device* Qp::device() const { return ctx_->device(); }
 
-Qp::~Qp() {
-  pthread_mutex_destroy(&handle_.pub.qp_base.mutex);
-  pthread_cond_destroy(&handle_.pub.qp_base.cond);
-  handle_.Unbind();
-}
+Qp::~Qp() { handle_.Unbind(); }
 
 Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateQp)) return Result<Qp*>::Error(err);
@@ -349,13 +344,7 @@ void Qp::RaiseAsync(ibv_event_type type) {
   RaiseAsyncLocked(type);
 }
 
-void Qp::RaiseAsyncLocked(ibv_event_type type) {
-  QueuedEvent ev;
-  ev.type = type;
-  ev.element = ibv();
-  ev.reported = &events_reported_;
-  ctx_->RaiseAsync(ev);
-}
+void Qp::RaiseAsyncLocked(ibv_event_type type) { events_.RaiseAsync(type); }
 
 int Qp::AttachMulticast(const ibv_gid& gid, uint16_t lid) {
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
@@ -384,11 +373,8 @@ int Qp::Destroy() {
     send_cq_->RemoveQp(this);
     recv_cq_->RemoveQp(this);
   }
-  ctx_->async_events().Purge(ibv());
-  ibv_qp& q = handle_.pub.qp_base;
-  pthread_mutex_lock(&q.mutex);
-  while (q.events_completed != events_reported_.load()) pthread_cond_wait(&q.cond, &q.mutex);
-  pthread_mutex_unlock(&q.mutex);
+  events_.Purge(ctx_->async_events());
+  events_.WaitForAcks(qp_num());
 
   pd_->RemoveUser();
   if (srq_) srq_->RemoveUser();

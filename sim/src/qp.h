@@ -13,7 +13,7 @@
 // posting order, and so does every WR posted afterwards.
 //
 // Destroy follows libibverbs: it returns when every async event that was
-// read for this QP has been acked (public mutex/cond/events_completed).
+// read for this QP has been acked (affiliated_events.h).
 
 #include <infiniband/verbs.h>
 
@@ -21,6 +21,7 @@
 #include <deque>
 #include <vector>
 
+#include "affiliated_events.h"
 #include "handle.h"
 #include "qp_wr_builder.h"
 #include "result.h"
@@ -134,7 +135,7 @@ class Qp {
   Srq* srq_;
   const bool has_qp_ex_;
   QpWrBuilder wr_builder_;
-  std::atomic<uint32_t> events_reported_{0};
+  AffiliatedEvents events_;
 
   // Everything below: engine lock.
   ibv_qp_attr attr_{};  // the attributes as ibv_query_qp reports them

@@ -13,7 +13,10 @@ std::atomic<uint32_t> next_srq_handle{1};
 }
 
 Srq::Srq(Pd* pd, const ibv_srq_init_attr& a)
-    : ctx_(pd->context()), pd_(pd), max_wr_(a.attr.max_wr ? a.attr.max_wr : 1),
+    : ctx_(pd->context()),
+      pd_(pd),
+      events_(ctx_, "SRQ", ibv(), &handle_.pub.mutex, &handle_.pub.cond, &handle_.pub.events_completed),
+      max_wr_(a.attr.max_wr ? a.attr.max_wr : 1),
       max_sge_(a.attr.max_sge ? a.attr.max_sge : 1) {
   handle_.Bind(this);
   ibv_srq& s = handle_.pub;
@@ -21,17 +24,10 @@ Srq::Srq(Pd* pd, const ibv_srq_init_attr& a)
   s.srq_context = a.srq_context;
   s.pd = pd->ibv();
   s.handle = next_srq_handle.fetch_add(1);
-  s.events_completed = 0;
-  pthread_mutex_init(&s.mutex, nullptr);
-  pthread_cond_init(&s.cond, nullptr);
   pd->AddUser();
 }
 
-Srq::~Srq() {
-  pthread_mutex_destroy(&handle_.pub.mutex);
-  pthread_cond_destroy(&handle_.pub.cond);
-  handle_.Unbind();
-}
+Srq::~Srq() { handle_.Unbind(); }
 
 Result<Srq*> Srq::Create(Pd* pd, const ibv_srq_init_attr& a) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateSrq)) return Result<Srq*>::Error(err);
@@ -118,11 +114,7 @@ void Srq::RaiseAsync(ibv_event_type type) {
 
 void Srq::RaiseAsyncLocked(ibv_event_type type) {
   if (destroying_) return;
-  QueuedEvent ev;
-  ev.type = type;
-  ev.element = ibv();
-  ev.reported = &events_reported_;
-  ctx_->RaiseAsync(ev);
+  events_.RaiseAsync(type);
 }
 
 int Srq::Destroy() {
@@ -131,11 +123,8 @@ int Srq::Destroy() {
     std::lock_guard<std::mutex> lock(mu_);
     destroying_ = true;
   }
-  ctx_->async_events().Purge(ibv());
-  ibv_srq& s = handle_.pub;
-  pthread_mutex_lock(&s.mutex);
-  while (s.events_completed != events_reported_.load()) pthread_cond_wait(&s.cond, &s.mutex);
-  pthread_mutex_unlock(&s.mutex);
+  events_.Purge(ctx_->async_events());
+  events_.WaitForAcks(handle_.pub.handle);
   pd_->RemoveUser();
   ctx_->device()->Release(Device::Kind::kSrq);
   delete this;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <vector>
 
+#include "affiliated_events.h"
 #include "handle.h"
 #include "result.h"
 
@@ -57,7 +58,7 @@ class Srq {
   Context* ctx_;
   Pd* pd_;
   std::atomic<int> users_{0};
-  std::atomic<uint32_t> events_reported_{0};
+  AffiliatedEvents events_;
 
   mutable std::mutex mu_;
   uint32_t max_wr_;

@@ -12,8 +12,10 @@
 
 // Functions that also have an IBVERBS_1.0 variant are defined under an
 // internal name and bound as the default name@@IBVERBS_1.1, as rdma-core does.
-#define SIMVERBS_EXPORT_1_1(name) \
-  extern "C" __attribute__((visibility("default"), symver(#name "@@IBVERBS_1.1")))
+// A .symver directive rather than GCC's symver attribute, which clang lacks.
+#define SIMVERBS_EXPORT_1_1(name)                           \
+  __asm__(".symver sv_" #name "," #name "@@IBVERBS_1.1"); \
+  extern "C" __attribute__((visibility("default")))
 
 namespace simverbs {
 

@@ -6,11 +6,12 @@
 #include <cerrno>
 #include <cstdint>
 
-#define SIMVERBS_COMPAT_1_0(ret, name, value)                                            \
-  extern "C" __attribute__((visibility("default"), symver(#name "@IBVERBS_1.0"))) ret \
-      sv_compat_##name(...) {                                                         \
-    errno = ENOSYS;                                                                   \
-    return value;                                                                     \
+// .symver directives rather than GCC's symver attribute, which clang lacks.
+#define SIMVERBS_COMPAT_1_0(ret, name, value)                        \
+  __asm__(".symver sv_compat_" #name "," #name "@IBVERBS_1.0");      \
+  extern "C" __attribute__((visibility("default"))) ret sv_compat_##name(...) { \
+    errno = ENOSYS;                                                  \
+    return value;                                                    \
   }
 
 SIMVERBS_COMPAT_1_0(void, ibv_ack_async_event, )
@@ -49,6 +50,6 @@ SIMVERBS_COMPAT_1_0(int, ibv_resize_cq, ENOSYS)
 
 // ibv_register_driver@IBVERBS_1.1 (not default): the pre-34 provider
 // registration. Accepted and ignored, as verbs_register_driver_34 is.
-extern "C" __attribute__((visibility("default"), symver("ibv_register_driver@IBVERBS_1.1"))) void
-sv_compat_ibv_register_driver(const char*, void*) {}
+__asm__(".symver sv_compat_ibv_register_driver,ibv_register_driver@IBVERBS_1.1");
+extern "C" __attribute__((visibility("default"))) void sv_compat_ibv_register_driver(const char*, void*) {}
 

@@ -97,7 +97,9 @@ class Fabric {
   uint64_t last_pushed_[64] = {};    // position of our last packet in each peer's ring
   bool pushed_[64] = {};
   std::deque<Packet> backlog_[64];   // engine lock
-  bool backlog_empty_ = true;
+  // Written under the engine lock; read without it by pollers and the progress
+  // thread to skip taking the lock when there is nothing to flush.
+  std::atomic<bool> backlog_empty_{true};
   std::thread progress_;
   std::atomic<bool> stop_{false};
   int attach_pid_ = 0;
