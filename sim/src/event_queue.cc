@@ -45,14 +45,18 @@ void EventQueue::WakeAllLocked() {
 void EventQueue::Push(const QueuedEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
   QueuedEvent e = ev;
-  if (e.waiter == 0 && !waiters_.empty()) {
-    size_t index;
-    if (deliver_next_to_ >= 0 && static_cast<size_t>(deliver_next_to_) < waiters_.size()) {
-      index = static_cast<size_t>(deliver_next_to_);
-    } else {
-      index = Scheduler::Get().Choose(waiters_.size());
+  // Only readers with no event reserved yet are candidates, so every reserved
+  // event has a reader of its own.
+  std::vector<uint64_t> free_waiters;
+  for (uint64_t id : waiters_) {
+    if (std::none_of(events_.begin(), events_.end(), [id](const QueuedEvent& q) { return q.waiter == id; })) {
+      free_waiters.push_back(id);
     }
-    if (waiters_.size() > 1 || deliver_next_to_ >= 0) e.waiter = waiters_[index];
+  }
+  if (deliver_next_to_ >= 0 && static_cast<size_t>(deliver_next_to_) < waiters_.size()) {
+    e.waiter = waiters_[static_cast<size_t>(deliver_next_to_)];
+  } else if (free_waiters.size() > 1) {
+    e.waiter = free_waiters[Scheduler::Get().Choose(free_waiters.size())];
   }
   deliver_next_to_ = -1;
   events_.push_back(e);
@@ -63,9 +67,14 @@ void EventQueue::Push(const QueuedEvent& ev) {
 // Requires: mu_ held. Events reserved for a reader that left go to anyone.
 void EventQueue::RemoveWaiterLocked(uint64_t id) {
   waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), id), waiters_.end());
+  bool released = false;
   for (QueuedEvent& e : events_) {
-    if (e.waiter == id) e.waiter = 0;
+    if (e.waiter == id) {
+      e.waiter = 0;
+      released = true;
+    }
   }
+  if (released) WakeAllLocked();
 }
 
 int EventQueue::Pop(QueuedEvent* out) {
