@@ -1,5 +1,7 @@
 #include "conformance/lib/deviation_listener.h"
 
+#include "conformance/lib/sim_control.h"
+
 #include <cstdio>
 #include <set>
 
@@ -48,6 +50,10 @@ void DeviationListener::OnTestEnd(const testing::TestInfo& info) {
     std::printf("[ DEVIATION ] %s (%s) [%s]\n", name.c_str(), deviation->reason.c_str(), deviation->source.c_str());
   } else if (result.Failed()) {
     failures_.push_back(name);
+    // The simulator's choices come from its seed: with it the failure replays.
+    if (SimControl::Get().available()) {
+      std::printf("[ SEED ] %s: replay with SIMVERBS_SEED=%llu\n", name.c_str(), SimControl::Get().Seed());
+    }
   } else if (deviation != nullptr) {
     testing::Test::RecordProperty("conformance_outcome", "unexpected-pass");
     failures_.push_back(name + " (UNEXPECTED PASS)");

@@ -29,6 +29,19 @@ class SimControl {
   int RaisePortEvent(ibv_context* context, uint8_t port_num, ibv_event_type type) const;
   int RaiseDeviceFatal(ibv_context* context) const;
   int PushCompletion(ibv_cq* cq, const ibv_wc& wc, bool solicited) const;
+  int FailSendWr(ibv_qp* qp, unsigned nth, ibv_wc_status status) const;
+  int SetQpState(ibv_qp* qp, ibv_qp_state state) const;
+  int FaultPointCount() const;                  // 0 when missing
+  const char* FaultPointName(int index) const;  // nullptr when missing
+  int FailAfter(const char* point, unsigned calls, int err) const;
+  void ClearFaults() const;
+  int HoldCompletions(ibv_cq* cq) const;
+  int ReleaseCompletions(ibv_cq* cq) const;
+  int AsyncWaiters(ibv_context* context) const;  // -1 when missing
+  int DeliverAsyncTo(ibv_context* context, unsigned index) const;
+  // The scheduler's seed; 0 when missing (check available()).
+  unsigned long long Seed() const;
+  void Reseed(unsigned long long seed) const;
 
  private:
   SimControl();
@@ -40,6 +53,18 @@ class SimControl {
   decltype(&simverbs_raise_port_event) raise_port_event_ = nullptr;
   decltype(&simverbs_raise_device_fatal) raise_device_fatal_ = nullptr;
   decltype(&simverbs_push_completion) push_completion_ = nullptr;
+  decltype(&simverbs_fail_send_wr) fail_send_wr_ = nullptr;
+  decltype(&simverbs_set_qp_state) set_qp_state_ = nullptr;
+  decltype(&simverbs_fault_point_count) fault_point_count_ = nullptr;
+  decltype(&simverbs_fault_point_name) fault_point_name_ = nullptr;
+  decltype(&simverbs_fail_after) fail_after_ = nullptr;
+  decltype(&simverbs_clear_faults) clear_faults_ = nullptr;
+  decltype(&simverbs_hold_completions) hold_completions_ = nullptr;
+  decltype(&simverbs_release_completions) release_completions_ = nullptr;
+  decltype(&simverbs_async_waiters) async_waiters_ = nullptr;
+  decltype(&simverbs_deliver_async_to) deliver_async_to_ = nullptr;
+  decltype(&simverbs_seed) seed_ = nullptr;
+  decltype(&simverbs_reseed) reseed_ = nullptr;
 };
 
 }  // namespace conformance

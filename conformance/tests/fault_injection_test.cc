@@ -1,0 +1,255 @@
+// Faults on demand through the simulator's control API: an error completion on
+// the nth work request, a QP moved to ERR or SQE by the HCA, and allocation
+// failures at every declared fault point.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/qp_pair.h"
+#include "conformance/lib/skip_if.h"
+#include "conformance/lib/verbs_matchers.h"
+
+namespace conformance {
+namespace {
+
+class FaultInjectionTest : public QpTest {
+ protected:
+  void SetUp() override {
+    SKIP_IF(!Sim()) << "(the control API is the simulator's)";
+    QpTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    ASSERT_TRUE(local_.Register(pd(), 4096));
+    ASSERT_TRUE(remote_.Register(pd(), 4096));
+  }
+  void TearDown() override {
+    sim().ClearFaults();
+    QpTest::TearDown();
+  }
+
+  // Posts `count` signaled 8-byte RDMA WRITEs a_ -> b_ with wr_id 0, 1, ...
+  void PostWrites(int count) {
+    for (int i = 0; i < count; ++i) {
+      ibv_sge sge = local_.Sge(static_cast<size_t>(i) * 8, 8);
+      ASSERT_EQ(PostOne(a_.get(), RdmaWr(static_cast<uint64_t>(i), IBV_WR_RDMA_WRITE, &sge, 1,
+                                         remote_.addr(static_cast<size_t>(i) * 8), remote_.rkey())),
+                0)
+          << "write " << i << ": " << ErrnoName(errno);
+    }
+  }
+
+  Buffer local_;
+  Buffer remote_;
+};
+
+// Rule: IBA 10.7.3.1 (via ibv_poll_cq(3)): a work request that completes in error generates its
+//   completion, and an RC QP then enters ERR, where later work requests complete with
+//   IBV_WC_WR_FLUSH_ERR.
+// Checks: with the 2nd send WR set to fail with IBV_WC_REM_OP_ERR, three writes complete as
+//   SUCCESS, REM_OP_ERR, WR_FLUSH_ERR in order and the RC QP is in ERR.
+TEST_F(FaultInjectionTest, NthSendWrCompletesWithStatus_Rc) {
+  ASSERT_TRUE(MakePair());
+  ASSERT_EQ(sim().FailSendWr(a_.get(), 2, IBV_WC_REM_OP_ERR), 0);
+  ASSERT_NO_FATAL_FAILURE(PostWrites(3));
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 3, &wcs));
+  EXPECT_EQ(wcs[0].wr_id, 0u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << DescribeWc(wcs[0]);
+  EXPECT_EQ(wcs[1].wr_id, 1u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_REM_OP_ERR) << DescribeWc(wcs[1]);
+  EXPECT_EQ(wcs[2].wr_id, 2u);
+  EXPECT_EQ(wcs[2].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[2]);
+  EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
+}
+
+// Rule: IBA 10.3.1 (QP states): a send error on a UC or UD QP moves it to SQE, not ERR; the send
+//   queue's remaining work requests are flushed.
+// Checks: with the 1st send WR of a UC QP set to fail with IBV_WC_LOC_PROT_ERR, two writes complete
+//   as LOC_PROT_ERR then WR_FLUSH_ERR and the QP is in SQE.
+TEST_F(FaultInjectionTest, NthSendWrMovesUcToSqe) {
+  EndConfig uc;
+  uc.type = IBV_QPT_UC;
+  ASSERT_TRUE(MakePair(uc));
+  ASSERT_EQ(sim().FailSendWr(a_.get(), 1, IBV_WC_LOC_PROT_ERR), 0);
+  ASSERT_NO_FATAL_FAILURE(PostWrites(2));
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs));
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR) << DescribeWc(wcs[0]);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[1]);
+  EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_SQE));
+}
+
+// Rule: simverbs.h: simverbs_fail_send_wr returns EINVAL for nth 0 or IBV_WC_SUCCESS.
+// Checks: both calls return EINVAL and a write posted afterwards succeeds.
+TEST_F(FaultInjectionTest, FailSendWrRejectsBadArguments) {
+  ASSERT_TRUE(MakePair());
+  EXPECT_EQ(sim().FailSendWr(a_.get(), 0, IBV_WC_REM_OP_ERR), EINVAL);
+  EXPECT_EQ(sim().FailSendWr(a_.get(), 1, IBV_WC_SUCCESS), EINVAL);
+  ASSERT_NO_FATAL_FAILURE(PostWrites(1));
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+}
+
+// Rule: ibv_get_async_event(3): IBV_EVENT_QP_FATAL - "Error occurred on a QP and it transitioned
+//   to error state"; ibv_modify_qp(3)/IBA 10.3.1: in ERR posted receives are flushed.
+// Checks: a QP moved to ERR by the HCA raises IBV_EVENT_QP_FATAL for it and its posted receive
+//   completes with IBV_WC_WR_FLUSH_ERR.
+TEST_F(FaultInjectionTest, QpMovedToErrRaisesQpFatalAndFlushes) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 42, &sge, 1), 0);
+  ASSERT_EQ(sim().SetQpState(b_.get(), IBV_QPS_ERR), 0);
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_QP_FATAL, b_.get(), &acks_));
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 42u);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+  EXPECT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_ERR));
+}
+
+// Rule: IBA 10.3.1: only UC and UD send queues have the SQE state; a QP in RESET has nothing on
+//   the HCA to fail.
+// Checks: SQE on an RC QP and ERR on a RESET QP return EINVAL and leave the states as they were;
+//   SQE on a UC QP in RTS succeeds.
+TEST_F(FaultInjectionTest, QpStateInjectionFollowsTheStateTable) {
+  ASSERT_TRUE(MakePair());
+  EXPECT_EQ(sim().SetQpState(a_.get(), IBV_QPS_SQE), EINVAL);
+  EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_RTS));
+  QpEnd fresh;
+  ASSERT_TRUE(CreateEnd(&fresh));
+  EXPECT_EQ(sim().SetQpState(fresh.get(), IBV_QPS_ERR), EINVAL);
+  EXPECT_TRUE(QpStateBecomes(fresh.get(), IBV_QPS_RESET));
+  QpEnd uc_a;
+  QpEnd uc_b;
+  EndConfig uc;
+  uc.type = IBV_QPT_UC;
+  ASSERT_TRUE(CreateEnd(&uc_a, uc));
+  ASSERT_TRUE(CreateEnd(&uc_b, uc));
+  ASSERT_TRUE(Connect(uc_a, uc_b));
+  EXPECT_EQ(sim().SetQpState(uc_a.get(), IBV_QPS_SQE), 0);
+  EXPECT_TRUE(QpStateBecomes(uc_a.get(), IBV_QPS_SQE));
+}
+
+// One verb per fault point: creates the object and destroys it again; returns
+// 0 or the errno the creating call failed with.
+using FaultVerb = std::function<int(ibv_context*, ibv_pd*, const ibv_ah_attr&)>;
+
+template <typename T, typename Destroy>
+int CreatedOrErrno(T* object, Destroy destroy) {
+  if (object == nullptr) return errno != 0 ? errno : -1;
+  destroy(object);
+  return 0;
+}
+
+std::map<std::string, FaultVerb> FaultVerbs() {
+  static char buffer[4096];
+  return {
+      {"open_device",
+       [](ibv_context* ctx, ibv_pd*, const ibv_ah_attr&) {
+         errno = 0;
+         return CreatedOrErrno(ibv_open_device(ctx->device), ibv_close_device);
+       }},
+      {"alloc_pd",
+       [](ibv_context* ctx, ibv_pd*, const ibv_ah_attr&) {
+         errno = 0;
+         return CreatedOrErrno(ibv_alloc_pd(ctx), ibv_dealloc_pd);
+       }},
+      {"reg_mr",
+       [](ibv_context*, ibv_pd* pd, const ibv_ah_attr&) {
+         errno = 0;
+         return CreatedOrErrno(ibv_reg_mr(pd, buffer, sizeof buffer, IBV_ACCESS_LOCAL_WRITE), ibv_dereg_mr);
+       }},
+      {"alloc_mw",
+       [](ibv_context*, ibv_pd* pd, const ibv_ah_attr&) {
+         errno = 0;
+         return CreatedOrErrno(ibv_alloc_mw(pd, IBV_MW_TYPE_1), ibv_dealloc_mw);
+       }},
+      {"create_comp_channel",
+       [](ibv_context* ctx, ibv_pd*, const ibv_ah_attr&) {
+         errno = 0;
+         return CreatedOrErrno(ibv_create_comp_channel(ctx), ibv_destroy_comp_channel);
+       }},
+      {"create_cq",
+       [](ibv_context* ctx, ibv_pd*, const ibv_ah_attr&) {
+         errno = 0;
+         return CreatedOrErrno(ibv_create_cq(ctx, 4, nullptr, nullptr, 0), ibv_destroy_cq);
+       }},
+      {"create_srq",
+       [](ibv_context*, ibv_pd* pd, const ibv_ah_attr&) {
+         ibv_srq_init_attr init = {};
+         init.attr.max_wr = 4;
+         init.attr.max_sge = 1;
+         errno = 0;
+         return CreatedOrErrno(ibv_create_srq(pd, &init), ibv_destroy_srq);
+       }},
+      {"create_qp",
+       [](ibv_context* ctx, ibv_pd* pd, const ibv_ah_attr&) {
+         ibv_cq* cq = ibv_create_cq(ctx, 4, nullptr, nullptr, 0);
+         if (cq == nullptr) return -1;
+         ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, cq, cq);
+         errno = 0;
+         const int result = CreatedOrErrno(ibv_create_qp(pd, &init), ibv_destroy_qp);
+         ibv_destroy_cq(cq);
+         return result;
+       }},
+      {"create_ah",
+       [](ibv_context*, ibv_pd* pd, const ibv_ah_attr& address) {
+         ibv_ah_attr attr = address;
+         errno = 0;
+         return CreatedOrErrno(ibv_create_ah(pd, &attr), ibv_destroy_ah);
+       }},
+  };
+}
+
+// Rule: the man pages of every creating verb (ibv_alloc_pd(3), ibv_reg_mr(3), ibv_create_cq(3),
+//   ibv_create_qp(3), ...): on failure they return NULL with errno set, ENOMEM for insufficient
+//   resources; a failed call creates nothing.
+// Checks: for every fault point the simulator declares, the armed call fails with ENOMEM, and the
+//   very next call succeeds (the failure consumed nothing and the point disarmed). Each declared
+//   point has a verb here, so a new point without coverage fails this test.
+TEST_F(FaultInjectionTest, EveryFaultPointFailsItsVerbOnce) {
+  const std::map<std::string, FaultVerb> verbs = FaultVerbs();
+  const int count = sim().FaultPointCount();
+  ASSERT_GT(count, 0);
+  const ibv_ah_attr address = LocalAddress(roce());
+  for (int i = 0; i < count; ++i) {
+    const char* name = sim().FaultPointName(i);
+    ASSERT_NE(name, nullptr) << "fault point " << i;
+    SCOPED_TRACE(name);
+    auto verb = verbs.find(name);
+    ASSERT_NE(verb, verbs.end()) << "no verb for fault point " << name << ": add it to FaultVerbs()";
+    if (std::string(name) == "alloc_mw" && !(device_attr().device_cap_flags & IBV_DEVICE_MEM_WINDOW)) continue;
+    ASSERT_EQ(sim().FailAfter(name, 0, ENOMEM), 0);
+    EXPECT_EQ(verb->second(context(), pd(), address), ENOMEM) << "armed call";
+    EXPECT_EQ(verb->second(context(), pd(), address), 0) << "the call after the failure";
+  }
+  EXPECT_EQ(sim().FaultPointName(count), nullptr);
+}
+
+// Rule: simverbs.h: simverbs_fail_after(point, calls, err) lets `calls` calls succeed and fails
+//   the next one.
+// Checks: armed with calls = 2, two ibv_alloc_pd calls succeed, the third fails with ENOMEM, the
+//   fourth succeeds; an unknown point name or err 0 is EINVAL.
+TEST_F(FaultInjectionTest, FailAfterCountsCalls) {
+  ASSERT_EQ(sim().FailAfter("alloc_pd", 2, ENOMEM), 0);
+  PdPtr first(ibv_alloc_pd(context()));
+  PdPtr second(ibv_alloc_pd(context()));
+  EXPECT_NE(first, nullptr);
+  EXPECT_NE(second, nullptr);
+  EXPECT_THAT(CaptureErrno([&] { return ibv_alloc_pd(context()); }), ReturnsNullWithErrno(ENOMEM));
+  PdPtr fourth(ibv_alloc_pd(context()));
+  EXPECT_NE(fourth, nullptr);
+  EXPECT_EQ(sim().FailAfter("no_such_point", 0, ENOMEM), EINVAL);
+  EXPECT_EQ(sim().FailAfter("alloc_pd", 0, 0), EINVAL);
+}
+
+}  // namespace
+}  // namespace conformance
