@@ -135,6 +135,29 @@ TEST_F(CqOverrunTest, QpEntersErr_RequesterCqOverrun) {
   EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
 }
 
+// Rule: ibv_poll_cq(3): "In case of a CQ overrun ... the CQ cannot be used"; whether the HCA takes
+//   every QP that uses the CQ to ERR at once, or only a QP that later tries to complete into it
+//   (IBTA), is the backend's choice (CqOverrunMovesIdleQpsToErr).
+// Checks: on a backend that answers true, an idle RC QP in RTS whose send CQ is a_'s gets
+//   IBV_EVENT_QP_FATAL and reads ERR after a_ overruns that CQ, though it never posted anything.
+TEST_F(CqOverrunTest, IdleQpOnCqEntersErr_CqOverrun) {
+  SKIP_IF(!Backend().Answer("CqOverrunMovesIdleQpsToErr", false)) << "(only a QP that completes into the CQ is hit)";
+  ASSERT_NO_FATAL_FAILURE(MakeSmallSendCqPair());
+  if (IsSkipped()) return;
+  CqPtr idle_recv_cq(ibv_create_cq(context(), 4, nullptr, nullptr, 0));
+  ASSERT_NE(idle_recv_cq, nullptr) << ErrnoName(errno);
+  ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, a_.send_cq.get(), idle_recv_cq.get());
+  QpPtr idle(ibv_create_qp(pd(), &init));
+  ASSERT_NE(idle, nullptr) << ErrnoName(errno);
+  ConnectParams params;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(BringUp(idle.get(), port(), b_.qp_num(), LocalAddress(roce()), params));
+  ASSERT_NO_FATAL_FAILURE(OverrunSendCq());
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_QP_FATAL, idle.get(), &acks_));
+  EXPECT_TRUE(QpStateBecomes(idle.get(), IBV_QPS_ERR));
+  acks_.AckAll();  // before the QP is destroyed
+}
+
 // Rule: ibv_create_cq_ex(3): IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN "This CQ will not pass to error
 //   state if overrun, CQE always will be written to next entry" (backend question
 //   IgnoreOverrunSupported).

@@ -337,5 +337,26 @@ TEST_F(QpCreateTest, CreateQpExGivesQpEx) {
   EXPECT_GE(attr.cap.max_send_wr, 4u);
 }
 
+// Rule: ibv_create_qp(3) leaves QP number allocation to the device; reusing the number of a QP
+//   destroyed just before is legal, and lets a stale packet or event reach the new QP - the
+//   backend's choice is QpNumberReusedAtOnce.
+// Checks: on a backend that does not reuse at once, none of 4 RC QPs created right after a QP is
+//   destroyed gets its number.
+TEST_F(QpCreateTest, DestroyedQpNumberNotReusedAtOnce) {
+  SKIP_IF(Backend().Answer("QpNumberReusedAtOnce", false)) << "(the backend reuses QP numbers at once)";
+  ibv_qp_init_attr init = Init(IBV_QPT_RC);
+  QpPtr first(ibv_create_qp(pd(), &init));
+  ASSERT_NE(first, nullptr) << ErrnoName(errno);
+  const uint32_t old_number = first->qp_num;
+  first.reset();
+  std::vector<QpPtr> next;
+  for (int i = 0; i < 4; ++i) {
+    init = Init(IBV_QPT_RC);
+    next.emplace_back(ibv_create_qp(pd(), &init));
+    ASSERT_NE(next.back(), nullptr) << ErrnoName(errno);
+    EXPECT_NE(next.back()->qp_num, old_number) << "QP " << i << " after the destroy";
+  }
+}
+
 }  // namespace
 }  // namespace conformance

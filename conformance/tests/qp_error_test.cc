@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
@@ -506,6 +507,35 @@ TEST_F(QpErrorTest, SendsCompleteInOrder_AfterRnrRetries) {
   EXPECT_EQ(swcs[0].status, IBV_WC_SUCCESS) << DescribeWcs(swcs);
   EXPECT_EQ(swcs[1].wr_id, 2u) << DescribeWcs(swcs);
   EXPECT_EQ(swcs[1].status, IBV_WC_SUCCESS) << DescribeWcs(swcs);
+}
+
+// Rule: ibv_poll_cq(3): "If the completion status is other than IBV_WC_SUCCESS, only the
+//   following attributes are valid: wr_id, status, qp_num, and vendor_err." What the others hold is
+//   the backend's choice (ErrorCompletionFieldsZeroed): a program must not read them.
+// Checks: on a backend that zeroes them, a flushed receive read into a wc filled with 0xff has
+//   byte_len, imm_data, wc_flags, src_qp, pkey_index, slid, sl and dlid_path_bits all 0 (opcode
+//   is left out: providers commonly keep the receive opcode on flushed receives).
+TEST_F(QpErrorTest, FlushedCompletionInvalidFieldsZeroed) {
+  SKIP_IF(!Backend().Answer("ErrorCompletionFieldsZeroed", false)) << "(the backend leaves them as they are)";
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = local_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 5, &sge, 1), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  ibv_wc wc;
+  std::memset(&wc, 0xff, sizeof wc);
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  int n = 0;
+  while (n == 0 && std::chrono::steady_clock::now() < deadline) n = ibv_poll_cq(b_.recv_cq.get(), 1, &wc);
+  ASSERT_EQ(n, 1) << "no flushed completion";
+  ASSERT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+  EXPECT_EQ(wc.byte_len, 0u) << DescribeWc(wc);
+  EXPECT_EQ(wc.imm_data, 0u);
+  EXPECT_EQ(wc.wc_flags, 0u);
+  EXPECT_EQ(wc.src_qp, 0u);
+  EXPECT_EQ(wc.pkey_index, 0);
+  EXPECT_EQ(wc.slid, 0);
+  EXPECT_EQ(wc.sl, 0);
+  EXPECT_EQ(wc.dlid_path_bits, 0);
 }
 
 }  // namespace

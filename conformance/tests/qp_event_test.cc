@@ -334,5 +334,36 @@ TEST_F(QpSqdTest, QueryReportsDraining_WhileWrOutstanding) {
   EXPECT_NE(attr.sq_draining, 0) << "the QP says it has drained with a message unanswered";
 }
 
+class QpCommEstTest : public QpTest {};
+
+// Rule: ibv_get_async_event(3): "IBV_EVENT_COMM_EST Communication was established on a QP";
+//   IBTA Vol 1 11.6.3: raised when the first packet arrives at an RC or UC QP in RTR. Whether a
+//   backend raises it is a backend answer (CommEstOnFirstPacketInRtr; rxe never does).
+// Checks: b in RTR (never moved to RTS) with a receive posted gets a SEND from a in RTS; the
+//   receive completes and IBV_EVENT_COMM_EST is raised for b.
+TEST_F(QpCommEstTest, RaisedByFirstPacketInRtr) {
+  SKIP_IF(!Backend().Answer("CommEstOnFirstPacketInRtr", true)) << "(the backend raises no COMM_EST)";
+  Buffer local;
+  Buffer remote;
+  ASSERT_TRUE(local.Register(pd(), 64));
+  ASSERT_TRUE(remote.Register(pd(), 64));
+  ASSERT_TRUE(CreateEnd(&a_));
+  ASSERT_TRUE(CreateEnd(&b_));
+  ConnectParams params;
+  params.path_mtu = DefaultMtu();
+  ibv_ah_attr route = LocalAddress(roce());
+  ASSERT_TRUE(BringUp(a_.get(), port(), b_.qp_num(), route, params));
+  ASSERT_TRUE(ModifyToInit(b_.get(), port(), params));
+  ASSERT_TRUE(ModifyToRtr(b_.get(), a_.qp_num(), route, params));
+  ibv_sge recv_sge = remote.Sge();
+  ASSERT_EQ(PostRecv(b_.get(), 9, &recv_sge, 1), 0);
+  ibv_sge send_sge = local.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &send_sge, 1)), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_COMM_EST, b_.get(), &acks_));
+}
+
 }  // namespace
 }  // namespace conformance

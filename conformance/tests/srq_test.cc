@@ -293,5 +293,25 @@ TEST_F(SrqTest, PostSrqRecvFails_TooManySge) {
   EXPECT_EQ(bad, &wr);
 }
 
+// Rule: ibv_post_srq_recv(3) does not say which posted receive a message takes; that the oldest
+//   goes first is the backend's choice (SrqConsumesInPostingOrder).
+// Checks: on a backend that keeps posting order, 8 receives posted to the SRQ (wr_id 0..7) are
+//   taken by 8 messages in that order.
+TEST_F(SrqTest, ReceivesTakenInPostingOrder) {
+  SKIP_IF(!Backend().Answer("SrqConsumesInPostingOrder", true)) << "(the backend takes SRQ receives in any order)";
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(8));
+  for (uint64_t i = 0; i < 8; ++i) {
+    ibv_sge sge = local_.Sge(0, 16);
+    ASSERT_EQ(PostOne(a_.get(), SendWr(100 + i, &sge, 1)), 0);
+  }
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(b_.recv_cq.get(), 8, &wcs));
+  for (uint64_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, i) << DescribeWcs(wcs);
+    EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS) << DescribeWc(wcs[i]);
+  }
+}
+
 }  // namespace
 }  // namespace conformance

@@ -8,6 +8,7 @@
 #include "device.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "sched/scheduler.h"
 #include "trace/trace.h"
 #include "transport/engine.h"
 #include "fault/fault_points.h"
@@ -97,6 +98,31 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
     held_wcs_.emplace_back(wc, solicited);
     return PushResult::kOk;
   }
+  if (wc.status != IBV_WC_SUCCESS && ctx_->device()->behaviour().error_wc_garbage) {
+    ibv_wc scrambled = wc;
+    ScrambleInvalidFields(&scrambled);
+    return PushLocked(scrambled, solicited);
+  }
+  return PushLocked(wc, solicited);
+}
+
+// ibv_poll_cq(3): "If the completion status is other than IBV_WC_SUCCESS, only
+// the following attributes are valid: wr_id, status, qp_num, and vendor_err."
+void Cq::ScrambleInvalidFields(ibv_wc* wc) {
+  Scheduler& s = Scheduler::Get();
+  wc->opcode = static_cast<ibv_wc_opcode>(s.Next() & 0xff);
+  wc->byte_len = static_cast<uint32_t>(s.Next());
+  wc->imm_data = static_cast<uint32_t>(s.Next());
+  wc->src_qp = static_cast<uint32_t>(s.Next()) & 0xffffff;
+  wc->wc_flags = static_cast<unsigned>(s.Next()) & 0x7f;
+  wc->pkey_index = static_cast<uint16_t>(s.Next());
+  wc->slid = static_cast<uint16_t>(s.Next());
+  wc->sl = static_cast<uint8_t>(s.Next() & 0xf);
+  wc->dlid_path_bits = static_cast<uint8_t>(s.Next() & 0x7f);
+}
+
+// Requires: mu_ held.
+Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
   if (count_ == ring_.size()) {
     if (ignore_overrun_) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
@@ -203,6 +229,13 @@ int Cq::ReqNotifyOp(ibv_cq* ibcq, int solicited_only) {
     cq->arm_ = Arm::kNext;
   } else if (cq->arm_ != Arm::kNext) {
     cq->arm_ = Arm::kSolicited;
+  }
+  // Hardware that compares the arm with its producer index fires at once when
+  // completions are already waiting; the profile may ask for that, by seed.
+  if (cq->count_ > 0 && cq->channel_ && cq->ctx_->device()->behaviour().spurious_comp_events &&
+      Scheduler::Get().OneIn(2)) {
+    cq->arm_ = Arm::kNone;
+    cq->channel_->events().Push(cq->events_.CompletionEvent());
   }
   return 0;
 }

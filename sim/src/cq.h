@@ -84,6 +84,9 @@ class Cq {
   ~Cq();
   void InstallExOps();
   // Requires: mu_ held.
+  PushResult PushLocked(const ibv_wc& wc, bool solicited);
+  static void ScrambleInvalidFields(ibv_wc* wc);
+  // Requires: mu_ held.
   void NotifyLocked(const ibv_wc& wc, bool solicited_bit);
   void RaiseAsyncLocked(ibv_event_type type);
 

@@ -6,6 +6,7 @@
 #include "context.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "sched/scheduler.h"
 #include "trace/trace.h"
 
 namespace simverbs {
@@ -99,11 +100,27 @@ void Device::RaiseDeviceEvent(ibv_event_type type) {
 namespace simverbs {
 
 uint32_t Device::AllocQpn() {
+  if (behaviour_.qp_number_reuse) {
+    // Reuse a number this process freed, if the fabric still has it free.
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!released_qpns_.empty()) {
+      const size_t pick = Scheduler::Get().Choose(released_qpns_.size());
+      const uint32_t qpn = released_qpns_[pick];
+      released_qpns_.erase(released_qpns_.begin() + static_cast<std::ptrdiff_t>(pick));
+      if (!Fabric::Get().attached() || Fabric::Get().ClaimQpn(index_, qpn)) return qpn;
+    }
+  }
   if (Fabric::Get().attached()) return Fabric::Get().AllocQpn(index_);
   return next_qpn_.fetch_add(1) & 0xffffff;
 }
 
-void Device::ReleaseQpn(uint32_t qpn) { Fabric::Get().ReleaseQpn(index_, qpn); }
+void Device::ReleaseQpn(uint32_t qpn) {
+  Fabric::Get().ReleaseQpn(index_, qpn);
+  if (behaviour_.qp_number_reuse) {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_qpns_.push_back(qpn);
+  }
+}
 
 uint32_t Device::NewKeyIndex() {
   if (Fabric::Get().attached()) return Fabric::Get().AllocKeyIndex(index_);

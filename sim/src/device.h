@@ -99,6 +99,7 @@ class Device {
   std::vector<ibv_port_state> port_state_;  // index 0 = port 1
   std::set<Context*> contexts_;
   std::atomic<uint32_t> next_qpn_{0x11};
+  std::vector<uint32_t> released_qpns_;  // mu_; only with behaviour qp_number_reuse
   std::unordered_map<uint32_t, Qp*> qps_;  // engine lock
   std::unordered_map<uint32_t, Mr*> keys_;  // engine lock
   std::unordered_map<uint32_t, Mw*> window_keys_;  // engine lock

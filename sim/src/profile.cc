@@ -322,6 +322,14 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("sq_drained_event", false)) {
     b.sq_drained_always = r.Choice<bool>("sq_drained_event", {{"requested", false}, {"always", true}});
   }
+  b.spurious_comp_events = Bool(r, "spurious_comp_events", b.spurious_comp_events);
+  if (r.Find("srq_order", false)) {
+    b.srq_any_order = r.Choice<bool>("srq_order", {{"fifo", false}, {"any", true}});
+  }
+  b.qp_number_reuse = Bool(r, "qp_number_reuse", b.qp_number_reuse);
+  if (r.Find("error_wc_fields", false)) {
+    b.error_wc_garbage = r.Choice<bool>("error_wc_fields", {{"zero", false}, {"garbage", true}});
+  }
   r.Unsigned("time_scale", &b.time_scale, false);
   if (b.time_scale == 0) ObjectReader::Fail(r.Path("time_scale"), "must be at least 1");
   r.Finish();

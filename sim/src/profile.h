@@ -57,6 +57,18 @@ struct Behaviour {
   bool comm_est_event = true;
   // SQ_DRAINED only when en_sqd_async_notify was set (IBTA), or always (rxe).
   bool sq_drained_always = false;
+  // Adversarial but legal choices, each taken by the seeded scheduler:
+  // ibv_req_notify_cq on a CQ that holds unpolled completions may fire an event
+  // at once (the completions were already there: the event is "spurious" to a
+  // program that drains the CQ before re-arming).
+  bool spurious_comp_events = false;
+  // A message may take any receive posted to an SRQ, not the oldest.
+  bool srq_any_order = false;
+  // A new QP may get the number of a QP destroyed just before.
+  bool qp_number_reuse = false;
+  // The fields of an error completion that ibv_poll_cq(3) calls invalid
+  // (everything but wr_id, status, qp_num, vendor_err) hold garbage, not zero.
+  bool error_wc_garbage = false;
   // Protocol timers (transport timeout, RNR timer) run this many times faster than real time.
   uint32_t time_scale = 16384;
 };

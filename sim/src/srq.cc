@@ -6,6 +6,7 @@
 #include "device.h"
 #include "pd.h"
 #include "fault/fault_points.h"
+#include "sched/scheduler.h"
 
 namespace simverbs {
 namespace {
@@ -96,8 +97,12 @@ int Srq::PostRecvOp(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 bool Srq::TakeLocked(Wqe* out) {
   std::lock_guard<std::mutex> lock(mu_);
   if (wqes_.empty()) return false;
-  *out = std::move(wqes_.front());
-  wqes_.pop_front();
+  // IBTA leaves the order in which an SRQ's receives are used open; a profile
+  // may ask for any order, chosen by the seeded scheduler.
+  size_t index = 0;
+  if (ctx_->device()->behaviour().srq_any_order) index = Scheduler::Get().Choose(wqes_.size());
+  *out = std::move(wqes_[index]);
+  wqes_.erase(wqes_.begin() + static_cast<std::ptrdiff_t>(index));
   // ibv_modify_srq(3): the event fires once the number of WQEs drops below
   // srq_limit; the SRQ is then disarmed (query reports 0).
   if (limit_ != 0 && wqes_.size() < limit_) {

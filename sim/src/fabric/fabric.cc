@@ -330,10 +330,23 @@ uint32_t Fabric::AllocQpn(int device_index) {
     if (qpn < kFirstQpn) continue;
     DirEntry& e = d.dir[qpn % kDirSize];
     uint32_t expected = 0;
-    e.slot.store(slot_);
-    if (e.qpn.compare_exchange_strong(expected, qpn)) return qpn;
+    // Claim first, then publish the owner: an entry in use keeps its slot.
+    // (A sender that sees the number before the slot finds slot -1 and retries.)
+    if (e.qpn.compare_exchange_strong(expected, qpn)) {
+      e.slot.store(slot_);
+      return qpn;
+    }
   }
   return 0;  // the device's QP table is full
+}
+
+bool Fabric::ClaimQpn(int device_index, uint32_t qpn) {
+  if (!segment_ || device_index >= kMaxDevices) return false;
+  DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  uint32_t expected = 0;
+  if (!e.qpn.compare_exchange_strong(expected, qpn)) return false;
+  e.slot.store(slot_);
+  return true;
 }
 
 void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {

@@ -51,6 +51,8 @@ class Fabric {
   // Shared counters: QP numbers (registered as ours) and memory keys.
   uint32_t AllocQpn(int device_index);
   void ReleaseQpn(int device_index, uint32_t qpn);
+  // Takes a specific free QP number for this process; false if it is in use.
+  bool ClaimQpn(int device_index, uint32_t qpn);
   uint32_t AllocKeyIndex(int device_index);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
