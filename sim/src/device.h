@@ -63,6 +63,10 @@ class Device {
   void AddQp(Qp* qp);
   void RemoveQp(Qp* qp);
   Qp* FindQp(uint32_t qpn) const;
+  template <typename Fn>
+  void ForEachQp(Fn fn) const {
+    for (const auto& entry : qps_) fn(entry.second);
+  }
   uint32_t NewKeyIndex();
   void AddWindowKey(uint32_t key, Mw* mw) { window_keys_[key] = mw; }
   void RemoveWindowKey(uint32_t key) { window_keys_.erase(key); }

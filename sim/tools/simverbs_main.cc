@@ -2,6 +2,7 @@
 //   simverbs run [--profile P] -- CMD ARGS...   run a program on simulated devices
 //   simverbs devices [--profile P]              list the devices a profile gives
 //   simverbs profiles                           list the profiles that can be named
+//   simverbs inject EVENT [--device D] ...      raise an async event in running programs
 
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "inject_command.h"
 #include "profile.h"
 
 namespace {
@@ -130,9 +132,12 @@ int main(int argc, char** argv) {
   CLI::App* devices = app.add_subcommand("devices", "List the simulated devices of a profile");
   devices->add_option("--profile,-p", profile, "Device profile: a name or a .json path");
   app.add_subcommand("profiles", "List the profiles that can be given by name");
+  InjectOptions inject_options;
+  CLI::App* inject = AddInjectCommand(app, &inject_options);
 
   CLI11_PARSE(app, argc, argv);
   if (devices->parsed()) return Devices(profile);
+  if (inject->parsed()) return RunInject(inject_options);
   for (const auto& name : simverbs::AvailableProfiles()) std::printf("%s\n", name.c_str());
   return 0;
 }
