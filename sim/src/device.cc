@@ -5,6 +5,7 @@
 
 #include "context.h"
 #include "fabric/fabric.h"
+#include "fault/fault_plan.h"
 #include "qp.h"
 
 namespace simverbs {
@@ -108,7 +109,10 @@ uint32_t Device::NewKeyIndex() {
   return next_key_index_.fetch_add(1) & 0xffffff;
 }
 
-void Device::AddQp(Qp* qp) { qps_[qp->qp_num()] = qp; }
+void Device::AddQp(Qp* qp) {
+  qps_[qp->qp_num()] = qp;
+  fault_plan::OnQpCreated(qp);  // "#N" in fault plans: creation order
+}
 void Device::RemoveQp(Qp* qp) { qps_.erase(qp->qp_num()); }
 
 Qp* Device::FindQp(uint32_t qpn) const {

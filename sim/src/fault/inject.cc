@@ -106,22 +106,12 @@ int RaiseFault(ibv_event_type type, const FaultSite& site) {
   }
 }
 
-int HandleFaultRequest(const FaultRequest& request) {
-  const auto& devices = DeviceList::Get().devices();
-  if (request.device_index < 0 || static_cast<size_t>(request.device_index) >= devices.size()) return 0;
-  Device* device = devices[request.device_index].get();
-  const auto type = static_cast<ibv_event_type>(request.event);
-  FaultSite site;
-  if (request.object == FaultObject::kDevice) {
-    site.device = device;
-    site.port_num = request.port_num;
-    const int delivered = RaiseFault(type, site);
-    return delivered > 0 ? delivered : 0;
-  }
+int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object) {
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  Qp* qp = device->FindQp(request.qpn);  // only this process's QPs
+  Qp* qp = device->FindQp(qpn);  // only this process's QPs
   if (!qp) return 0;
-  switch (request.object) {
+  FaultSite site;
+  switch (object) {
     case FaultObject::kQp: site.qp = qp; break;
     case FaultObject::kSendCq: site.cq = qp->send_cq(); break;
     case FaultObject::kRecvCq: site.cq = qp->recv_cq(); break;
@@ -129,6 +119,19 @@ int HandleFaultRequest(const FaultRequest& request) {
     case FaultObject::kDevice: break;
   }
   const int delivered = RaiseOnObjectLocked(type, site);
+  return delivered > 0 ? delivered : 0;
+}
+
+int HandleFaultRequest(const FaultRequest& request) {
+  const auto& devices = DeviceList::Get().devices();
+  if (request.device_index < 0 || static_cast<size_t>(request.device_index) >= devices.size()) return 0;
+  Device* device = devices[request.device_index].get();
+  const auto type = static_cast<ibv_event_type>(request.event);
+  if (request.object != FaultObject::kDevice) return RaiseOnQpNumber(type, device, request.qpn, request.object);
+  FaultSite site;
+  site.device = device;
+  site.port_num = request.port_num;
+  const int delivered = RaiseFault(type, site);
   return delivered > 0 ? delivered : 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdint>
 #include <string>
 
 namespace simverbs {
@@ -40,6 +41,12 @@ struct FaultSite {
 // (contexts reached), or -EINVAL when the site does not fit the event.
 // Must not be called with the engine lock held.
 int RaiseFault(ibv_event_type type, const FaultSite& site);
+
+// Raises `type` on the QP numbered `qpn` of `device` in this process (or on
+// the CQ or SRQ `object` says it uses). Returns the events delivered: 0 when
+// this process has no such QP. Must not be called with the engine lock held.
+enum class FaultObject : int32_t;
+int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object);
 
 // Handles a request from the fabric's mailbox: finds the object on this
 // process's devices and raises the event. Returns the events delivered (0
