@@ -130,8 +130,8 @@ int RunInject(const InjectOptions& o) {
   std::printf("%s on %s: %u event(s) delivered; %d of %d process(es) answered\n", simverbs::EventName(type),
               where.c_str(), post.delivered, post.answered, post.processes);
   if (post.answered < post.processes) {
-    std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms\n",
-                 post.processes - post.answered, o.timeout_ms);
+    std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms (pid %s)\n",
+                 post.processes - post.answered, o.timeout_ms, post.silent.c_str());
     return 1;
   }
   const bool affiliated = element != simverbs::EventElement::kPort && element != simverbs::EventElement::kDevice;

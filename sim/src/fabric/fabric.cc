@@ -602,6 +602,11 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     usleep(1000);
   }
   post.answered = __builtin_popcountll(answered);
+  for (int i = 0; i < kMaxProcs; ++i) {
+    if ((waiting & ~answered) & (uint64_t{1} << i)) {
+      post.silent += (post.silent.empty() ? "" : " ") + std::to_string(seg->procs[i].pid.load());
+    }
+  }
   post.delivered = request->delivered.load();
   munmap(seg, sizeof(FabricSegment));
   return post;

@@ -46,6 +46,7 @@ struct FaultPost {
   int processes = 0;         // attached when the request was posted
   int answered = 0;          // of those, how many handled it in time
   uint32_t delivered = 0;    // async events raised, over all processes
+  std::string silent;        // the pids that did not answer, "123 456"
 };
 
 class Fabric {

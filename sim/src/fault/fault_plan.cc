@@ -421,19 +421,23 @@ std::string OnContextOpen(Context* ctx) {
         text << in.rdbuf();
         g_error = ParseToError(env, text.str(), &g_plan);
       }
-      if (g_error.empty() && !g_plan.faults.empty()) {
-        std::vector<const Fault*> timed;
-        for (const Fault& f : g_plan.faults) {
-          if (f.trigger.kind == Trigger::Kind::kAfterMs) timed.push_back(&f);
-        }
-        // Sleeps until its last fault; the process may end before.
-        if (!timed.empty()) std::thread(TimerThread, timed).detach();
-        g_active = true;
-      }
+      g_active = g_error.empty() && !g_plan.faults.empty();
     }
   }
   if (!g_error.empty()) return g_error;
   if (!g_active || !ctx) return "";
+  static bool timer_started = false;
+  if (!timer_started) {
+    // The clock starts when the first context exists, so that an event at
+    // 0 ms has a context to reach.
+    timer_started = true;
+    std::vector<const Fault*> timed;
+    for (const Fault& f : g_plan.faults) {
+      if (f.trigger.kind == Trigger::Kind::kAfterMs) timed.push_back(&f);
+    }
+    // Sleeps until its last fault; the process may end before.
+    if (!timed.empty()) std::thread(TimerThread, timed).detach();
+  }
   ibv_context_ops& ops = ctx->ibv()->ops;
   if (g_plan.wants_polls && ops.poll_cq != PlanPollCq) {
     g_poll_cq = ops.poll_cq;

@@ -6,7 +6,7 @@
 //
 // Triggers, all counted in this process:
 //   completions  the Nth completion ibv_poll_cq returns, over every CQ
-//   after_ms     T milliseconds after the plan was loaded (the first ibv_open_device)
+//   after_ms     T milliseconds after the process's first ibv_open_device returned
 //   post_send    the Nth ibv_post_send call on a QP, named by creation order ("#2") or number
 // Actions are rows of one table (kActions in fault_plan.cc): a row names the
 // action's field and runs it on the objects the trigger involves (the QP that
