@@ -198,5 +198,28 @@ TEST_F(DeviceFatalTest, ContextOpenedAfterwardsWorks) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: the kernel's async event file: "The user knows it has reached the end of the event
+//   stream when it sees IB_EVENT_DEVICE_FATAL" (drivers/infiniband/core/uverbs_std_types_async_fd.c).
+// Checks: a port event raised after DEVICE_FATAL does not reach the fatal context, while a
+//   context opened afterwards gets it.
+TEST_F(DeviceFatalTest, FatalIsTheLastEvent) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr dead = OpenAnotherContext();
+        ASSERT_NE(dead, nullptr);
+        RaiseFatalAndRead(dead.get());
+        ContextPtr fresh = OpenAnotherContext();
+        ASSERT_NE(fresh, nullptr);
+        ASSERT_EQ(sim().RaisePortEvent(fresh.get(), port(), IBV_EVENT_LID_CHANGE), 0);
+        ibv_async_event event = {};
+        ASSERT_TRUE(GetAsyncEventWithin(fresh.get(), &event, kReturnWindow));
+        EXPECT_EQ(event.event_type, IBV_EVENT_LID_CHANGE) << ibv_event_type_str(event.event_type);
+        ibv_ack_async_event(&event);
+        EXPECT_TRUE(NoAsyncEventWithin(dead.get(), kQuietWindow));
+      },
+      kChildTimeout, "events after DEVICE_FATAL");
+  EXPECT_TRUE(Passed(result));
+}
+
 }  // namespace
 }  // namespace conformance

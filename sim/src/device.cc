@@ -84,7 +84,9 @@ void Device::RaisePortEvent(int port_num, ibv_event_type type) {
   QueuedEvent ev;
   ev.type = type;
   ev.port_num = port_num;
-  ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
+  ForEachContext([&](Context* c) {
+    if (!c->fatal()) c->RaiseAsync(ev);  // DEVICE_FATAL was its last event
+  });
 }
 
 void Device::RaiseDeviceEvent(ibv_event_type type) {

@@ -55,6 +55,11 @@ bool TakesQpToError(ibv_event_type type) {
 // QP, CQ and SRQ events. Requires: engine lock (it keeps the QP from being
 // destroyed meanwhile; lock order Engine → Cq → Srq).
 int RaiseOnObjectLocked(ibv_event_type type, const FaultSite& site) {
+  // A fatal context gets no event after DEVICE_FATAL (fault/device_fatal.h).
+  if ((site.qp && site.qp->context()->fatal()) || (site.cq && site.cq->context()->fatal()) ||
+      (site.srq && site.srq->context()->fatal())) {
+    return 0;
+  }
   switch (ElementOf(type)) {
     case EventElement::kQp:
       if (!site.qp) return -EINVAL;
@@ -85,7 +90,7 @@ int RaiseFault(ibv_event_type type, const FaultSite& site) {
     case EventElement::kPort: {
       if (!site.device || !site.device->ValidPort(site.port_num)) return -EINVAL;
       int contexts = 0;
-      site.device->ForEachContext([&](Context*) { ++contexts; });
+      site.device->ForEachContext([&](Context* ctx) { contexts += ctx->fatal() ? 0 : 1; });
       site.device->RaisePortEvent(site.port_num, type);
       return contexts;
     }

@@ -12,7 +12,8 @@
 // unaffiliated event reaches every process, and an affiliated one only the
 // process that owns the object (the others find no such QP and deliver
 // nothing), as on a real HCA. The injector waits until every process that was
-// attached when it posted has answered, and reports.
+// attached when it posted has answered, and reports. A process that falls
+// more than kRequests requests behind skips the ones overwritten meanwhile.
 //
 // Port states set by injected PORT_ERR / PORT_ACTIVE are also kept here, so a
 // process that joins afterwards sees the same port state as the others.
