@@ -545,7 +545,8 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     }
     FaultRequest fields{};
     if (seg->unlinked || waiting == 0) {
-      post.error = "no process is attached to fabric \"" + fabric + "\" (it has ended)";
+      post.error = "no process is attached to fabric \"" + fabric +
+                   "\" (its programs have ended; start them with 'simverbs run' and the same SIMVERBS_FABRIC)";
     } else {
       post.error = fill(seg->profile_path, &fields);
     }
