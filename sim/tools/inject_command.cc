@@ -136,8 +136,8 @@ int RunInject(const InjectOptions& o) {
   }
   const bool affiliated = element != simverbs::EventElement::kPort && element != simverbs::EventElement::kDevice;
   if (affiliated && post.delivered == 0) {
-    std::fprintf(stderr, "simverbs inject: no process on fabric \"%s\" owns %s (is the QP number right?)\n",
-                 fabric.c_str(), where.c_str());
+    std::fprintf(stderr, "simverbs inject: no process on fabric \"%s\" owns %s%s (is the QP number right?)\n",
+                 fabric.c_str(), where.c_str(), element == simverbs::EventElement::kSrq ? " attached to an SRQ" : "");
     return 1;
   }
   return 0;

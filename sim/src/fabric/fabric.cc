@@ -478,6 +478,20 @@ void Fabric::ProgressThread() {
 // ---- Faults from outside: the mailbox (fault/mailbox.h).
 
 namespace simverbs {
+namespace {
+
+// A process that exited without detaching (killed, or _exit) stays a zombie
+// until its parent reaps it: kill(pid, 0) still succeeds, but it will never
+// answer.
+bool Zombie(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+}  // namespace
 
 // Requires: segment mutex held, segment_ set.
 void Fabric::TakeFaultStateLocked() {
@@ -596,7 +610,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     // A process that exits meanwhile will never answer.
     for (int i = 0; i < kMaxProcs; ++i) {
       if ((waiting & (uint64_t{1} << i)) && !(answered & (uint64_t{1} << i)) &&
-          !Alive(seg->procs[i].pid.load(), seg->procs[i].start_time)) {
+          (!Alive(seg->procs[i].pid.load(), seg->procs[i].start_time) || Zombie(seg->procs[i].pid.load()))) {
         waiting &= ~(uint64_t{1} << i);
       }
     }

@@ -62,7 +62,8 @@ expect("post_send: QP_FATAL once", [line for line in out if line.startswith("EVE
 # as in the run above (numbers restart when the fabric does).
 rc, out, err, _ = run_with_plan("post-send-number", fault({"post_send": 1, "qp": int(qpns[0])},
                                                           {"event": "QP_REQ_ERR"}), "1", "1")
-expect("post_send by number: same QP numbers as before", out[:1] == [f"QPN {qpns[0]} {qpns[1]}"], repr(out[:1]))
+expect("post_send by number: same QP numbers as before", out[:1] and out[0].startswith(f"QPN {qpns[0]} {qpns[1]} "),
+       repr(out[:1]))
 expect("post_send by number: the first post is flushed and QP_REQ_ERR raised",
        f"WC 1 0 5 {qpns[0]}" in out and "EVENT 2" in out, repr(out))
 

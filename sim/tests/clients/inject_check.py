@@ -116,13 +116,13 @@ try:
     # ---- affiliated events reach only their owner
     loop = [sys.executable if "pyverbs" in sys.modules else "/usr/bin/python3", os.path.join(here, "verbs_loop.py")]
     owner = Program(*loop, "1", "3", "fatal-checks")
-    other = Program(*loop, "1", "1")
+    other = Program(*loop, "1", "2")
     programs += [owner, other]
     qpns = {}
     for name, prog in (("owner", owner), ("other", other)):
         line = prog.next_line()
         expect(f"{name} reports its QPs", line.startswith("QPN "), repr(line))
-        qpns[name] = line.split()[1:3] if line.startswith("QPN ") else ["0", "0"]
+        qpns[name] = line.split()[1:4] if line.startswith("QPN ") else ["0", "0", "0"]
         for _ in range(2):
             line = prog.next_line()
             expect(f"{name} completes its SEND and RECV", re.fullmatch(r"WC 1 \d+ 0 \d+", line or ""), repr(line))
@@ -137,6 +137,14 @@ try:
            f"exit {r.returncode}: {r.stdout + r.stderr!r}")
     line = other.next_line()
     expect("the other process gets its CQ_ERR", line == "EVENT 0", repr(line))
+    r = inject("SRQ_LIMIT_REACHED", "--srq-of-qp", qpns["other"][2])
+    expect("inject SRQ_LIMIT_REACHED by a QP on the SRQ", r.returncode == 0 and "1 event(s) delivered" in r.stdout,
+           f"exit {r.returncode}: {r.stdout + r.stderr!r}")
+    line = other.next_line()
+    expect("the other process gets its SRQ_LIMIT_REACHED", line == "EVENT 15", repr(line))
+    r = inject("SRQ_ERR", "--srq-of-qp", qpns["owner"][0])
+    expect("an SRQ event by a QP without an SRQ: exit 1", r.returncode == 1 and "attached to an SRQ" in r.stderr,
+           f"exit {r.returncode}: {r.stderr!r}")
     # A port event reaches everyone: each one's next line must be it, so
     # nobody saw the other's affiliated event.
     line = other.next_line()

@@ -3,10 +3,11 @@
 
 usage: verbs_loop.py ITERATIONS EVENTS [fatal-checks]
 
-Connects two RC QPs of one context to each other, then ITERATIONS times posts
+Connects two RC QPs of one context to each other (a third, unconnected, receives
+from an SRQ), then ITERATIONS times posts
 a receive on the second and a signaled SEND on the first and polls the one CQ
 for both completions. Then reads EVENTS async events. Prints one line per
-thing it sees: 'QPN a b', 'WC i <opcode> <status> <qpn>', 'POLL_ERROR i',
+thing it sees: 'QPN a b srq_qp', 'WC i <opcode> <status> <qpn>', 'POLL_ERROR i',
 'POST_ERROR i <errno>', 'EVENT <type>'. With fatal-checks, after the events
 it tries verbs and prints 'AFTER <verb> <errno or 0>'.
 Every wait is bounded: a missing completion or event ends the program with
@@ -24,6 +25,7 @@ from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import RecvWR, SendWR, SGE
 
 iterations, events = int(sys.argv[1]), int(sys.argv[2])
@@ -48,6 +50,10 @@ cq = CQ(ctx, 64)
 mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
 cap = QPCap(max_send_wr=16, max_recv_wr=16)
 qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)) for _ in range(2)]
+# A third QP that receives from an SRQ, to name that SRQ from outside.
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=4, max_sge=1)))
+srq_qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq,
+                           cap=QPCap(max_send_wr=1, max_recv_wr=0, max_recv_sge=0)))
 lid = ctx.query_port(1).lid
 for qp, peer in ((qps[0], qps[1]), (qps[1], qps[0])):
     attr = QPAttr(qp_state=e.IBV_QPS_INIT, cur_qp_state=e.IBV_QPS_RESET)
@@ -69,7 +75,7 @@ for qp, peer in ((qps[0], qps[1]), (qps[1], qps[0])):
     attr.rnr_retry = 7
     attr.max_rd_atomic = 1
     qp.to_rts(attr)
-out("QPN", qps[0].qp_num, qps[1].qp_num)
+out("QPN", qps[0].qp_num, qps[1].qp_num, srq_qp.qp_num)
 
 sge = SGE(mr.buf, 8, mr.lkey)
 for i in range(1, iterations + 1):
