@@ -592,7 +592,6 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     munmap(seg, sizeof(FabricSegment));
     return post;
   }
-  post.processes = __builtin_popcountll(waiting);
   // Wake every progress thread: each handles the request on its own.
   for (int i = 0; i < kMaxProcs; ++i) {
     if (!(waiting & (uint64_t{1} << i))) continue;
@@ -616,6 +615,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     }
     usleep(1000);
   }
+  post.processes = __builtin_popcountll(waiting);  // without those that exited meanwhile
   post.answered = __builtin_popcountll(answered);
   for (int i = 0; i < kMaxProcs; ++i) {
     if ((waiting & ~answered) & (uint64_t{1} << i)) {

@@ -43,7 +43,7 @@ struct FaultRequest;
 // What `simverbs inject` learnt from posting a fault (Fabric::PostFault).
 struct FaultPost {
   std::string error;         // the fabric could not be reached, or `fill` refused
-  int processes = 0;         // attached when the request was posted
+  int processes = 0;         // attached when the request was posted and still there
   int answered = 0;          // of those, how many handled it in time
   uint32_t delivered = 0;    // async events raised, over all processes
   std::string silent;        // the pids that did not answer, "123 456"
