@@ -89,12 +89,6 @@ void Device::RaisePortEvent(int port_num, ibv_event_type type) {
   });
 }
 
-void Device::RaiseDeviceEvent(ibv_event_type type) {
-  QueuedEvent ev;
-  ev.type = type;
-  ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
-}
-
 }  // namespace simverbs
 
 namespace simverbs {

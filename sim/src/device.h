@@ -54,9 +54,9 @@ class Device {
     for (Context* c : contexts_) fn(c);
   }
 
-  // Unaffiliated events, delivered to every open context of the device.
+  // A port event, delivered to every open context of the device that is not
+  // fatal. DEVICE_FATAL goes through fault/inject.h (the contexts change too).
   void RaisePortEvent(int port_num, ibv_event_type type);
-  void RaiseDeviceEvent(ibv_event_type type);
 
   // The QPs and memory keys of the device, as the transport finds them.
   // Requires: engine lock.
