@@ -10,6 +10,7 @@
 #include "device.h"
 #include "event_element.h"
 #include "fabric/fabric.h"
+#include "fault/fault_plan.h"
 #include "ops_table.h"
 #include "trace/trace.h"
 #include "fault/fault_points.h"
@@ -49,7 +50,15 @@ Result<Context*> Context::Open(Device* device) {
     std::fprintf(stderr, "simverbs: %s\n", error.c_str());
     return Result<Context*>::Error(EINVAL);
   }
-  return new Context(device);
+  // A broken fault plan (SIMVERBS_FAULTS) stops the program before it starts.
+  const std::string plan_error = fault_plan::OnContextOpen(nullptr);
+  if (!plan_error.empty()) {
+    std::fprintf(stderr, "simverbs: %s\n", plan_error.c_str());
+    return Result<Context*>::Error(EINVAL);
+  }
+  Context* ctx = new Context(device);
+  fault_plan::OnContextOpen(ctx);  // the plan's hooks on this context's ops
+  return ctx;
 }
 
 void Context::Close() {

@@ -44,6 +44,10 @@ class Context {
   void AddChannel(CompChannel* ch);
   void RemoveChannel(CompChannel* ch);
 
+  // IBV_EVENT_DEVICE_FATAL was raised on this context (fault/device_fatal.h).
+  bool fatal() const { return fatal_.load(std::memory_order_acquire); }
+  // False when it already was fatal.
+  bool MarkFatal() { return !fatal_.exchange(true, std::memory_order_acq_rel); }
 
  private:
   explicit Context(Device* device);
@@ -54,6 +58,7 @@ class Context {
   EventQueue async_;
   std::mutex mu_;
   std::set<CompChannel*> channels_;
+  std::atomic<bool> fatal_{false};
 };
 
 }  // namespace simverbs

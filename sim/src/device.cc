@@ -5,6 +5,7 @@
 
 #include "context.h"
 #include "fabric/fabric.h"
+#include "fault/fault_plan.h"
 #include "qp.h"
 #include "sched/scheduler.h"
 #include "trace/trace.h"
@@ -86,13 +87,9 @@ void Device::RaisePortEvent(int port_num, ibv_event_type type) {
   QueuedEvent ev;
   ev.type = type;
   ev.port_num = port_num;
-  ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
-}
-
-void Device::RaiseDeviceEvent(ibv_event_type type) {
-  QueuedEvent ev;
-  ev.type = type;
-  ForEachContext([&](Context* c) { c->RaiseAsync(ev); });
+  ForEachContext([&](Context* c) {
+    if (!c->fatal()) c->RaiseAsync(ev);  // DEVICE_FATAL was its last event
+  });
 }
 
 }  // namespace simverbs
@@ -127,7 +124,10 @@ uint32_t Device::NewKeyIndex() {
   return next_key_index_.fetch_add(1) & 0xffffff;
 }
 
-void Device::AddQp(Qp* qp) { qps_[qp->qp_num()] = qp; }
+void Device::AddQp(Qp* qp) {
+  qps_[qp->qp_num()] = qp;
+  fault_plan::OnQpCreated(qp);  // "#N" in fault plans: creation order
+}
 void Device::RemoveQp(Qp* qp) { qps_.erase(qp->qp_num()); }
 
 Qp* Device::FindQp(uint32_t qpn) const {

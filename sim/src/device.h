@@ -54,15 +54,19 @@ class Device {
     for (Context* c : contexts_) fn(c);
   }
 
-  // Unaffiliated events, delivered to every open context of the device.
+  // A port event, delivered to every open context of the device that is not
+  // fatal. DEVICE_FATAL goes through fault/inject.h (the contexts change too).
   void RaisePortEvent(int port_num, ibv_event_type type);
-  void RaiseDeviceEvent(ibv_event_type type);
 
   // The QPs and memory keys of the device, as the transport finds them.
   // Requires: engine lock.
   void AddQp(Qp* qp);
   void RemoveQp(Qp* qp);
   Qp* FindQp(uint32_t qpn) const;
+  template <typename Fn>
+  void ForEachQp(Fn fn) const {
+    for (const auto& entry : qps_) fn(entry.second);
+  }
   uint32_t NewKeyIndex();
   void AddWindowKey(uint32_t key, Mw* mw) { window_keys_[key] = mw; }
   void RemoveWindowKey(uint32_t key) { window_keys_.erase(key); }

@@ -61,6 +61,7 @@ class Qp {
   ibv_qp_type type() const { return handle_.pub.qp_base.qp_type; }
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
+  Srq* srq() const { return srq_; }
 
   // Raises an async event affiliated with this QP (counted for destroy).
   void RaiseAsync(ibv_event_type type);

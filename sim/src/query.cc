@@ -10,6 +10,7 @@
 #include "context.h"
 #include "device.h"
 #include "device_list.h"
+#include "fault/device_fatal.h"
 
 namespace simverbs {
 namespace {
@@ -68,6 +69,7 @@ int QueryPortOp(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr, size_t 
   Device* dev = DeviceOf(ctx);
   if (!dev || !attr) return EINVAL;
   if (!dev->ValidPort(port_num)) return EINVAL;
+  if (DeviceFatal(ctx)) return EIO;  // the port is queried from the dead firmware (fault/device_fatal.h)
   const ibv_port_attr now = dev->PortAttr(port_num);
   std::memset(attr, 0, attr_len);
   std::memcpy(attr, &now, std::min(attr_len, sizeof now));

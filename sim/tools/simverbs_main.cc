@@ -4,6 +4,7 @@
 //   simverbs profiles                           list the profiles that can be named
 //   simverbs record [--device D] [--stable-identity] [--stable-mac MAC] [--name N] [OUT.json]
 //                                               write a profile of a device this machine has
+//   simverbs inject EVENT [--device D] ...      raise an async event in running programs
 
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "inject_command.h"
 #include "profile.h"
 #include "record.h"
 
@@ -150,8 +152,13 @@ int main(int argc, char** argv) {
       record->add_option("--stable-mac", stable_mac, "The MAC for --stable-identity (implies it)");
   record->add_option("output", record_options.output, "The profile to write (default: stdout)");
 
+  InjectOptions inject_options;
+  CLI::App* inject = AddInjectCommand(app, &inject_options);
+
+
   CLI11_PARSE(app, argc, argv);
   if (devices->parsed()) return Devices(profile);
+  if (inject->parsed()) return RunInject(inject_options);
   if (record->parsed()) {
     if (stable_identity || stable_mac_option->count() > 0) record_options.stable_mac = stable_mac;
     return simverbs::Record(record_options);

@@ -40,7 +40,10 @@ int simverbs_raise_srq_event(struct ibv_srq *srq, enum ibv_event_type type);
  * PKEY_CHANGE, SM_CHANGE, CLIENT_REREGISTER, GID_CHANGE. */
 int simverbs_raise_port_event(struct ibv_context *context, uint8_t port_num, enum ibv_event_type type);
 
-/* Raises IBV_EVENT_DEVICE_FATAL on every open context of the device. */
+/* Raises IBV_EVENT_DEVICE_FATAL on every open context of the device; those
+ * contexts are fatal from then on: commands fail with EIO, destroys succeed,
+ * posts are accepted and never executed (sim/src/fault/device_fatal.h).
+ * Contexts opened afterwards work. */
 int simverbs_raise_device_fatal(struct ibv_context *context);
 
 /* Adds a completion to a CQ as the HCA would (arming, channel events and

@@ -10,6 +10,7 @@
 #include "event_element.h"
 #include "fault/fault_points.h"
 #include "sched/scheduler.h"
+#include "fault/inject.h"
 #include "qp.h"
 #include "srq.h"
 #include "transport/engine.h"
@@ -49,7 +50,9 @@ SIMVERBS_EXPORT int simverbs_raise_port_event(ibv_context* context, uint8_t port
 SIMVERBS_EXPORT int simverbs_raise_device_fatal(ibv_context* context) {
   Context* c = Context::From(context);
   if (!c) return EINVAL;
-  c->device()->RaiseDeviceEvent(IBV_EVENT_DEVICE_FATAL);
+  FaultSite site;
+  site.device = c->device();
+  RaiseFault(IBV_EVENT_DEVICE_FATAL, site);  // every context of the device becomes fatal
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "comp_channel.h"
 #include "context.h"
 #include "cq.h"
+#include "fault/device_fatal.h"
 #include "mr.h"
 #include "pd.h"
 #include "qp.h"
@@ -35,6 +36,7 @@ T* Unsupported() {
 SIMVERBS_EXPORT_1_1(ibv_alloc_pd) ibv_pd* sv_ibv_alloc_pd(ibv_context* context) {
   Context* c = Context::From(context);
   if (!c) return NullWithErrno(EINVAL);
+  if (DeviceFatal(context)) return NullWithErrno(EIO);
   Pd* pd = PointerOrErrno(Pd::Alloc(c));
   return pd ? pd->ibv() : nullptr;
 }
@@ -53,6 +55,7 @@ namespace {
 ibv_mr* RegisterMr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   Pd* p = Pd::From(pd);
   if (!p) return NullWithErrno(EINVAL);
+  if (DeviceFatal(pd->context)) return NullWithErrno(EIO);
   Mr* mr = PointerOrErrno(Mr::Register(p, addr, length, iova, access));
   return mr ? mr->ibv() : nullptr;
 }
@@ -135,6 +138,7 @@ SIMVERBS_EXPORT_1_1(ibv_create_cq) ibv_cq* sv_ibv_create_cq(ibv_context* context
   Context* c = Context::From(context);
   CompChannel* ch = channel ? CompChannel::From(channel) : nullptr;
   if (!c || (channel && !ch) || comp_vector < 0) return NullWithErrno(EINVAL);
+  if (DeviceFatal(context)) return NullWithErrno(EIO);
   Cq::Params p;
   p.cqe = cqe;
   p.cq_context = cq_context;
@@ -146,6 +150,7 @@ SIMVERBS_EXPORT_1_1(ibv_create_cq) ibv_cq* sv_ibv_create_cq(ibv_context* context
 
 SIMVERBS_EXPORT_1_1(ibv_resize_cq) int sv_ibv_resize_cq(ibv_cq* cq, int cqe) {
   Cq* c = Cq::From(cq);
+  if (c && DeviceFatal(cq->context)) return EIO;
   return c ? c->Resize(cqe) : EINVAL;
 }
 
@@ -159,6 +164,7 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_cq) int sv_ibv_destroy_cq(ibv_cq* cq) {
 SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
   Pd* p = Pd::From(pd);
   if (!p || !qp_init_attr) return NullWithErrno(EINVAL);
+  if (DeviceFatal(pd->context)) return NullWithErrno(EIO);
   ibv_qp_init_attr_ex ex{};
   std::memcpy(&ex, qp_init_attr, sizeof *qp_init_attr);
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -176,11 +182,13 @@ SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd* pd, ibv_qp_i
 SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
                                                      ibv_qp_init_attr* init_attr) {
   Qp* q = Qp::From(qp);
+  if (q && DeviceFatal(qp->context)) return EIO;
   return q ? q->Query(attr, attr_mask, init_attr) : EINVAL;
 }
 
 SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   Qp* q = Qp::From(qp);
+  if (q && DeviceFatal(qp->context)) return EIO;
   return q && attr ? q->Modify(*attr, attr_mask) : EINVAL;
 }
 
@@ -203,6 +211,7 @@ SIMVERBS_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* srq_init_attr) {
   Pd* p = Pd::From(pd);
   if (!p || !srq_init_attr) return NullWithErrno(EINVAL);
+  if (DeviceFatal(pd->context)) return NullWithErrno(EIO);
   Srq* srq = PointerOrErrno(Srq::Create(p, *srq_init_attr));
   if (!srq) return nullptr;
   // ibv_create_srq(3): the actual sizes are returned in srq_init_attr->attr.
@@ -215,11 +224,13 @@ SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd* pd, ibv_s
 
 SIMVERBS_EXPORT_1_1(ibv_modify_srq) int sv_ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
   Srq* s = Srq::From(srq);
+  if (s && DeviceFatal(srq->context)) return EIO;
   return s && srq_attr ? s->Modify(*srq_attr, srq_attr_mask) : EINVAL;
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_srq) int sv_ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
   Srq* s = Srq::From(srq);
+  if (s && DeviceFatal(srq->context)) return EIO;
   return s ? s->Query(srq_attr) : EINVAL;
 }
 
@@ -233,6 +244,7 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_srq) int sv_ibv_destroy_srq(ibv_srq* srq) {
 SIMVERBS_EXPORT_1_1(ibv_create_ah) ibv_ah* sv_ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   Pd* p = Pd::From(pd);
   if (!p || !attr) return NullWithErrno(EINVAL);
+  if (DeviceFatal(pd->context)) return NullWithErrno(EIO);
   Ah* ah = PointerOrErrno(Ah::Create(p, *attr));
   return ah ? ah->ibv() : nullptr;
 }
@@ -247,6 +259,7 @@ SIMVERBS_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, 
 SIMVERBS_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
   Pd* p = Pd::From(pd);
   if (!p || !wc) return NullWithErrno(EINVAL);
+  if (DeviceFatal(pd->context)) return NullWithErrno(EIO);
   ibv_ah_attr attr;
   if (int err = Ah::InitFromWc(p->context(), port_num, *wc, grh, &attr)) return NullWithErrno(err);
   Ah* ah = PointerOrErrno(Ah::Create(p, attr));
@@ -262,11 +275,13 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah* ah) {
 
 SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
   Qp* q = Qp::From(qp);
+  if (q && DeviceFatal(qp->context)) return EIO;
   return q && gid ? q->AttachMulticast(*gid, lid) : EINVAL;
 }
 
 SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
   Qp* q = Qp::From(qp);
+  if (q && DeviceFatal(qp->context)) return EIO;
   return q && gid ? q->DetachMulticast(*gid, lid) : EINVAL;
 }
 SIMVERBS_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }

@@ -19,12 +19,14 @@
 #include "device.h"
 #include "device_list.h"
 #include "fabric/packet_ring.h"
+#include "fault/inject.h"
+#include "fault/mailbox.h"
 #include "transport/engine.h"
 
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425231;  // "SIMFABR1"
+constexpr uint64_t kMagic = 0x53494d4641425232;  // "SIMFABR2"
 constexpr int kMaxProcs = 64;
 constexpr int kMaxDevices = 16;
 constexpr uint32_t kDirSize = 8192;
@@ -121,6 +123,7 @@ struct FabricSegment {
   pthread_mutex_t mutex;
   ProcSlot procs[kMaxProcs];
   DeviceState devices[kMaxDevices];
+  FaultMailbox faults;
 };
 
 Fabric& Fabric::Get() {
@@ -163,6 +166,7 @@ std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, co
     slot_ = -1;
     return error;
   }
+  TakeFaultStateLocked();
   ProcSlot& me = seg->procs[slot_];
   me.start_time = StartTime(getpid());
   me.generation.fetch_add(1);
@@ -468,6 +472,7 @@ void Fabric::ProgressThread() {
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
+    HandleFaults();
     DrainInbound();
     if (!backlog_empty_) {
       std::lock_guard<std::mutex> lock(Engine::Get().mu());
@@ -479,6 +484,160 @@ void Fabric::ProgressThread() {
     const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
     ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : -1);
   }
+}
+
+}  // namespace simverbs
+
+// ---- Faults from outside: the mailbox (fault/mailbox.h).
+
+namespace simverbs {
+namespace {
+
+// A process that exited without detaching (killed, or _exit) stays a zombie
+// until its parent reaps it: kill(pid, 0) still succeeds, but it will never
+// answer.
+bool Zombie(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+}  // namespace
+
+// Requires: segment mutex held, segment_ set.
+void Fabric::TakeFaultStateLocked() {
+  FaultMailbox& box = segment_->faults;
+  faults_seen_ = box.last_seq.load(std::memory_order_acquire);
+  const auto& devices = DeviceList::Get().devices();
+  for (size_t d = 0; d < devices.size() && d < FaultMailbox::kMaxDevices; ++d) {
+    for (int port = 1; port <= devices[d]->port_count() && port <= FaultMailbox::kMaxPorts; ++port) {
+      const int32_t state = box.port_state[d][port - 1].load();
+      if (state != 0) devices[d]->SetPortState(port, static_cast<ibv_port_state>(state));
+    }
+  }
+}
+
+void Fabric::HandleFaults() {
+  FaultMailbox& box = segment_->faults;
+  const uint64_t last = box.last_seq.load(std::memory_order_acquire);
+  while (faults_seen_ < last) {
+    const uint64_t seq = ++faults_seen_;
+    FaultRequest& request = box.requests[seq % FaultMailbox::kRequests];
+    if (request.seq.load(std::memory_order_acquire) != seq) continue;  // overwritten by a newer one
+    const int delivered = HandleFaultRequest(request);
+    request.delivered.fetch_add(static_cast<uint32_t>(delivered));
+    request.answered.fetch_or(uint64_t{1} << slot_, std::memory_order_release);
+  }
+}
+
+FaultPost Fabric::PostFault(const std::string& fabric,
+                            const std::function<std::string(const std::string&, FaultRequest*)>& fill,
+                            int timeout_ms) {
+  FaultPost post;
+  const std::string name = "/simverbs-" + std::to_string(getuid()) + "-" + fabric;
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  struct stat st {};
+  if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(FabricSegment)))) {
+    close(fd);
+    post.error = "shared memory " + name + " is not a fabric of this simverbs version";
+    return post;
+  }
+  if (fd < 0) {
+    post.error = "no fabric \"" + fabric + "\" is running: no process has opened a simulated device with SIMVERBS_FABRIC=" +
+                 fabric + " (start the program with 'simverbs run' and the same SIMVERBS_FABRIC, or set --fabric)";
+    return post;
+  }
+  void* p = mmap(nullptr, sizeof(FabricSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    post.error = "cannot map " + name + ": " + strerror(errno);
+    return post;
+  }
+  auto* seg = static_cast<FabricSegment*>(p);
+  if (seg->magic != kMagic) {
+    munmap(seg, sizeof(FabricSegment));
+    post.error = "shared memory " + name + " is not a fabric of this simverbs version";
+    return post;
+  }
+  uint64_t waiting = 0;  // process slots that must answer
+  FaultRequest* request = nullptr;
+  uint64_t seq = 0;
+  {
+    SegmentLock lock(&seg->mutex);
+    for (int i = 0; i < kMaxProcs; ++i) {
+      const int pid = seg->procs[i].pid.load();
+      if (pid != 0 && Alive(pid, seg->procs[i].start_time)) waiting |= uint64_t{1} << i;
+    }
+    FaultRequest fields{};
+    if (seg->unlinked || waiting == 0) {
+      post.error = "no process is attached to fabric \"" + fabric +
+                   "\" (its programs have ended; start them with 'simverbs run' and the same SIMVERBS_FABRIC)";
+    } else {
+      post.error = fill(seg->profile_path, &fields);
+    }
+    if (post.error.empty()) {
+      FaultMailbox& box = seg->faults;
+      seq = box.last_seq.load() + 1;
+      request = &box.requests[seq % FaultMailbox::kRequests];
+      request->seq.store(0, std::memory_order_release);
+      request->event = fields.event;
+      request->device_index = fields.device_index;
+      request->port_num = fields.port_num;
+      request->object = fields.object;
+      request->qpn = fields.qpn;
+      request->answered.store(0);
+      request->delivered.store(0);
+      // The port state outlives the request: processes that join later see it.
+      const int d = fields.device_index;
+      const int port = fields.port_num;
+      if (fields.object == FaultObject::kDevice && d >= 0 && d < FaultMailbox::kMaxDevices && port >= 1 &&
+          port <= FaultMailbox::kMaxPorts) {
+        if (fields.event == IBV_EVENT_PORT_ERR) box.port_state[d][port - 1].store(IBV_PORT_DOWN);
+        if (fields.event == IBV_EVENT_PORT_ACTIVE) box.port_state[d][port - 1].store(IBV_PORT_ACTIVE);
+      }
+      request->seq.store(seq, std::memory_order_release);
+      box.last_seq.store(seq, std::memory_order_release);
+    }
+  }
+  if (!post.error.empty()) {
+    munmap(seg, sizeof(FabricSegment));
+    return post;
+  }
+  // Wake every progress thread: each handles the request on its own.
+  for (int i = 0; i < kMaxProcs; ++i) {
+    if (!(waiting & (uint64_t{1} << i))) continue;
+    int err = 0;
+    auto* ring = static_cast<PacketRing*>(MapShared(RingName(name, i), sizeof(PacketRing), false, &err));
+    if (!ring) continue;
+    ring->Interrupt();
+    munmap(ring, sizeof(PacketRing));
+  }
+  const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  uint64_t answered = 0;
+  while (request->seq.load(std::memory_order_acquire) == seq) {
+    answered = request->answered.load(std::memory_order_acquire) & waiting;
+    if (answered == waiting || MonotonicNs() > deadline) break;
+    // A process that exits meanwhile will never answer.
+    for (int i = 0; i < kMaxProcs; ++i) {
+      if ((waiting & (uint64_t{1} << i)) && !(answered & (uint64_t{1} << i)) &&
+          (!Alive(seg->procs[i].pid.load(), seg->procs[i].start_time) || Zombie(seg->procs[i].pid.load()))) {
+        waiting &= ~(uint64_t{1} << i);
+      }
+    }
+    usleep(1000);
+  }
+  post.processes = __builtin_popcountll(waiting);  // without those that exited meanwhile
+  post.answered = __builtin_popcountll(answered);
+  for (int i = 0; i < kMaxProcs; ++i) {
+    if ((waiting & ~answered) & (uint64_t{1} << i)) {
+      post.silent += (post.silent.empty() ? "" : " ") + std::to_string(seg->procs[i].pid.load());
+    }
+  }
+  post.delivered = request->delivered.load();
+  munmap(seg, sizeof(FabricSegment));
+  return post;
 }
 
 }  // namespace simverbs

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -37,6 +38,16 @@ namespace simverbs {
 
 class PacketRing;
 struct FabricSegment;
+struct FaultRequest;
+
+// What `simverbs inject` learnt from posting a fault (Fabric::PostFault).
+struct FaultPost {
+  std::string error;         // the fabric could not be reached, or `fill` refused
+  int processes = 0;         // attached when the request was posted and still there
+  int answered = 0;          // of those, how many handled it in time
+  uint32_t delivered = 0;    // async events raised, over all processes
+  std::string silent;        // the pids that did not answer, "123 456"
+};
 
 class Fabric {
  public:
@@ -80,7 +91,20 @@ class Fabric {
   // have producers wake the progress thread for whatever comes next.
   void BeforeBlocking();
 
+  // Faults from outside (fault/mailbox.h), for `simverbs inject`, which does
+  // not join: opens the running fabric `fabric`, lets `fill` write the
+  // request's event and target (it gets the fabric's profile path, to name
+  // devices; a non-empty return is an error and nothing is posted), posts it,
+  // wakes every process and waits up to `timeout_ms` for their answers.
+  static FaultPost PostFault(const std::string& fabric,
+                             const std::function<std::string(const std::string& profile_path, FaultRequest*)>& fill,
+                             int timeout_ms);
+
  private:
+  // Handles the mailbox requests this process has not seen (progress thread).
+  void HandleFaults();
+  // On joining: skip older requests, take the port states injected so far.
+  void TakeFaultStateLocked();
   Fabric() = default;
   void ProgressThread();
   void DrainInbound();
@@ -105,6 +129,7 @@ class Fabric {
   std::thread progress_;
   std::atomic<bool> stop_{false};
   int attach_pid_ = 0;
+  uint64_t faults_seen_ = 0;  // the last mailbox request handled
 };
 
 }  // namespace simverbs

@@ -1,0 +1,163 @@
+#include "fault/inject.h"
+
+#include <cctype>
+#include <cerrno>
+#include <mutex>
+
+#include "context.h"
+#include "cq.h"
+#include "device.h"
+#include "device_list.h"
+#include "event_element.h"
+#include "fault/device_fatal.h"
+#include "fault/mailbox.h"
+#include "qp.h"
+#include "srq.h"
+#include "transport/engine.h"
+
+namespace simverbs {
+namespace {
+
+struct NamedEvent {
+  const char* name;
+  ibv_event_type type;
+};
+
+constexpr NamedEvent kEvents[] = {
+    {"CQ_ERR", IBV_EVENT_CQ_ERR},
+    {"QP_FATAL", IBV_EVENT_QP_FATAL},
+    {"QP_REQ_ERR", IBV_EVENT_QP_REQ_ERR},
+    {"QP_ACCESS_ERR", IBV_EVENT_QP_ACCESS_ERR},
+    {"COMM_EST", IBV_EVENT_COMM_EST},
+    {"SQ_DRAINED", IBV_EVENT_SQ_DRAINED},
+    {"PATH_MIG", IBV_EVENT_PATH_MIG},
+    {"PATH_MIG_ERR", IBV_EVENT_PATH_MIG_ERR},
+    {"DEVICE_FATAL", IBV_EVENT_DEVICE_FATAL},
+    {"PORT_ACTIVE", IBV_EVENT_PORT_ACTIVE},
+    {"PORT_ERR", IBV_EVENT_PORT_ERR},
+    {"LID_CHANGE", IBV_EVENT_LID_CHANGE},
+    {"PKEY_CHANGE", IBV_EVENT_PKEY_CHANGE},
+    {"SM_CHANGE", IBV_EVENT_SM_CHANGE},
+    {"SRQ_ERR", IBV_EVENT_SRQ_ERR},
+    {"SRQ_LIMIT_REACHED", IBV_EVENT_SRQ_LIMIT_REACHED},
+    {"QP_LAST_WQE_REACHED", IBV_EVENT_QP_LAST_WQE_REACHED},
+    {"CLIENT_REREGISTER", IBV_EVENT_CLIENT_REREGISTER},
+    {"GID_CHANGE", IBV_EVENT_GID_CHANGE},
+    {"WQ_FATAL", IBV_EVENT_WQ_FATAL},
+};
+
+// The affiliated errors that take a QP to ERR (IBTA 11.6.3.1: "the QP shall
+// be placed in the Error state").
+bool TakesQpToError(ibv_event_type type) {
+  return type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR || type == IBV_EVENT_QP_ACCESS_ERR;
+}
+
+// QP, CQ and SRQ events. Requires: engine lock (it keeps the QP from being
+// destroyed meanwhile; lock order Engine → Cq → Srq).
+int RaiseOnObjectLocked(ibv_event_type type, const FaultSite& site) {
+  // A fatal context gets no event after DEVICE_FATAL (fault/device_fatal.h).
+  if ((site.qp && site.qp->context()->fatal()) || (site.cq && site.cq->context()->fatal()) ||
+      (site.srq && site.srq->context()->fatal())) {
+    return 0;
+  }
+  switch (ElementOf(type)) {
+    case EventElement::kQp:
+      if (!site.qp) return -EINVAL;
+      if (!TakesQpToError(type)) {
+        site.qp->RaiseAsyncLocked(type);
+        return 1;
+      }
+      if (site.qp->ibv()->state == IBV_QPS_ERR) return 0;  // already failed: no second event
+      site.qp->EnterErrorLocked(type);
+      return 1;
+    case EventElement::kCq:
+      if (!site.cq) return -EINVAL;
+      site.cq->SetError();
+      return 1;
+    case EventElement::kSrq:
+      if (!site.srq) return -EINVAL;
+      site.srq->RaiseAsync(type);
+      return 1;
+    default:
+      return -EINVAL;
+  }
+}
+
+}  // namespace
+
+int RaiseFault(ibv_event_type type, const FaultSite& site) {
+  switch (ElementOf(type)) {
+    case EventElement::kPort: {
+      if (!site.device || !site.device->ValidPort(site.port_num)) return -EINVAL;
+      int contexts = 0;
+      site.device->ForEachContext([&](Context* ctx) { contexts += ctx->fatal() ? 0 : 1; });
+      site.device->RaisePortEvent(site.port_num, type);
+      return contexts;
+    }
+    case EventElement::kDevice: {
+      if (!site.device) return -EINVAL;
+      int contexts = 0;
+      site.device->ForEachContext([&](Context* ctx) { contexts += EnterDeviceFatal(ctx) ? 1 : 0; });
+      return contexts;
+    }
+    case EventElement::kQp:
+    case EventElement::kCq:
+    case EventElement::kSrq: {
+      std::lock_guard<std::mutex> lock(Engine::Get().mu());
+      return RaiseOnObjectLocked(type, site);
+    }
+    default:
+      return -EINVAL;
+  }
+}
+
+int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object) {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  Qp* qp = device->FindQp(qpn);  // only this process's QPs
+  if (!qp) return 0;
+  FaultSite site;
+  switch (object) {
+    case FaultObject::kQp: site.qp = qp; break;
+    case FaultObject::kSendCq: site.cq = qp->send_cq(); break;
+    case FaultObject::kRecvCq: site.cq = qp->recv_cq(); break;
+    case FaultObject::kSrq: site.srq = qp->srq(); break;
+    case FaultObject::kDevice: break;
+  }
+  const int delivered = RaiseOnObjectLocked(type, site);
+  return delivered > 0 ? delivered : 0;
+}
+
+int HandleFaultRequest(const FaultRequest& request) {
+  const auto& devices = DeviceList::Get().devices();
+  if (request.device_index < 0 || static_cast<size_t>(request.device_index) >= devices.size()) return 0;
+  Device* device = devices[request.device_index].get();
+  const auto type = static_cast<ibv_event_type>(request.event);
+  if (request.object != FaultObject::kDevice) return RaiseOnQpNumber(type, device, request.qpn, request.object);
+  FaultSite site;
+  site.device = device;
+  site.port_num = request.port_num;
+  const int delivered = RaiseFault(type, site);
+  return delivered > 0 ? delivered : 0;
+}
+
+bool ParseEventName(const std::string& name, ibv_event_type* type) {
+  std::string upper;
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("IBV_EVENT_", 0) == 0) upper = upper.substr(10);
+  for (const NamedEvent& e : kEvents) {
+    if (upper == e.name) {
+      *type = e.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* EventName(ibv_event_type type) {
+  for (const NamedEvent& e : kEvents) {
+    if (e.type == type) return e.name;
+  }
+  return "unknown";
+}
+
+}  // namespace simverbs

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Fault plans (SIMVERBS_FAULTS) in a program that knows nothing of them:
+each trigger kind fires its action once, on the objects it involves; a broken
+plan stops the program with the file and the field.
+
+usage: fault_plan_check.py SIMVERBS_CLI FABRIC
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+cli, fabric = sys.argv[1], sys.argv[2]
+loop = ["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "verbs_loop.py")]
+tmp = tempfile.mkdtemp(prefix="simverbs-plans-")
+failures = []
+checks = 0
+
+
+def expect(what, cond, detail=""):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(f"{what}: {detail}")
+    return cond
+
+
+def run_with_plan(name, plan, *args):
+    """Runs verbs_loop.py with `plan` (a dict, or text written as is); returns (exit status, output lines)."""
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        f.write(plan if isinstance(plan, str) else json.dumps(plan))
+    env = dict(os.environ, SIMVERBS_FABRIC=fabric, SIMVERBS_FAULTS=path)
+    # verbs_loop.py bounds its own waits; this timeout only guards against a hang.
+    r = subprocess.run([cli, "run", "--", *loop, *args], capture_output=True, text=True, env=env, timeout=120)
+    return r.returncode, r.stdout.splitlines(), r.stderr, path
+
+
+# A fabric left behind by a killed process would keep its QP number counter:
+# the first process to open a device cleans it and, leaving last, removes it.
+subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, env=dict(os.environ, SIMVERBS_FABRIC=fabric),
+               timeout=60)
+
+
+def fault(trigger, action):
+    return {"faults": [{"trigger": trigger, "action": action}]}
+
+
+# post_send: the 3rd post of the first QP created takes it to ERR before the
+# post runs, so that WR is flushed; the first two complete.
+rc, out, err, _ = run_with_plan("post-send", fault({"post_send": 3, "qp": "#1"}, {"event": "QP_FATAL"}), "4", "1")
+qpns = out[0].split()[1:3] if out and out[0].startswith("QPN") else ["?", "?"]
+wcs = [line for line in out if line.startswith("WC ")]
+expect("post_send: the program ends", rc == 0, f"exit {rc}: {out} {err}")
+expect("post_send: posts 1 and 2 succeed", wcs[:4] == [f"WC 1 128 0 {qpns[1]}", f"WC 1 0 0 {qpns[0]}",
+                                                      f"WC 2 128 0 {qpns[1]}", f"WC 2 0 0 {qpns[0]}"], repr(wcs))
+expect("post_send: post 3 is flushed (IBV_WC_WR_FLUSH_ERR)", f"WC 3 0 5 {qpns[0]}" in wcs, repr(wcs))
+expect("post_send: QP_FATAL once", [line for line in out if line.startswith("EVENT")] == ["EVENT 1"], repr(out))
+
+# post_send by QP number: the second QP of a fresh fabric has the same number
+# as in the run above (numbers restart when the fabric does).
+rc, out, err, _ = run_with_plan("post-send-number", fault({"post_send": 1, "qp": int(qpns[0])},
+                                                          {"event": "QP_REQ_ERR"}), "1", "1")
+expect("post_send by number: same QP numbers as before", out[:1] and out[0].startswith(f"QPN {qpns[0]} {qpns[1]} "),
+       repr(out[:1]))
+expect("post_send by number: the first post is flushed and QP_REQ_ERR raised",
+       f"WC 1 0 5 {qpns[0]}" in out and "EVENT 2" in out, repr(out))
+
+# completions: the 4th completion polled puts the polled CQ in error; the
+# next poll fails and CQ_ERR is raised.
+rc, out, err, _ = run_with_plan("completions", fault({"completions": 4}, {"event": "CQ_ERR"}), "3", "1")
+expect("completions: 4 completions, then the CQ fails", [line.split()[1] for line in out if line.startswith("WC")]
+       == ["1", "1", "2", "2"] and "POLL_ERROR 3" in out, repr(out))
+expect("completions: CQ_ERR once", [line for line in out if line.startswith("EVENT")] == ["EVENT 0"], repr(out))
+
+# completions with a QP event: the QP of the 3rd completion (the receiver's).
+rc, out, err, _ = run_with_plan("completions-qp", fault({"completions": 3}, {"event": "QP_ACCESS_ERR"}), "3", "1")
+receiver = out[0].split()[2] if out and out[0].startswith("QPN") else "?"
+expect("completions: the QP of the 3rd completion gets QP_ACCESS_ERR and flushes",
+       "EVENT 3" in out and f"WC 3 128 5 {receiver}" in out, repr(out))
+
+# after_ms (from the first ibv_open_device): the program waits for the event
+# however long the timer takes. LID_CHANGE leaves the port up.
+rc, out, err, _ = run_with_plan("after-ms", fault({"after_ms": 0}, {"event": "LID_CHANGE", "device": "sim0", "port": 1}),
+                                "1", "1")
+expect("after_ms: LID_CHANGE delivered once", [line for line in out if line.startswith("EVENT")] == ["EVENT 11"],
+       repr(out))
+
+# DEVICE_FATAL after the 2nd completion: then commands fail with EIO, destroys succeed.
+rc, out, err, _ = run_with_plan("fatal", fault({"completions": 2}, {"event": "DEVICE_FATAL"}), "1", "1",
+                                "fatal-checks")
+expect("DEVICE_FATAL after 2 completions", [line for line in out if line.startswith("EVENT")] == ["EVENT 8"],
+       repr(out))
+after = dict(line.split()[1:3] for line in out if line.startswith("AFTER"))
+expect("after DEVICE_FATAL: commands EIO, query_device/posts/polls/destroys succeed",
+       after == {"alloc_pd": "5", "query_port": "5", "create_cq": "5", "query_device": "0", "post_send": "0",
+                 "poll_cq": "0", "destroy_qp": "0"}, repr(after))
+
+# Broken plans: the program does not start, and the message names the file and the field.
+for name, plan, needle in [
+        ("not-json", "{faults: ", "not valid JSON"),
+        ("unknown-field", fault({"completions": 1, "when": 2}, {"event": "CQ_ERR"}), "faults[0].trigger.when: unknown field"),
+        ("two-triggers", fault({"completions": 1, "after_ms": 2}, {"event": "CQ_ERR"}), "exactly one of"),
+        ("bad-event", fault({"completions": 1}, {"event": "PORT_EXPLODED"}), "faults[0].action.event"),
+        ("no-qp", fault({"post_send": 1}, {"event": "QP_FATAL"}), "faults[0].trigger.qp: missing field"),
+        ("timed-qp-event", fault({"after_ms": 1}, {"event": "QP_FATAL"}), "faults[0].action.qp"),
+        ("bad-device", fault({"after_ms": 1}, {"event": "PORT_ERR", "device": "sim9"}), "faults[0].action.device"),
+        ("zero-count", fault({"completions": 0}, {"event": "CQ_ERR"}), "faults[0].trigger.completions"),
+        ("no-faults", {"fault": []}, "plan.faults: missing field")]:
+    rc, out, err, path = run_with_plan(name, plan, "0", "0")
+    expect(f"broken plan {name}: the program cannot open the device", rc != 0 and "DONE" not in out, f"exit {rc}")
+    expect(f"broken plan {name}: file and field in the message", f"SIMVERBS_FAULTS={path}: " in err and needle in err,
+           repr(err[:300]))
+
+env = dict(os.environ, SIMVERBS_FABRIC=fabric, SIMVERBS_FAULTS=os.path.join(tmp, "missing.json"))
+r = subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, text=True, env=env, timeout=60)
+expect("a missing plan file is an error", r.returncode != 0 and "cannot read the fault plan" in r.stderr, repr(r.stderr))
+
+for f in failures:
+    print("FAIL", f)
+print(f"{checks - len(failures)} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,144 @@
+#include "inject_command.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "event_element.h"
+#include "fabric/fabric.h"
+#include "fault/inject.h"
+#include "fault/mailbox.h"
+#include "profile.h"
+
+namespace {
+
+constexpr const char* kEventList =
+    "DEVICE_FATAL, PORT_ACTIVE, PORT_ERR, LID_CHANGE, PKEY_CHANGE, SM_CHANGE, CLIENT_REREGISTER, GID_CHANGE "
+    "(device/port); QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, PATH_MIG, PATH_MIG_ERR, "
+    "QP_LAST_WQE_REACHED (--qp); CQ_ERR (--cq-of-qp); SRQ_ERR, SRQ_LIMIT_REACHED (--srq-of-qp)";
+
+bool ParseQpn(const std::string& text, uint32_t* qpn) {
+  char* end = nullptr;
+  const unsigned long value = std::strtoul(text.c_str(), &end, 0);
+  if (text.empty() || *end != '\0' || value == 0 || value > 0xffffff) return false;
+  *qpn = static_cast<uint32_t>(value);
+  return true;
+}
+
+// The target options that fit the event's kind; an error message otherwise.
+std::string FillTarget(const InjectOptions& o, simverbs::EventElement element, simverbs::FaultRequest* r) {
+  using simverbs::EventElement;
+  using simverbs::FaultObject;
+  const bool any_object = !o.qp.empty() || !o.cq_of_qp.empty() || !o.srq_of_qp.empty();
+  std::string number;
+  switch (element) {
+    case EventElement::kPort:
+    case EventElement::kDevice:
+      if (any_object) return o.event + " is not affiliated with an object: give --device (and --port), not --qp";
+      r->object = FaultObject::kDevice;
+      return "";
+    case EventElement::kQp:
+      if (o.qp.empty()) return o.event + " is affiliated with a QP: give --qp QPN";
+      r->object = FaultObject::kQp;
+      number = o.qp;
+      break;
+    case EventElement::kCq:
+      if (o.cq_of_qp.empty()) {
+        return o.event + " is affiliated with a CQ; CQs have no number, so name a QP that uses it: --cq-of-qp QPN "
+                         "(its send CQ; add --recv-cq for its receive CQ)";
+      }
+      r->object = o.recv_cq ? FaultObject::kRecvCq : FaultObject::kSendCq;
+      number = o.cq_of_qp;
+      break;
+    case EventElement::kSrq:
+      if (o.srq_of_qp.empty()) return o.event + " is affiliated with an SRQ: name a QP attached to it, --srq-of-qp QPN";
+      r->object = FaultObject::kSrq;
+      number = o.srq_of_qp;
+      break;
+    default:
+      return o.event + " cannot be injected (the simulator has no WQs)";
+  }
+  if (!ParseQpn(number, &r->qpn)) return "\"" + number + "\" is not a QP number (1..0xffffff, decimal or 0x hex)";
+  return "";
+}
+
+}  // namespace
+
+CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
+  CLI::App* cmd = app.add_subcommand(
+      "inject", "Raise an async event in the programs running on a fabric (SIMVERBS_FABRIC or --fabric)");
+  cmd->add_option("event", o->event, std::string("The event: ") + kEventList)->required();
+  cmd->add_option("--fabric,-f", o->fabric, "The fabric (default: $SIMVERBS_FABRIC, else \"default\")");
+  cmd->add_option("--device,-d", o->device, "The device, e.g. sim0 (default: the profile's first)");
+  cmd->add_option("--port,-p", o->port, "The port of a port event (default 1)");
+  cmd->add_option("--qp", o->qp, "QP events: the QP number (decimal or 0x hex)");
+  cmd->add_option("--cq-of-qp", o->cq_of_qp, "CQ_ERR: the send CQ of this QP");
+  cmd->add_flag("--recv-cq", o->recv_cq, "With --cq-of-qp: the QP's receive CQ instead");
+  cmd->add_option("--srq-of-qp", o->srq_of_qp, "SRQ events: the SRQ this QP receives from");
+  cmd->add_option("--timeout-ms", o->timeout_ms, "How long to wait for every process to answer (default 5000)");
+  return cmd;
+}
+
+int RunInject(const InjectOptions& o) {
+  ibv_event_type type{};
+  if (!simverbs::ParseEventName(o.event, &type)) {
+    std::fprintf(stderr, "simverbs inject: unknown event \"%s\"; one of %s\n", o.event.c_str(), kEventList);
+    return 2;
+  }
+  const simverbs::EventElement element = simverbs::ElementOf(type);
+  std::string fabric = o.fabric;
+  if (fabric.empty()) {
+    const char* env = std::getenv("SIMVERBS_FABRIC");
+    fabric = env && *env ? env : "default";
+  }
+  std::string where;
+  const simverbs::FaultPost post = simverbs::Fabric::PostFault(
+      fabric,
+      [&](const std::string& profile_path, simverbs::FaultRequest* r) -> std::string {
+        r->event = type;
+        const simverbs::ProfileLoad load = simverbs::LoadProfileFile(profile_path);
+        if (!load.error.empty()) return "the fabric's profile: " + load.error;
+        const auto& devices = load.profile.devices;
+        std::string names;
+        for (const auto& d : devices) names += (names.empty() ? "" : ", ") + d.name;
+        int index = o.device.empty() && !devices.empty() ? 0 : -1;
+        for (size_t i = 0; index < 0 && i < devices.size(); ++i) {
+          if (devices[i].name == o.device) index = static_cast<int>(i);
+        }
+        if (index < 0) {
+          return "no device \"" + o.device + "\" on fabric \"" + fabric + "\" (profile " + load.profile.name +
+                 " has: " + names + ")";
+        }
+        r->device_index = index;
+        where = devices[index].name;
+        if (element == simverbs::EventElement::kPort) {
+          const int ports = static_cast<int>(devices[index].ports.size());
+          if (o.port < 1 || o.port > ports) {
+            return where + " has no port " + std::to_string(o.port) + " (ports 1.." + std::to_string(ports) + ")";
+          }
+          r->port_num = o.port;
+          where += " port " + std::to_string(o.port);
+        }
+        const std::string error = FillTarget(o, element, r);
+        if (r->object != simverbs::FaultObject::kDevice) where += " QP " + std::to_string(r->qpn);
+        return error;
+      },
+      o.timeout_ms);
+  if (!post.error.empty()) {
+    std::fprintf(stderr, "simverbs inject: %s\n", post.error.c_str());
+    return 2;
+  }
+  std::printf("%s on %s: %u event(s) delivered; %d of %d process(es) answered\n", simverbs::EventName(type),
+              where.c_str(), post.delivered, post.answered, post.processes);
+  if (post.answered < post.processes) {
+    std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms (pid %s)\n",
+                 post.processes - post.answered, o.timeout_ms, post.silent.c_str());
+    return 1;
+  }
+  const bool affiliated = element != simverbs::EventElement::kPort && element != simverbs::EventElement::kDevice;
+  if (affiliated && post.delivered == 0) {
+    std::fprintf(stderr, "simverbs inject: no process on fabric \"%s\" owns %s%s (is the QP number right?)\n",
+                 fabric.c_str(), where.c_str(), element == simverbs::EventElement::kSrq ? " attached to an SRQ" : "");
+    return 1;
+  }
+  return 0;
+}
