@@ -295,9 +295,12 @@ void Qp::EnterErrorLocked(int event) {
 }
 
 int Qp::FailNthSend(uint32_t nth, ibv_wc_status status) {
-  if (nth == 0 || status == IBV_WC_SUCCESS) return EINVAL;
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  if (destroying_) return EINVAL;
+  return FailNthSendLocked(nth, status);
+}
+
+int Qp::FailNthSendLocked(uint32_t nth, ibv_wc_status status) {
+  if (nth == 0 || status == IBV_WC_SUCCESS || destroying_) return EINVAL;
   fail_countdown_ = nth;
   fail_status_ = status;
   return 0;
@@ -305,6 +308,10 @@ int Qp::FailNthSend(uint32_t nth, ibv_wc_status status) {
 
 int Qp::InjectState(ibv_qp_state next) {
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  return InjectStateLocked(next);
+}
+
+int Qp::InjectStateLocked(ibv_qp_state next) {
   if (destroying_) return EINVAL;
   const ibv_qp_state cur = state();
   if (next == IBV_QPS_ERR) {

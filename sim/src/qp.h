@@ -75,6 +75,8 @@ class Qp {
   // Control API: the HCA moves the QP to ERR (with IBV_EVENT_QP_FATAL) or, for
   // UC and UD in RTS, to SQE (flushing the send queue). EINVAL otherwise.
   int InjectState(ibv_qp_state state);
+  int FailNthSendLocked(uint32_t nth, ibv_wc_status status);  // Requires: engine lock
+  int InjectStateLocked(ibv_qp_state state);                   // Requires: engine lock
 
   // Requires: engine lock held. Moves the QP to ERR and flushes it; raises
   // `event` (e.g. IBV_EVENT_QP_FATAL) unless it is negative.

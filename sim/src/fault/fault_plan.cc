@@ -27,6 +27,8 @@
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "qp.h"
+#include "trace/trace.h"
+#include "transport/engine.h"
 
 namespace simverbs {
 namespace fault_plan {
@@ -118,6 +120,9 @@ struct Action {
   int port = 1;
   QpRef qp;            // overrides the involved QP
   bool recv_cq = false;
+  // "wc_error", "qp_state"
+  ibv_wc_status wc_status = IBV_WC_GENERAL_ERR;
+  ibv_qp_state qp_state = IBV_QPS_ERR;
 };
 
 struct Trigger {
@@ -230,10 +235,67 @@ void RunEvent(const Action& a, const Involved& involved) {
   RaiseOnQpNumber(a.event, devices[qp.first].get(), qp.second, object);
 }
 
+// "wc_error": "<status>": the next send WR of the QP (the one just posted, for a
+// post_send trigger) completes with that status (simverbs_fail_send_wr).
+// "qp_state": "ERR" | "SQE": the HCA moves the QP (simverbs_set_qp_state).
+void ParseQpTarget(Fields& fields, Action* a) {
+  if (const json* v = fields.Find("qp")) a->qp = ParseQpRef(*v, fields.Path("qp"));
+}
+
+void ParseWcError(Fields& fields, const json& value, Action* a) {
+  const std::string name = value.is_string() ? value.get<std::string>() : "";
+  bool found = false;
+  for (int s = IBV_WC_LOC_LEN_ERR; s <= IBV_WC_TM_RNDV_INCOMPLETE && !found; ++s) {
+    const auto status = static_cast<ibv_wc_status>(s);
+    if (name == Trace::StatusName(status) || name == std::string("IBV_WC_") + Trace::StatusName(status)) {
+      a->wc_status = status;
+      found = true;
+    }
+  }
+  if (!found) Fail(fields.Path("wc_error"), "expected an error status such as \"REM_OP_ERR\" or \"WR_FLUSH_ERR\"");
+  ParseQpTarget(fields, a);
+}
+
+void ParseQpState(Fields& fields, const json& value, Action* a) {
+  if (value == "ERR") {
+    a->qp_state = IBV_QPS_ERR;
+  } else if (value == "SQE") {
+    a->qp_state = IBV_QPS_SQE;
+  } else {
+    Fail(fields.Path("qp_state"), "expected \"ERR\" or \"SQE\"");
+  }
+  ParseQpTarget(fields, a);
+}
+
+// Runs `fn` on the QP the action names or the trigger involved, if this process has it.
+template <typename Fn>
+void OnTargetQp(const Action& a, const Involved& involved, Fn fn) {
+  Device* device = involved.device ? involved.device : FirstDevice();
+  std::pair<int, uint32_t> qp{device ? device->index() : -1, involved.qpn};
+  if (a.qp.set) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    qp = ResolveLocked(a.qp, device);
+  }
+  const auto& devices = DeviceList::Get().devices();
+  if (qp.first < 0 || static_cast<size_t>(qp.first) >= devices.size() || qp.second == 0) return;
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  if (Qp* q = devices[qp.first]->FindQp(qp.second)) fn(q);
+}
+
+void RunWcError(const Action& a, const Involved& involved) {
+  OnTargetQp(a, involved, [&](Qp* q) { q->FailNthSendLocked(1, a.wc_status); });
+}
+
+void RunQpState(const Action& a, const Involved& involved) {
+  OnTargetQp(a, involved, [&](Qp* q) { q->InjectStateLocked(a.qp_state); });
+}
+
 // To add an action: a row here (its field in "action", how to read it, how
 // to run it on what the trigger involves) and its line in fixtures/FORMAT.md.
 const ActionKind kActions[] = {
     {"event", ParseEvent, RunEvent},
+    {"wc_error", ParseWcError, RunWcError},
+    {"qp_state", ParseQpState, RunQpState},
 };
 
 // ---- parsing
@@ -317,6 +379,10 @@ Plan Parse(const std::string& path, const std::string& text) {
     if (fault.action.kind == &kActions[0] && needs_qp && fault.trigger.kind == Trigger::Kind::kAfterMs &&
         !fault.action.qp.set) {
       Fail(f.Path("action.qp"), "an after_ms trigger involves no QP: name one (\"#1\" or a QP number)");
+    }
+    if (fault.action.kind != &kActions[0] && fault.trigger.kind != Trigger::Kind::kPostSend &&
+        !fault.action.qp.set) {
+      Fail(f.Path("action.qp"), "only a post_send trigger involves a QP: name one (\"#1\" or a QP number)");
     }
     plan.wants_polls |= fault.trigger.kind == Trigger::Kind::kCompletions;
     plan.wants_posts |= fault.trigger.kind == Trigger::Kind::kPostSend;

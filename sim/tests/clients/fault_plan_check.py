@@ -67,6 +67,20 @@ expect("post_send by number: same QP numbers as before", out[:1] and out[0].star
 expect("post_send by number: the first post is flushed and QP_REQ_ERR raised",
        f"WC 1 0 5 {qpns[0]}" in out and "EVENT 2" in out, repr(out))
 
+# wc_error: the 2nd post of QP #1 completes with IBV_WC_REM_OP_ERR (11) instead
+# of executing; the RC QP is then in ERR and the 3rd post is flushed (5).
+rc, out, err, _ = run_with_plan("wc-error", fault({"post_send": 2, "qp": "#1"}, {"wc_error": "REM_OP_ERR"}), "3", "0")
+wcs = [line for line in out if line.startswith("WC ")]
+expect("wc_error: the program ends", rc == 0, f"exit {rc}: {out} {err}")
+expect("wc_error: post 2 completes with REM_OP_ERR, post 3 is flushed",
+       f"WC 2 0 11 {qpns[0]}" in wcs and f"WC 3 0 5 {qpns[0]}" in wcs and f"WC 1 0 0 {qpns[0]}" in wcs, repr(wcs))
+
+# qp_state: after the 2nd completion QP #1 goes to ERR as if the HCA failed it:
+# IBV_EVENT_QP_FATAL (1), and its later posts are flushed.
+rc, out, err, _ = run_with_plan("qp-state", fault({"completions": 2}, {"qp_state": "ERR", "qp": "#1"}), "3", "1")
+expect("qp_state: QP_FATAL and flushed posts",
+       rc == 0 and "EVENT 1" in out and f"WC 2 0 5 {qpns[0]}" in out, f"exit {rc}: {out} {err}")
+
 # completions: the 4th completion polled puts the polled CQ in error; the
 # next poll fails and CQ_ERR is raised.
 rc, out, err, _ = run_with_plan("completions", fault({"completions": 4}, {"event": "CQ_ERR"}), "3", "1")
@@ -104,6 +118,8 @@ for name, plan, needle in [
         ("two-triggers", fault({"completions": 1, "after_ms": 2}, {"event": "CQ_ERR"}), "exactly one of"),
         ("bad-event", fault({"completions": 1}, {"event": "PORT_EXPLODED"}), "faults[0].action.event"),
         ("no-qp", fault({"post_send": 1}, {"event": "QP_FATAL"}), "faults[0].trigger.qp: missing field"),
+        ("bad-status", fault({"post_send": 1, "qp": "#1"}, {"wc_error": "OOPS"}), "faults[0].action.wc_error"),
+        ("qp-state-needs-qp", fault({"completions": 1}, {"qp_state": "ERR"}), "faults[0].action.qp"),
         ("timed-qp-event", fault({"after_ms": 1}, {"event": "QP_FATAL"}), "faults[0].action.qp"),
         ("bad-device", fault({"after_ms": 1}, {"event": "PORT_ERR", "device": "sim9"}), "faults[0].action.device"),
         ("zero-count", fault({"completions": 0}, {"event": "CQ_ERR"}), "faults[0].trigger.completions"),
