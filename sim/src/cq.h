@@ -65,6 +65,9 @@ class Cq {
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.
   void AddQp(Qp* qp) { qps_.insert(qp); }
   void RemoveQp(Qp* qp) { qps_.erase(qp); }
+  // XRC SRQs that complete into this CQ (they keep it from being destroyed).
+  void AddSrq() { srqs_.fetch_add(1); }
+  void RemoveSrq() { srqs_.fetch_sub(1); }
 
   // ops installed in every context
   static int PollOp(ibv_cq* cq, int num_entries, ibv_wc* wc);
@@ -93,6 +96,7 @@ class Cq {
   CompChannel* channel_;
   const bool ignore_overrun_;
   std::multiset<Qp*> qps_;  // engine lock; a QP with one CQ for both queues is in it twice
+  std::atomic<int> srqs_{0};
   std::atomic<uint32_t> comp_reported_{0};
   std::atomic<uint32_t> async_reported_{0};
 

@@ -10,6 +10,7 @@
 #include "qp_state_table.h"
 #include "srq.h"
 #include "transport/engine.h"
+#include "xrcd.h"
 
 namespace simverbs {
 namespace {
@@ -32,7 +33,8 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
   const uint64_t rc_only = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
   switch (type) {
-    case IBV_QPT_RC: return send | write | windows | rc_only;
+    case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND: return send | write | windows | rc_only;
     case IBV_QPT_UC: return send | write | windows;
     default: return send;
   }
@@ -40,8 +42,8 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
 
 }  // namespace
 
-Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a, uint32_t qp_num)
-    : ctx_(pd->context()),
+Qp::Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a, uint32_t qp_num)
+    : ctx_(ctx),
       pd_(pd),
       send_cq_(send_cq),
       recv_cq_(recv_cq),
@@ -51,9 +53,10 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   ibv_qp& q = handle_.pub.qp_base;
   q.context = ctx_->ibv();
   q.qp_context = a.qp_context;
-  q.pd = pd->ibv();
-  q.send_cq = send_cq->ibv();
-  q.recv_cq = recv_cq->ibv();
+  // XRC QPs lack some of these (ibv_create_qp_ex(3)): they stay NULL.
+  q.pd = pd ? pd->ibv() : nullptr;
+  q.send_cq = send_cq ? send_cq->ibv() : nullptr;
+  q.recv_cq = recv_cq ? recv_cq->ibv() : nullptr;
   q.srq = srq ? srq->ibv() : nullptr;
   q.handle = next_qp_handle.fetch_add(1);
   q.qp_num = qp_num;
@@ -72,7 +75,8 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   init_.recv_cq = q.recv_cq;
   init_.srq = q.srq;
   init_.cap = a.cap;
-  if (srq) init_.cap.max_recv_wr = init_.cap.max_recv_sge = 0;
+  if (srq || !recv_cq) init_.cap.max_recv_wr = init_.cap.max_recv_sge = 0;
+  if (!send_cq) init_.cap.max_send_wr = init_.cap.max_send_sge = init_.cap.max_inline_data = 0;
   init_.qp_type = a.qp_type;
   init_.sq_sig_all = a.sq_sig_all;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;
@@ -80,9 +84,9 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   attr_.path_mtu = IBV_MTU_1024;
   attr_.port_num = 1;
 
-  pd->AddUser();
-  send_cq->AddQp(this);
-  recv_cq->AddQp(this);
+  if (pd) pd->AddUser();
+  if (send_cq) send_cq->AddQp(this);
+  if (recv_cq) recv_cq->AddQp(this);
   if (srq) srq->AddUser();
   device()->AddQp(this);
 }
@@ -105,9 +109,12 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     case IBV_QPT_UC:
     case IBV_QPT_UD:
       break;
-    case IBV_QPT_RAW_PACKET:
     case IBV_QPT_XRC_SEND:
+      if (!(dev.device_cap_flags & IBV_DEVICE_XRC)) return R::Error(EOPNOTSUPP);
+      break;
     case IBV_QPT_XRC_RECV:
+      return R::Error(EINVAL);  // it has no PD but an XRC domain (IBV_QP_INIT_ATTR_XRCD)
+    case IBV_QPT_RAW_PACKET:
     case IBV_QPT_DRIVER:
       return R::Error(EOPNOTSUPP);
     default:
@@ -116,11 +123,13 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   if ((a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a.send_ops_flags & ~SupportedSendOps(a.qp_type))) {
     return R::Error(EOPNOTSUPP);
   }
+  // An XRC_SEND QP has a send queue only: its recv_cq and srq are ignored, as the kernel does.
+  const bool send_only = a.qp_type == IBV_QPT_XRC_SEND;
   Cq* send_cq = Cq::From(a.send_cq);
-  Cq* recv_cq = Cq::From(a.recv_cq);
-  Srq* srq = a.srq ? Srq::From(a.srq) : nullptr;
-  if (!send_cq || !recv_cq || (a.srq && !srq)) return R::Error(EINVAL);
-  if (send_cq->context() != ctx || recv_cq->context() != ctx || (srq && srq->context() != ctx)) {
+  Cq* recv_cq = send_only ? nullptr : Cq::From(a.recv_cq);
+  Srq* srq = a.srq && !send_only ? Srq::From(a.srq) : nullptr;
+  if (!send_cq || (!recv_cq && !send_only) || (a.srq && !send_only && !srq)) return R::Error(EINVAL);
+  if (send_cq->context() != ctx || (recv_cq && recv_cq->context() != ctx) || (srq && srq->context() != ctx)) {
     return R::Error(EINVAL);
   }
   const ibv_qp_cap& cap = a.cap;
@@ -128,7 +137,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
       cap.max_inline_data > kMaxInlineData) {
     return R::Error(EINVAL);
   }
-  if (!srq && (cap.max_recv_wr > static_cast<uint32_t>(dev.max_qp_wr) ||
+  if (!srq && !send_only && (cap.max_recv_wr > static_cast<uint32_t>(dev.max_qp_wr) ||
                cap.max_recv_sge > static_cast<uint32_t>(dev.max_sge))) {
     return R::Error(EINVAL);
   }
@@ -139,21 +148,22 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     return R::Error(ENOMEM);
   }
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  return new Qp(pd, send_cq, recv_cq, srq, a, qpn);
+  return new Qp(ctx, pd, send_cq, recv_cq, srq, a, qpn);
 }
 
 ibv_qp* Qp::CreateExOp(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
   Context* ctx = Context::From(ibctx);
-  if (!ctx || !attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+  const bool target = attr && attr->qp_type == IBV_QPT_XRC_RECV;
+  if (!ctx || !attr || (!target && !(attr->comp_mask & IBV_QP_INIT_ATTR_PD))) {
     errno = EINVAL;
     return nullptr;
   }
-  Pd* pd = Pd::From(attr->pd);
-  if (!pd || pd->context() != ctx) {
+  Pd* pd = target ? nullptr : Pd::From(attr->pd);
+  if (!target && (!pd || pd->context() != ctx)) {
     errno = EINVAL;
     return nullptr;
   }
-  Result<Qp*> r = Create(pd, *attr);
+  Result<Qp*> r = target ? CreateXrcTarget(ctx, *attr) : Create(pd, *attr);
   if (!r.ok()) {
     errno = r.err();
     return nullptr;
@@ -345,8 +355,12 @@ int Qp::Destroy() {
     Engine::Get().CancelTimer(this);
     device()->RemoveQp(this);
     device()->ReleaseQpn(qp_num());
-    send_cq_->RemoveQp(this);
-    recv_cq_->RemoveQp(this);
+    if (send_cq_) send_cq_->RemoveQp(this);
+    if (xrcd_) {
+      xrcd_->domain()->targets.erase(this);
+    } else if (recv_cq_) {
+      recv_cq_->RemoveQp(this);
+    }
   }
   ctx_->async_events().Purge(ibv());
   ibv_qp& q = handle_.pub.qp_base;
@@ -354,8 +368,12 @@ int Qp::Destroy() {
   while (q.events_completed != events_reported_.load()) pthread_cond_wait(&q.cond, &q.mutex);
   pthread_mutex_unlock(&q.mutex);
 
-  pd_->RemoveUser();
-  if (srq_) srq_->RemoveUser();
+  if (xrcd_) {
+    xrcd_->RemoveUser();  // an XRC_RECV QP holds no PD or SRQ of its own
+  } else {
+    pd_->RemoveUser();
+    if (srq_) srq_->RemoveUser();
+  }
   ctx_->device()->Release(Device::Kind::kQp);
   delete this;
   return 0;

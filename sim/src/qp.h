@@ -12,6 +12,11 @@
 // or not) and every posted receive completes with IBV_WC_WR_FLUSH_ERR, in
 // posting order, and so does every WR posted afterwards.
 //
+// XRC (qp_xrc.cc): an XRC_SEND QP is an RC requester whose messages name
+// the remote XRC SRQ; an XRC_RECV QP is an RC responder with no queues of its
+// own that delivers each message into the XRC SRQ its packets name, with
+// that SRQ's PD and CQ.
+//
 // Destroy follows libibverbs: it returns when every async event that was
 // read for this QP has been acked (public mutex/cond/events_completed).
 
@@ -35,6 +40,7 @@ class Device;
 class Mr;
 class Pd;
 class Srq;
+class Xrcd;
 
 class Qp {
  public:
@@ -58,6 +64,9 @@ class Qp {
   Device* device() const;
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
   ibv_qp_type type() const { return handle_.pub.qp_base.qp_type; }
+  // RC and both XRC halves: acknowledged, retried, in order.
+  bool Reliable() const { return type() == IBV_QPT_RC || IsXrc(); }
+  bool IsXrc() const { return type() == IBV_QPT_XRC_SEND || type() == IBV_QPT_XRC_RECV; }
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
 
@@ -76,12 +85,16 @@ class Qp {
   // False if, after draining answers, the QP no longer waits for anything.
   bool TimerStillDue() const;
 
+  // An XRC SRQ is being destroyed: an XRC_RECV QP that delivered into it
+  // forgets it. Requires: engine lock.
+  void ForgetXrcSrqLocked(Srq* srq);
+
   static ibv_qp* CreateExOp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
   static int PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
   static int PostRecvOp(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
  private:
-  Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
+  Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
   ~Qp();
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
   ibv_qp_state state() const { return attr_.qp_state; }
@@ -100,6 +113,12 @@ class Qp {
   uint32_t PathMtuBytes() const;
   int RemoteDeviceIndex() const;  // the device the connected peer is on, or -1
   Packet NewPacket(const AddressVector& av, uint32_t dst_qpn) const;
+
+  // qp_xrc.cc
+  static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);
+  // XRC_RECV: makes the SRQ named by the request (and its PD and CQ) the
+  // receive side of this QP; false (after the NAK) if it is not in our domain.
+  bool BindXrcSrqLocked(const Packet& pkt);
 
   // qp_responder.cc
   void ReceiveRequest(const Packet& pkt);
@@ -120,7 +139,8 @@ class Qp {
   Pd* pd_;
   Cq* send_cq_;
   Cq* recv_cq_;
-  Srq* srq_;
+  Srq* srq_;  // XRC_RECV: the XRC SRQ of the last request (engine lock)
+  Xrcd* xrcd_ = nullptr;  // XRC_RECV only
   const bool has_qp_ex_;
   QpWrBuilder wr_builder_;
   std::atomic<uint32_t> events_reported_{0};

@@ -44,6 +44,7 @@ struct Packet {
   bool has_grh = false;
   ibv_gid sgid{};
   uint32_t qkey = 0;  // DETH (UD)
+  uint32_t xrc_srqn = 0;  // XRCETH (XRC requests)
   uint16_t pkey = 0xffff;
 
   // Extended headers.
