@@ -5,7 +5,9 @@ perftest) as two processes on the simulator and checks that both succeed.
 usage: pair_check.py SIMVERBS_CLI PROFILE FABRIC BASE_PORT
 
 Each pair runs on the profile's first device with its own TCP port. A failure
-prints both outputs, which name the verb and errno that failed.
+prints both outputs, which name the verb and errno that failed. A program that
+prints a verdict line (ibv_xsrq_pingpong: "success") must print it on both
+sides as well as exit 0.
 """
 import os
 import subprocess
@@ -25,6 +27,11 @@ cases = []
 for prog in PINGPONGS:
     for events in (False, True):
         cases.append((prog, ["-c", "-n", "200"] + gid + (["-e"] if events else [])))
+# ibv_xsrq_pingpong has no data check (its -c is the number of clients); it
+# prints "success" once everything is received and torn down.
+for events in (False, True):
+    cases.append(("ibv_xsrq_pingpong", ["-n", "200"] + gid + (["-e"] if events else [])))
+VERDICT = {"ibv_xsrq_pingpong": "success"}
 for prog in PERFTESTS:
     for events in (False, True):
         if events and "write" in prog:
@@ -74,9 +81,12 @@ for i, (prog, args) in enumerate(cases):
         server.kill()
         failures.append((name, "timed out (60 s)", server.communicate()[0], client_out))
         continue
+    verdict = VERDICT.get(prog)
     if client.returncode != 0 or server.returncode != 0:
         failures.append((name, f"client exit {client.returncode}, server exit {server.returncode}", server_out,
                          client_out))
+    elif verdict and not (verdict in server_out.splitlines() and verdict in client_out.splitlines()):
+        failures.append((name, f"exit 0 without the line \"{verdict}\" on both sides", server_out, client_out))
     else:
         print(f"ok   {name}")
 
