@@ -88,6 +88,9 @@ class Qp {
   // An XRC SRQ is being destroyed: an XRC_RECV QP that delivered into it
   // forgets it. Requires: engine lock.
   void ForgetXrcSrqLocked(Srq* srq);
+  // XRC_RECV: the process that owns the XRC SRQ of a forwarded message has
+  // delivered it, or not (xrc_remote.h). Requires: engine lock.
+  void XrcResultLocked(const Packet& result);
 
   static ibv_qp* CreateExOp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
   static int PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
@@ -119,6 +122,8 @@ class Qp {
   // XRC_RECV: makes the SRQ named by the request (and its PD and CQ) the
   // receive side of this QP; false (after the NAK) if it is not in our domain.
   bool BindXrcSrqLocked(const Packet& pkt);
+  void ForwardXrcLocked(const Packet& pkt);
+  void HoldWhileForwardedLocked(const Packet& pkt);
 
   // qp_responder.cc
   void ReceiveRequest(const Packet& pkt);
@@ -141,6 +146,10 @@ class Qp {
   Cq* recv_cq_;
   Srq* srq_;  // XRC_RECV: the XRC SRQ of the last request (engine lock)
   Xrcd* xrcd_ = nullptr;  // XRC_RECV only
+  // XRC_RECV, engine lock: a message handed to an SRQ of another process.
+  bool xrc_awaiting_ = false;    // its result has not come back
+  bool xrc_forwarding_ = false;  // its later packets follow it
+  uint32_t xrc_first_psn_ = 0;
   const bool has_qp_ex_;
   QpWrBuilder wr_builder_;
   std::atomic<uint32_t> events_reported_{0};

@@ -399,6 +399,8 @@ void Qp::ReceiveResponse(const Packet& pkt) {
       }
       return;
     case Packet::Kind::kRequest:
+    case Packet::Kind::kXrcForward:
+    case Packet::Kind::kXrcResult:
       return;
   }
   CompleteAckedLocked();

@@ -3,6 +3,7 @@
 
 #include "context.h"
 #include "device.h"
+#include "fabric/fabric.h"
 #include "qp.h"
 #include "srq.h"
 #include "transport/engine.h"
@@ -40,12 +41,21 @@ Result<Qp*> Qp::CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& a) {
 }
 
 bool Qp::BindXrcSrqLocked(const Packet& pkt) {
+  if (xrc_awaiting_) {
+    HoldWhileForwardedLocked(pkt);
+    return false;
+  }
   Srq* srq = Srq::FindXrcLocked(device(), pkt.xrc_srqn);
+  if (!srq) {
+    // Perhaps an SRQ of another process in the same domain.
+    ForwardXrcLocked(pkt);
+    return false;
+  }
   // The SRQ must be in the target QP's XRC domain, and a message keeps its
   // SRQ from its first packet to its last. Anything else is answered as an
   // invalid request (the requester completes with IBV_WC_REM_INV_REQ_ERR),
   // like the responder's other invalid requests.
-  if (!srq || srq->xrcd()->domain() != xrcd_->domain() || (recv_in_progress_ && !pkt.first && srq != srq_)) {
+  if (srq->xrcd()->domain() != xrcd_->domain() || (recv_in_progress_ && !pkt.first && srq != srq_)) {
     ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
     return false;
   }
@@ -54,6 +64,87 @@ bool Qp::BindXrcSrqLocked(const Packet& pkt) {
   pd_ = srq->pd();
   recv_cq_ = srq->cq();
   return true;
+}
+
+// The SRQ is not in this process: this QP keeps the transport (PSNs, ACKs,
+// NAKs) and the SRQ's owner delivers the data (xrc_remote.h). Only sends
+// cross processes this way; until the owner answers, later messages get an
+// RNR NAK.
+void Qp::ForwardXrcLocked(const Packet& pkt) {
+  const uint32_t diff = (pkt.psn - epsn_) & 0xffffff;
+  if (diff != 0) {
+    if (diff > 0x800000) {
+      Respond(pkt, Packet::Kind::kAck);  // a resend of a delivered message
+    } else {
+      Respond(pkt, Packet::Kind::kNak, Packet::Nak::kSequence);
+    }
+    return;
+  }
+  if (!pkt.first) return;  // the rest of a message that was not forwarded
+  const XrcDomain* domain = xrcd_->domain();
+  const bool is_send = pkt.op == IBV_WR_SEND || pkt.op == IBV_WR_SEND_WITH_IMM;
+  Packet fwd = pkt;
+  fwd.kind = Packet::Kind::kXrcForward;
+  fwd.dst_qpn = pkt.xrc_srqn;
+  fwd.src_qpn = qp_num();
+  fwd.src_device = device();
+  fwd.xrc_domain_dev = domain->st_dev;
+  fwd.xrc_domain_ino = domain->st_ino;
+  // A private domain has no SRQ in another process.
+  if (!is_send || !domain->has_inode || !Fabric::Get().SendRemote(device()->index(), fwd)) {
+    ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
+    return;
+  }
+  xrc_awaiting_ = true;
+  xrc_forwarding_ = !pkt.last;
+  xrc_first_psn_ = pkt.psn;
+  epsn_ = (pkt.psn + 1) & 0xffffff;
+}
+
+void Qp::HoldWhileForwardedLocked(const Packet& pkt) {
+  const uint32_t diff = (pkt.psn - epsn_) & 0xffffff;
+  if (diff == 0 && xrc_forwarding_ && !pkt.first) {
+    Packet fwd = pkt;
+    fwd.kind = Packet::Kind::kXrcForward;
+    fwd.dst_qpn = pkt.xrc_srqn;
+    fwd.src_qpn = qp_num();
+    fwd.src_device = device();
+    fwd.xrc_domain_dev = xrcd_->domain()->st_dev;
+    fwd.xrc_domain_ino = xrcd_->domain()->st_ino;
+    Fabric::Get().SendRemote(device()->index(), fwd);
+    xrc_forwarding_ = !pkt.last;
+    epsn_ = (pkt.psn + 1) & 0xffffff;
+    return;
+  }
+  // A later message, or a resend of the one being delivered (the requester's
+  // transport timer cannot see the SRQ owner's ring), waits: RNR NAK. The
+  // owner's answer then completes the forwarded message.
+  Respond(pkt, Packet::Kind::kNak, Packet::Nak::kRnr);
+}
+
+void Qp::XrcResultLocked(const Packet& result) {
+  if (!xrc_awaiting_) return;
+  xrc_awaiting_ = xrc_forwarding_ = false;
+  const ibv_qp_state s = state();
+  if (s != IBV_QPS_RTR && s != IBV_QPS_RTS && s != IBV_QPS_SQD) return;
+  Packet req;
+  req.op = result.op;
+  req.psn = result.psn;
+  switch (result.nak) {
+    case Packet::Nak::kNone:
+      Respond(req, Packet::Kind::kAck);
+      return;
+    case Packet::Nak::kRnr:
+      // No receive was posted: the requester sends the message again.
+      epsn_ = xrc_first_psn_;
+      req.psn = xrc_first_psn_;
+      Respond(req, Packet::Kind::kNak, Packet::Nak::kRnr);
+      return;
+    default:
+      Respond(req, Packet::Kind::kNak, result.nak);
+      EnterErrorLocked(result.nak == Packet::Nak::kInvalidRequest ? IBV_EVENT_QP_REQ_ERR : -1);
+      return;
+  }
 }
 
 void Qp::ForgetXrcSrqLocked(Srq* srq) {

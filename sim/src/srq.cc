@@ -9,6 +9,7 @@
 #include "pd.h"
 #include "qp.h"
 #include "transport/engine.h"
+#include "xrc_remote.h"
 #include "xrcd.h"
 
 namespace simverbs {
@@ -214,6 +215,7 @@ int Srq::Destroy() {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     XrcDirectory().erase(XrcKey(ctx_->device(), srq_num_));
     for (Qp* qp : xrcd_->domain()->targets) qp->ForgetXrcSrqLocked(this);
+    XrcForgetSrqLocked(this);
     ctx_->device()->ReleaseQpn(srq_num_);
   }
   ctx_->async_events().Purge(ibv());

@@ -8,10 +8,12 @@
 // the domain exists.
 //
 // Across processes. The domain's identity is (device, st_dev, st_ino), so
-// handles of two processes on the same file name the same domain; but
-// whether a domain "exists" for O_CREAT/O_EXCL is decided within the process
-// (the simulator has no kernel-wide inode table), and an XRC target QP
-// delivers only into SRQs of its own process.
+// handles of two processes on the same file name the same domain, and a
+// target QP of one delivers into the other's XRC SRQs (xrc_remote.h). But
+// whether a domain "exists" for O_CREAT/O_EXCL is decided within the process:
+// the simulator has no machine-wide inode table, so a process's first open of
+// a file needs O_CREAT even when another process has the domain open, and
+// O_EXCL only sees this process's handles.
 //
 // A handle counts the SRQs and target QPs created with it: ibv_close_xrcd
 // fails with EBUSY while any exist (the kernel's uobject refcnt); the domain

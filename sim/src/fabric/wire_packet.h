@@ -28,6 +28,8 @@ struct WirePacket {
   ibv_gid sgid;
   uint32_t qkey;
   uint32_t xrc_srqn;
+  uint64_t xrc_domain_dev;
+  uint64_t xrc_domain_ino;
   uint16_t pkey;
   uint64_t remote_addr;
   uint32_t rkey;
@@ -55,6 +57,8 @@ struct WirePacket {
     sgid = p.sgid;
     qkey = p.qkey;
     xrc_srqn = p.xrc_srqn;
+    xrc_domain_dev = p.xrc_domain_dev;
+    xrc_domain_ino = p.xrc_domain_ino;
     pkey = p.pkey;
     remote_addr = p.remote_addr;
     rkey = p.rkey;
@@ -87,6 +91,8 @@ struct WirePacket {
     p.sgid = sgid;
     p.qkey = qkey;
     p.xrc_srqn = xrc_srqn;
+    p.xrc_domain_dev = xrc_domain_dev;
+    p.xrc_domain_ino = xrc_domain_ino;
     p.pkey = pkey;
     p.remote_addr = remote_addr;
     p.rkey = rkey;
