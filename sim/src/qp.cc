@@ -254,6 +254,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     recv_in_progress_ = false;
     rnr_wait_ = false;
     comm_established_ = false;
+    xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
   }
   attr_.qp_state = attr_.cur_qp_state = next;
   handle_.pub.qp_base.state = next;
@@ -305,7 +306,8 @@ void Qp::EnterErrorLocked(int event) {
     CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
   }
   // IBTA o11-5.2.5: an SRQ QP in ERR with no WQE left raises Last WQE Reached.
-  if (srq_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
+  // (An XRC_RECV QP's srq_ is only the SRQ of its last message: not attached.)
+  if (srq_ && !xrcd_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
