@@ -12,12 +12,16 @@
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "conformance/lib/errno_capture.h"
+#include "conformance/lib/fd_poll.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_matchers.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
@@ -173,8 +177,8 @@ class XrcTest : public QpTest {
   }
 
   // Sends 64 bytes of pattern from initiator_, naming the XRC SRQ `srq_num`.
-  int SendTo(uint32_t srq_num, uint64_t wr_id) {
-    send_buf_.FillPattern(7);
+  int SendTo(uint32_t srq_num, uint64_t wr_id, bool fill = true) {
+    if (fill) send_buf_.FillPattern(7);
     ibv_sge sge = send_buf_.Sge(0, 64);
     ibv_send_wr wr = SendWr(wr_id, &sge, 1);
     wr.qp_type.xrc.remote_srqn = srq_num;
@@ -471,6 +475,102 @@ TEST_F(XrcQpTest, SrqOfOtherDomainIsRemoteInvalidRequest) {
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
   EXPECT_EQ(wc.wr_id, 4u) << DescribeWc(wc);
   EXPECT_TRUE(NoCompletionWithin(other_srq_cq_.get()));
+}
+
+// A pipe whose ends close with it.
+struct Pipe {
+  int fds[2] = {-1, -1};
+  Pipe() {
+    if (pipe(fds) != 0) fds[0] = fds[1] = -1;
+  }
+  ~Pipe() {
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+  }
+};
+
+// Rule: ibv_open_xrcd(3): an XRCD is "associated with the inode referenced by the given fd", so
+//   processes that open the same file share it (the reason XRC exists); ibv_post_send(3): remote_srqn
+//   names the XRC SRQ that receives, whichever process of the domain created it.
+// Checks: a child process opens the same domain file, creates an XRC SRQ and posts a receive; the
+//   parent's XRC_SEND -> XRC_RECV pair sends naming that SRQ; the child's SRQ CQ gets the message (the
+//   parent's target QP number, 64 bytes, the pattern) and the parent's send completes with success.
+TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
+  xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT));
+  ASSERT_NE(xrcd_, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  // Written before the fork: the parent does not touch its registered pages afterwards.
+  send_buf_.FillPattern(7);
+  Pipe to_parent;
+  Pipe to_child;
+  ASSERT_GE(to_parent.fds[0], 0);
+  ASSERT_GE(to_child.fds[0], 0);
+  const uint32_t target_qpn = target_->qp_num;
+  const int domain_fd = file_.fd();
+
+  ChildResult result;
+  std::thread runner([&] {
+    result = RunChecksInChild(
+        [&] {
+          ContextPtr child_context = OpenAnotherContext();
+          ASSERT_NE(child_context, nullptr);
+          ibv_context* ctx = child_context.get();
+          PdPtr pd(ibv_alloc_pd(ctx));
+          ASSERT_NE(pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+          Buffer buf;
+          ASSERT_TRUE(buf.Register(pd.get(), 4096));
+          CqPtr cq(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
+          ASSERT_NE(cq, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
+          ibv_xrcd_init_attr xattr = {};
+          xattr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+          xattr.fd = domain_fd;
+          xattr.oflags = O_CREAT;
+          XrcdPtr xrcd(ibv_open_xrcd(ctx, &xattr));
+          ASSERT_NE(xrcd, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+          ibv_srq_init_attr_ex sattr = {};
+          sattr.attr.max_wr = 4;
+          sattr.attr.max_sge = 1;
+          sattr.comp_mask =
+              IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+          sattr.srq_type = IBV_SRQT_XRC;
+          sattr.pd = pd.get();
+          sattr.xrcd = xrcd.get();
+          sattr.cq = cq.get();
+          SrqPtr srq(ibv_create_srq_ex(ctx, &sattr));
+          ASSERT_NE(srq, nullptr) << "ibv_create_srq_ex: " << ErrnoName(errno);
+          ibv_sge sge = buf.Sge(0, 256);
+          ASSERT_EQ(PostSrqRecv(srq.get(), 51, &sge, 1), 0);
+          uint32_t num = 0;
+          ASSERT_EQ(ibv_get_srq_num(srq.get(), &num), 0);
+          ASSERT_EQ(write(to_parent.fds[1], &num, sizeof num), static_cast<ssize_t>(sizeof num));
+          ibv_wc wc = {};
+          ASSERT_TRUE(PollOneCompletion(cq.get(), &wc, kChildTimeout / 2));
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+          EXPECT_EQ(wc.wr_id, 51u) << DescribeWc(wc);
+          EXPECT_EQ(wc.byte_len, 64u) << DescribeWc(wc);
+          EXPECT_EQ(wc.qp_num, target_qpn) << DescribeWc(wc);
+          EXPECT_EQ(buf.Bytes(0, 64), Pattern(7, 64));
+          // The SRQ stays until the parent has seen its send complete.
+          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
+        },
+        kChildTimeout, "an XRC SRQ in a child process");
+  });
+  uint32_t srq_num = 0;
+  const bool got_number =
+      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], &srq_num, sizeof srq_num) == 4;
+  if (got_number) {
+    EXPECT_EQ(SendTo(srq_num, 5, /*fill=*/false), 0);
+    ibv_wc wc = {};
+    EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  }
+  EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
+  runner.join();
+  EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+  EXPECT_TRUE(Passed(result));
 }
 
 }  // namespace
