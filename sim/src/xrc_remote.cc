@@ -84,7 +84,9 @@ void Deliver(const Packet& pkt) {
   Delivery& d = Deliveries()[{dev->index(), pkt.src_qpn}];
   Srq* srq = Srq::FindXrcLocked(dev, pkt.dst_qpn);
   const XrcDomain* domain = srq ? srq->xrcd()->domain() : nullptr;
-  const bool same_domain = domain && domain->has_inode && static_cast<uint64_t>(domain->st_dev) == pkt.xrc_domain_dev &&
+  // The same domain: the same file (a private domain never matches another process's).
+  const bool same_domain = domain && domain->has_inode &&
+                           static_cast<uint64_t>(domain->st_dev) == pkt.xrc_domain_dev &&
                            static_cast<uint64_t>(domain->st_ino) == pkt.xrc_domain_ino;
   if (pkt.first) {
     d.in_progress = false;
