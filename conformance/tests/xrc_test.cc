@@ -477,6 +477,28 @@ TEST_F(XrcQpTest, SrqOfOtherDomainIsRemoteInvalidRequest) {
   EXPECT_TRUE(NoCompletionWithin(other_srq_cq_.get()));
 }
 
+// Rule: ibv_destroy_srq(3): "fails if any queue pair is still associated with this SRQ"; an XRC_RECV QP
+//   is created with no SRQ (ibv_create_qp_ex(3)) and only names one per message, so it holds none.
+// Checks: after a message was delivered into an XRC SRQ through a target QP, ibv_destroy_srq returns 0
+//   while the target QP exists, and a later send naming the destroyed SRQ's number does not complete
+//   successfully.
+TEST_F(XrcQpTest, SrqDestroyDoesNotWaitForTargetQp) {
+  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  ASSERT_NO_FATAL_FAILURE(PostSrqReceive(xrc_srq_.get(), 61));
+  const uint32_t srq_num = SrqNum(xrc_srq_.get());
+  ASSERT_EQ(SendTo(srq_num, 6), 0);
+  ASSERT_NO_FATAL_FAILURE(ExpectDelivered(6, 61));
+  ASSERT_EQ(ibv_destroy_srq(xrc_srq_.release()), 0);
+  ASSERT_EQ(SendTo(srq_num, 7), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(send_cq_.get(), &wc));
+  EXPECT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+}
+
 // A pipe whose ends close with it.
 struct Pipe {
   int fds[2] = {-1, -1};
