@@ -58,6 +58,11 @@ struct VerbsDeleter<ibv_ah> {
   void operator()(ibv_ah* ah) const { ibv_destroy_ah(ah); }
 };
 
+template <>
+struct VerbsDeleter<ibv_xrcd> {
+  void operator()(ibv_xrcd* xrcd) const { ibv_close_xrcd(xrcd); }
+};
+
 template <typename T>
 using VerbsPtr = std::unique_ptr<T, VerbsDeleter<T>>;
 
@@ -70,6 +75,7 @@ using ChannelPtr = VerbsPtr<ibv_comp_channel>;
 using QpPtr = VerbsPtr<ibv_qp>;
 using SrqPtr = VerbsPtr<ibv_srq>;
 using AhPtr = VerbsPtr<ibv_ah>;
+using XrcdPtr = VerbsPtr<ibv_xrcd>;
 
 // The array from ibv_get_device_list.
 struct DeviceListDeleter {

@@ -58,7 +58,7 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
 int Cq::Destroy() {
   {
     std::lock_guard<std::mutex> engine_lock(Engine::Get().mu());
-    if (!qps_.empty()) return EBUSY;
+    if (!qps_.empty() || srqs_.load() != 0) return EBUSY;
     std::lock_guard<std::mutex> lock(mu_);
     destroying_ = true;
   }

@@ -73,6 +73,9 @@ class Cq {
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.
   void AddQp(Qp* qp) { qps_.insert(qp); }
   void RemoveQp(Qp* qp) { qps_.erase(qp); }
+  // XRC SRQs that complete into this CQ (they keep it from being destroyed).
+  void AddSrq() { srqs_.fetch_add(1); }
+  void RemoveSrq() { srqs_.fetch_sub(1); }
 
   // ops installed in every context
   static int PollOp(ibv_cq* cq, int num_entries, ibv_wc* wc);
@@ -105,6 +108,7 @@ class Cq {
   const bool ignore_overrun_;
   std::multiset<Qp*> qps_;  // engine lock; a QP with one CQ for both queues is in it twice
   AffiliatedEvents events_;
+  std::atomic<int> srqs_{0};
 
   std::mutex mu_;
   std::vector<ibv_wc> ring_;  // capacity = cqe

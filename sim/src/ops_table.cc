@@ -8,6 +8,7 @@
 #include "qp.h"
 #include "query.h"
 #include "srq.h"
+#include "xrcd.h"
 
 namespace simverbs {
 namespace {
@@ -123,6 +124,10 @@ void InstallOps(verbs_context* v) {
   o.dealloc_mw = Mw::DeallocOp;
   o.bind_mw = Mw::BindOp;
   o.post_recv = Qp::PostRecvOp;
+  v->open_xrcd = Xrcd::OpenOp;
+  v->close_xrcd = Xrcd::CloseOp;
+  v->create_srq_ex = Srq::CreateExOp;
+  v->get_srq_num = Srq::GetSrqNumOp;
 }
 
 }  // namespace simverbs

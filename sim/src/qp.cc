@@ -12,6 +12,7 @@
 #include "trace/trace.h"
 #include "transport/engine.h"
 #include "fault/fault_points.h"
+#include "xrcd.h"
 
 namespace simverbs {
 namespace {
@@ -34,7 +35,8 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
   const uint64_t rc_only = IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
   switch (type) {
-    case IBV_QPT_RC: return send | write | windows | rc_only;
+    case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND: return send | write | windows | rc_only;
     case IBV_QPT_UC: return send | write | windows;
     default: return send;
   }
@@ -42,8 +44,8 @@ uint64_t SupportedSendOps(ibv_qp_type type) {
 
 }  // namespace
 
-Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a, uint32_t qp_num)
-    : ctx_(pd->context()),
+Qp::Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a, uint32_t qp_num)
+    : ctx_(ctx),
       pd_(pd),
       send_cq_(send_cq),
       recv_cq_(recv_cq),
@@ -55,9 +57,10 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   ibv_qp& q = handle_.pub.qp_base;
   q.context = ctx_->ibv();
   q.qp_context = a.qp_context;
-  q.pd = pd->ibv();
-  q.send_cq = send_cq->ibv();
-  q.recv_cq = recv_cq->ibv();
+  // XRC QPs lack some of these (ibv_create_qp_ex(3)): they stay NULL.
+  q.pd = pd ? pd->ibv() : nullptr;
+  q.send_cq = send_cq ? send_cq->ibv() : nullptr;
+  q.recv_cq = recv_cq ? recv_cq->ibv() : nullptr;
   q.srq = srq ? srq->ibv() : nullptr;
   q.handle = next_qp_handle.fetch_add(1);
   q.qp_num = qp_num;
@@ -73,7 +76,8 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   init_.recv_cq = q.recv_cq;
   init_.srq = q.srq;
   init_.cap = a.cap;
-  if (srq) init_.cap.max_recv_wr = init_.cap.max_recv_sge = 0;
+  if (srq || !recv_cq) init_.cap.max_recv_wr = init_.cap.max_recv_sge = 0;
+  if (!send_cq) init_.cap.max_send_wr = init_.cap.max_send_sge = init_.cap.max_inline_data = 0;
   init_.qp_type = a.qp_type;
   init_.sq_sig_all = a.sq_sig_all;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;
@@ -81,9 +85,9 @@ Qp::Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& a,
   attr_.path_mtu = IBV_MTU_1024;
   attr_.port_num = 1;
 
-  pd->AddUser();
-  send_cq->AddQp(this);
-  recv_cq->AddQp(this);
+  if (pd) pd->AddUser();
+  if (send_cq) send_cq->AddQp(this);
+  if (recv_cq) recv_cq->AddQp(this);
   if (srq) srq->AddUser();
   device()->AddQp(this);
 }
@@ -103,9 +107,12 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     case IBV_QPT_UC:
     case IBV_QPT_UD:
       break;
-    case IBV_QPT_RAW_PACKET:
     case IBV_QPT_XRC_SEND:
+      if (!(dev.device_cap_flags & IBV_DEVICE_XRC)) return R::Error(EOPNOTSUPP);
+      break;
     case IBV_QPT_XRC_RECV:
+      return R::Error(EINVAL);  // it has no PD but an XRC domain (IBV_QP_INIT_ATTR_XRCD)
+    case IBV_QPT_RAW_PACKET:
     case IBV_QPT_DRIVER:
       return R::Error(EOPNOTSUPP);
     default:
@@ -114,11 +121,13 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   if ((a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a.send_ops_flags & ~SupportedSendOps(a.qp_type))) {
     return R::Error(EOPNOTSUPP);
   }
+  // An XRC_SEND QP has a send queue only: its recv_cq and srq are ignored, as the kernel does.
+  const bool send_only = a.qp_type == IBV_QPT_XRC_SEND;
   Cq* send_cq = Cq::From(a.send_cq);
-  Cq* recv_cq = Cq::From(a.recv_cq);
-  Srq* srq = a.srq ? Srq::From(a.srq) : nullptr;
-  if (!send_cq || !recv_cq || (a.srq && !srq)) return R::Error(EINVAL);
-  if (send_cq->context() != ctx || recv_cq->context() != ctx || (srq && srq->context() != ctx)) {
+  Cq* recv_cq = send_only ? nullptr : Cq::From(a.recv_cq);
+  Srq* srq = a.srq && !send_only ? Srq::From(a.srq) : nullptr;
+  if (!send_cq || (!recv_cq && !send_only) || (a.srq && !send_only && !srq)) return R::Error(EINVAL);
+  if (send_cq->context() != ctx || (recv_cq && recv_cq->context() != ctx) || (srq && srq->context() != ctx)) {
     return R::Error(EINVAL);
   }
   const ibv_qp_cap& cap = a.cap;
@@ -126,7 +135,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
       cap.max_inline_data > kMaxInlineData) {
     return R::Error(EINVAL);
   }
-  if (!srq && (cap.max_recv_wr > static_cast<uint32_t>(dev.max_qp_wr) ||
+  if (!srq && !send_only && (cap.max_recv_wr > static_cast<uint32_t>(dev.max_qp_wr) ||
                cap.max_recv_sge > static_cast<uint32_t>(dev.max_sge))) {
     return R::Error(EINVAL);
   }
@@ -137,21 +146,22 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     return R::Error(ENOMEM);
   }
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  return new Qp(pd, send_cq, recv_cq, srq, a, qpn);
+  return new Qp(ctx, pd, send_cq, recv_cq, srq, a, qpn);
 }
 
 ibv_qp* Qp::CreateExOp(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
   Context* ctx = Context::From(ibctx);
-  if (!ctx || !attr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+  const bool target = attr && attr->qp_type == IBV_QPT_XRC_RECV;
+  if (!ctx || !attr || (!target && !(attr->comp_mask & IBV_QP_INIT_ATTR_PD))) {
     errno = EINVAL;
     return nullptr;
   }
-  Pd* pd = Pd::From(attr->pd);
-  if (!pd || pd->context() != ctx) {
+  Pd* pd = target ? nullptr : Pd::From(attr->pd);
+  if (!target && (!pd || pd->context() != ctx)) {
     errno = EINVAL;
     return nullptr;
   }
-  Result<Qp*> r = Create(pd, *attr);
+  Result<Qp*> r = target ? CreateXrcTarget(ctx, *attr) : Create(pd, *attr);
   if (!r.ok()) {
     errno = r.err();
     return nullptr;
@@ -242,6 +252,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     recv_in_progress_ = false;
     rnr_wait_ = false;
     comm_established_ = false;
+    xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
@@ -291,7 +302,8 @@ void Qp::EnterErrorLocked(int event) {
     CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
   }
   // IBTA o11-5.2.5: an SRQ QP in ERR with no WQE left raises Last WQE Reached.
-  if (srq_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
+  // (An XRC_RECV QP's srq_ is only the SRQ of its last message: not attached.)
+  if (srq_ && !xrcd_ && device()->behaviour().last_wqe_reached_event) RaiseAsyncLocked(IBV_EVENT_QP_LAST_WQE_REACHED);
 }
 
 int Qp::FailNthSend(uint32_t nth, ibv_wc_status status) {
@@ -377,14 +389,22 @@ int Qp::Destroy() {
     Engine::Get().CancelTimer(this);
     device()->RemoveQp(this);
     device()->ReleaseQpn(qp_num());
-    send_cq_->RemoveQp(this);
-    recv_cq_->RemoveQp(this);
+    if (send_cq_) send_cq_->RemoveQp(this);
+    if (xrcd_) {
+      xrcd_->domain()->targets.erase(this);
+    } else if (recv_cq_) {
+      recv_cq_->RemoveQp(this);
+    }
   }
   events_.Purge(ctx_->async_events());
   events_.WaitForAcks(qp_num());
 
-  pd_->RemoveUser();
-  if (srq_) srq_->RemoveUser();
+  if (xrcd_) {
+    xrcd_->RemoveUser();  // an XRC_RECV QP holds no PD or SRQ of its own
+  } else {
+    pd_->RemoveUser();
+    if (srq_) srq_->RemoveUser();
+  }
   ctx_->device()->Release(Device::Kind::kQp);
   delete this;
   return 0;

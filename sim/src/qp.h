@@ -12,6 +12,11 @@
 // or not) and every posted receive completes with IBV_WC_WR_FLUSH_ERR, in
 // posting order, and so does every WR posted afterwards.
 //
+// XRC (qp_xrc.cc): an XRC_SEND QP is an RC requester whose messages name
+// the remote XRC SRQ; an XRC_RECV QP is an RC responder with no queues of its
+// own that delivers each message into the XRC SRQ its packets name, with
+// that SRQ's PD and CQ.
+//
 // Destroy follows libibverbs: it returns when every async event that was
 // read for this QP has been acked (affiliated_events.h).
 
@@ -36,6 +41,7 @@ class Device;
 class Mr;
 class Pd;
 class Srq;
+class Xrcd;
 
 class Qp {
  public:
@@ -59,6 +65,9 @@ class Qp {
   Device* device() const;
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
   ibv_qp_type type() const { return handle_.pub.qp_base.qp_type; }
+  // RC and both XRC halves: acknowledged, retried, in order.
+  bool Reliable() const { return type() == IBV_QPT_RC || IsXrc(); }
+  bool IsXrc() const { return type() == IBV_QPT_XRC_SEND || type() == IBV_QPT_XRC_RECV; }
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
   Srq* srq() const { return srq_; }
@@ -88,12 +97,19 @@ class Qp {
   // False if, after draining answers, the QP no longer waits for anything.
   bool TimerStillDue() const;
 
+  // An XRC SRQ is being destroyed: an XRC_RECV QP that delivered into it
+  // forgets it. Requires: engine lock.
+  void ForgetXrcSrqLocked(Srq* srq);
+  // XRC_RECV: the process that owns the XRC SRQ of a forwarded message has
+  // delivered it, or not (xrc_remote.h). Requires: engine lock.
+  void XrcResultLocked(const Packet& result);
+
   static ibv_qp* CreateExOp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
   static int PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
   static int PostRecvOp(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
  private:
-  Qp(Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
+  Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
   ~Qp();
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
   ibv_qp_state state() const { return attr_.qp_state; }
@@ -116,6 +132,14 @@ class Qp {
   int RemoteDeviceIndex() const;  // the device the connected peer is on, or -1
   Packet NewPacket(const AddressVector& av, uint32_t dst_qpn) const;
 
+  // qp_xrc.cc
+  static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);
+  // XRC_RECV: makes the SRQ named by the request (and its PD and CQ) the
+  // receive side of this QP; false (after the NAK) if it is not in our domain.
+  bool BindXrcSrqLocked(const Packet& pkt);
+  void ForwardXrcLocked(const Packet& pkt);
+  void HoldWhileForwardedLocked(const Packet& pkt);
+
   // qp_responder.cc
   void ReceiveRequest(const Packet& pkt);
   void ReceiveUd(const Packet& pkt);
@@ -135,7 +159,12 @@ class Qp {
   Pd* pd_;
   Cq* send_cq_;
   Cq* recv_cq_;
-  Srq* srq_;
+  Srq* srq_;  // XRC_RECV: the XRC SRQ of the last request (engine lock)
+  Xrcd* xrcd_ = nullptr;  // XRC_RECV only
+  // XRC_RECV, engine lock: a message handed to an SRQ of another process.
+  bool xrc_awaiting_ = false;    // its result has not come back
+  bool xrc_forwarding_ = false;  // its later packets follow it
+  uint32_t xrc_first_psn_ = 0;
   const bool has_qp_ex_;
   QpWrBuilder wr_builder_;
   AffiliatedEvents events_;

@@ -51,6 +51,9 @@ bool IsAtomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op =
 
 // Which work request opcodes each transport carries (ibv_post_send(3)).
 bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
+  if (type == IBV_QPT_XRC_RECV) return false;  // no send queue
+  // XRC_SEND carries what RC carries (IBTA A14: XRC is RC with the SRQ named per message).
+  if (type == IBV_QPT_XRC_SEND) type = IBV_QPT_RC;
   switch (op) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM: return true;
@@ -152,6 +155,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       wqe.rkey = wr->wr.rdma.rkey;
     }
     if (fail_countdown_ > 0 && --fail_countdown_ == 0) wqe.injected = fail_status_;
+    if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr->qp_type.xrc.remote_srqn;
     sq_.push_back(std::move(wqe));
   }
   if (s == IBV_QPS_ERR || s == IBV_QPS_SQE) {
@@ -210,7 +214,7 @@ void Qp::ProgressLocked() {
   CompleteAckedLocked();
   RetireLocked();
   // RC: what was sent but not acknowledged waits for the transport timer.
-  if (type() == IBV_QPT_RC && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_ &&
+  if (Reliable() && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_ &&
       attr_.timeout != 0 && AwaitingAckLocked()) {
     Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
   }
@@ -281,6 +285,7 @@ void Qp::ExecuteLocked(size_t index) {
     p.dma_length = wqe.length;
     p.compare_add = wqe.compare_add;
     p.swap = wqe.swap;
+    p.xrc_srqn = wqe.xrc_srqn;
     // A READ takes one PSN per response packet.
     const uint32_t packets = wqe.opcode == IBV_WR_RDMA_READ
                                  ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu))
@@ -307,6 +312,7 @@ void Qp::ExecuteLocked(size_t index) {
     p.rkey = wqe.rkey;
     p.dma_length = data.size();
     p.imm_data = wqe.imm_data;
+    p.xrc_srqn = wqe.xrc_srqn;
     if (type() == IBV_QPT_UD) {
       // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
       p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
@@ -319,7 +325,7 @@ void Qp::ExecuteLocked(size_t index) {
   } while (offset < data.size());
 
   // Unreliable transports complete a WR once it is on the wire.
-  if (type() != IBV_QPT_RC) wqe.acked = true;
+  if (!Reliable()) wqe.acked = true;
 }
 
 void Qp::ReceiveResponse(const Packet& pkt) {
@@ -400,6 +406,8 @@ void Qp::ReceiveResponse(const Packet& pkt) {
       }
       return;
     case Packet::Kind::kRequest:
+    case Packet::Kind::kXrcForward:
+    case Packet::Kind::kXrcResult:
       return;
   }
   CompleteAckedLocked();
@@ -487,7 +495,7 @@ void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
   if (!PushCompletion(send_cq_, wc, false)) return;
   Engine::Get().CancelTimer(this);
   if (status == IBV_WC_WR_FLUSH_ERR) return;
-  if (type() == IBV_QPT_RC) {
+  if (Reliable()) {
     EnterErrorLocked(-1);
   } else {
     EnterSqeLocked();

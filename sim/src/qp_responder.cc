@@ -46,7 +46,8 @@ void Qp::Receive(const Packet& pkt) {
     ReceiveResponse(pkt);
     return;
   }
-  if (type() != pkt.transport) return;  // a different transport: dropped
+  // A different transport is dropped; an XRC_RECV QP takes what XRC_SEND QPs send.
+  if (type() != pkt.transport && !(type() == IBV_QPT_XRC_RECV && pkt.transport == IBV_QPT_XRC_SEND)) return;
   // Requests reach only a QP that is ready to receive (rxe_recv.c check_type_state).
   const ibv_qp_state s = state();
   if (s != IBV_QPS_RTR && s != IBV_QPS_RTS && s != IBV_QPS_SQD && s != IBV_QPS_SQE) return;
@@ -58,7 +59,7 @@ void Qp::Receive(const Packet& pkt) {
   }
   if (type() == IBV_QPT_UD) {
     ReceiveUd(pkt);
-  } else {
+  } else if (type() != IBV_QPT_XRC_RECV || BindXrcSrqLocked(pkt)) {
     ReceiveRequest(pkt);
   }
 }
@@ -99,7 +100,7 @@ static ibv_wc_status Scatter(Device* dev, const Pd* pd, const RecvWqe& wqe, uint
 }
 
 void Qp::ReceiveRequest(const Packet& pkt) {
-  const bool rc = type() == IBV_QPT_RC;
+  const bool rc = Reliable();
   if (rc) {
     const uint32_t diff = (pkt.psn - epsn_) & 0xffffff;
     if (diff != 0) {
@@ -388,7 +389,8 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   for (; wr; wr = wr->next) {
     int err = 0;
     // C10-97.2.1: no receives in RESET; a QP on an SRQ has no receive queue.
-    if (destroying_ || state() == IBV_QPS_RESET || srq_) {
+    // XRC QPs have no receive queue either (an XRC_RECV QP's receives are in XRC SRQs).
+    if (destroying_ || state() == IBV_QPS_RESET || srq_ || IsXrc()) {
       err = EINVAL;
     } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > attr_.cap.max_recv_sge ||
                (wr->num_sge > 0 && !wr->sg_list)) {

@@ -1,9 +1,12 @@
 #include "qp_state_table.h"
 
+#include <initializer_list>
+
 namespace simverbs {
 namespace {
 
-// Required and optional attribute masks of one transition for RC, UC and UD.
+// Required and optional attribute masks of one transition for RC, UC, UD
+// and the two XRC halves (XRC_SEND is the kernel's XRC_INI, XRC_RECV its XRC_TGT).
 struct Masks {
   int req = 0;
   int opt = 0;
@@ -11,6 +14,9 @@ struct Masks {
 struct Transition {
   bool valid = false;
   Masks rc, uc, ud;
+};
+struct XrcMasks {
+  Masks ini, tgt;
 };
 
 constexpr int kStates = IBV_QPS_ERR + 1;
@@ -32,12 +38,16 @@ constexpr int kSqdSqdOptRc = IBV_QP_PORT | IBV_QP_AV | IBV_QP_TIMEOUT | IBV_QP_R
                              IBV_QP_PATH_MIG_STATE;
 constexpr int kSqdSqdOptUc = IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
                              IBV_QP_PATH_MIG_STATE;
+constexpr int kRtsReqXrcTgt = IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+constexpr int kSqdSqdOptXrcIni = kSqdSqdOptRc & ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+constexpr int kSqdSqdOptXrcTgt = kSqdSqdOptRc & ~(IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
 // clang-format on
 
 struct Table {
   Transition t[kStates][kStates];
+  XrcMasks x[kStates][kStates];  // valid where t is
 
-  constexpr Table() : t() {
+  constexpr Table() : t(), x() {
     // Every state may go to RESET, and every state but RESET to ERR, with no
     // other attribute (the kernel's table has no RESET -> ERR either).
     for (int s = 0; s < kStates; ++s) {
@@ -64,6 +74,21 @@ struct Table {
                                    {0, kSqdSqdOptRc},
                                    {0, kSqdSqdOptUc},
                                    {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY}};
+    // XRC (the kernel's qp_state_table): the initiator is RC without the
+    // responder's attributes, the target RC without the requester's.
+    x[IBV_QPS_RESET][IBV_QPS_INIT].ini = x[IBV_QPS_RESET][IBV_QPS_INIT].tgt = {kInitReqRcUc, 0};
+    x[IBV_QPS_INIT][IBV_QPS_INIT].ini = x[IBV_QPS_INIT][IBV_QPS_INIT].tgt = {0, kInitReqRcUc};
+    x[IBV_QPS_INIT][IBV_QPS_RTR].ini = {kRtrReqUc, kRtrOptRcUc};
+    x[IBV_QPS_INIT][IBV_QPS_RTR].tgt = {kRtrReqRc, kRtrOptRcUc};
+    x[IBV_QPS_RTR][IBV_QPS_RTS].ini = {kRtsReqRc, kToRtsOptUc};
+    x[IBV_QPS_RTR][IBV_QPS_RTS].tgt = {kRtsReqXrcTgt, kToRtsOptRc};
+    for (ibv_qp_state from : {IBV_QPS_RTS, IBV_QPS_SQD}) {
+      x[from][IBV_QPS_RTS].ini = {0, kToRtsOptUc};
+      x[from][IBV_QPS_RTS].tgt = {0, kToRtsOptRc};
+    }
+    x[IBV_QPS_RTS][IBV_QPS_SQD].ini = x[IBV_QPS_RTS][IBV_QPS_SQD].tgt = {0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+    x[IBV_QPS_SQD][IBV_QPS_SQD].ini = {0, kSqdSqdOptXrcIni};
+    x[IBV_QPS_SQD][IBV_QPS_SQD].tgt = {0, kSqdSqdOptXrcTgt};
     // SQE exists only for UC and UD (RC send errors go straight to ERR).
     t[IBV_QPS_SQE][IBV_QPS_RTS] = {true,
                                    {},
@@ -80,7 +105,9 @@ bool QpTransitionIsValid(ibv_qp_state cur, ibv_qp_state next, ibv_qp_type type, 
   if (cur < 0 || cur >= kStates || next < 0 || next >= kStates) return false;
   const Transition& tr = kTable.t[cur][next];
   if (!tr.valid) return false;
-  if (cur == IBV_QPS_SQE && type == IBV_QPT_RC) return false;
+  if (cur == IBV_QPS_SQE && (type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV)) {
+    return false;
+  }
   // The current state may only be asserted from RTR, RTS, SQD or SQE.
   if ((mask & IBV_QP_CUR_STATE) && cur != IBV_QPS_RTR && cur != IBV_QPS_RTS && cur != IBV_QPS_SQD &&
       cur != IBV_QPS_SQE) {
@@ -91,6 +118,8 @@ bool QpTransitionIsValid(ibv_qp_state cur, ibv_qp_state next, ibv_qp_type type, 
     case IBV_QPT_RC: m = &tr.rc; break;
     case IBV_QPT_UC: m = &tr.uc; break;
     case IBV_QPT_UD: m = &tr.ud; break;
+    case IBV_QPT_XRC_SEND: m = &kTable.x[cur][next].ini; break;
+    case IBV_QPT_XRC_RECV: m = &kTable.x[cur][next].tgt; break;
     default: return false;
   }
   if ((mask & m->req) != m->req) return false;

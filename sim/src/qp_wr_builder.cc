@@ -106,9 +106,11 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
   };
   q->wr_local_inv = [](ibv_qp_ex* qp, uint32_t rkey) { NewWr(qp, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; };
   q->wr_send_inv = [](ibv_qp_ex* qp, uint32_t rkey) { NewWr(qp, IBV_WR_SEND_WITH_INV).invalidate_rkey = rkey; };
-  // TSO, XRC and atomic write are not simulated.
+  // TSO and atomic write are not simulated.
   q->wr_send_tso = [](ibv_qp_ex* qp, void*, uint16_t, uint16_t) { Unsupported(qp); };
-  q->wr_set_xrc_srqn = [](ibv_qp_ex* qp, uint32_t) { Unsupported(qp); };
+  q->wr_set_xrc_srqn = [](ibv_qp_ex* qp, uint32_t remote_srqn) {
+    if (Entry* e = Last(qp)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+  };
   q->wr_atomic_write = [](ibv_qp_ex* qp, uint32_t, uint64_t, const void*) { Unsupported(qp); };
 
   q->wr_set_ud_addr = [](ibv_qp_ex* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {

@@ -1,17 +1,32 @@
 #include "srq.h"
 
 #include <atomic>
+#include <unordered_map>
 
 #include "context.h"
+#include "cq.h"
 #include "device.h"
 #include "pd.h"
 #include "fault/fault_points.h"
 #include "sched/scheduler.h"
+#include "qp.h"
+#include "transport/engine.h"
+#include "xrc_remote.h"
+#include "xrcd.h"
 
 namespace simverbs {
 namespace {
 std::atomic<uint32_t> next_srq_handle{1};
+
+// XRC SRQs by (device, number), for the target QPs. Engine lock.
+std::unordered_map<uint64_t, Srq*>& XrcDirectory() {
+  static auto* dir = new std::unordered_map<uint64_t, Srq*>();
+  return *dir;
 }
+uint64_t XrcKey(const Device* device, uint32_t srq_num) {
+  return (static_cast<uint64_t>(device->index()) << 32) | srq_num;
+}
+}  // namespace
 
 Srq::Srq(Pd* pd, const ibv_srq_init_attr& a)
     : ctx_(pd->context()),
@@ -39,6 +54,72 @@ Result<Srq*> Srq::Create(Pd* pd, const ibv_srq_init_attr& a) {
   }
   if (!pd->context()->device()->Reserve(Device::Kind::kSrq)) return Result<Srq*>::Error(ENOMEM);
   return new Srq(pd, a);
+}
+
+Result<Srq*> Srq::CreateEx(Context* ctx, const ibv_srq_init_attr_ex& a) {
+  using R = Result<Srq*>;
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+                              IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+  if (a.comp_mask & ~kKnown) return R::Error(EINVAL);
+  const ibv_srq_type type = (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a.srq_type : IBV_SRQT_BASIC;
+  if (type == IBV_SRQT_TM) return R::Error(EOPNOTSUPP);  // tag matching is not simulated
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return R::Error(EINVAL);
+  Pd* pd = (a.comp_mask & IBV_SRQ_INIT_ATTR_PD) ? Pd::From(a.pd) : nullptr;
+  if (!pd || pd->context() != ctx) return R::Error(EINVAL);
+  ibv_srq_init_attr base{};
+  base.srq_context = a.srq_context;
+  base.attr = a.attr;
+  if (type == IBV_SRQT_BASIC) return Create(pd, base);
+
+  // ibv_create_srq_ex(3): an XRC SRQ needs its XRC domain and its CQ.
+  Xrcd* xrcd = (a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? Xrcd::From(a.xrcd) : nullptr;
+  Cq* cq = (a.comp_mask & IBV_SRQ_INIT_ATTR_CQ) ? Cq::From(a.cq) : nullptr;
+  if (!xrcd || xrcd->context() != ctx || !cq || cq->context() != ctx) return R::Error(EINVAL);
+  R r = Create(pd, base);
+  if (!r.ok()) return r;
+  Srq* srq = r.value();
+  const uint32_t srq_num = ctx->device()->AllocQpn();
+  if (srq_num == 0) {
+    srq->Destroy();
+    return R::Error(ENOMEM);
+  }
+  xrcd->AddUser();
+  cq->AddSrq();
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  srq->xrcd_ = xrcd;
+  srq->cq_ = cq;
+  srq->srq_num_ = srq_num;
+  XrcDirectory()[XrcKey(ctx->device(), srq_num)] = srq;
+  return srq;
+}
+
+Srq* Srq::FindXrcLocked(const Device* device, uint32_t srq_num) {
+  auto it = XrcDirectory().find(XrcKey(device, srq_num));
+  return it == XrcDirectory().end() ? nullptr : it->second;
+}
+
+ibv_srq* Srq::CreateExOp(ibv_context* ibctx, ibv_srq_init_attr_ex* attr) {
+  Context* ctx = Context::From(ibctx);
+  if (!ctx || !attr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Result<Srq*> r = CreateEx(ctx, *attr);
+  if (!r.ok()) {
+    errno = r.err();
+    return nullptr;
+  }
+  // As ibv_create_srq: the actual sizes are returned in attr->attr.
+  r.value()->Query(&attr->attr);
+  return r.value()->ibv();
+}
+
+// ibv_get_srq_num(3) defines the number of XRC SRQs; a basic SRQ has none here.
+int Srq::GetSrqNumOp(ibv_srq* srq, uint32_t* srq_num) {
+  Srq* s = From(srq);
+  if (!s || !srq_num || !s->is_xrc()) return EINVAL;
+  *srq_num = s->srq_num_;
+  return 0;
 }
 
 int Srq::Modify(const ibv_srq_attr& a, int mask) {
@@ -128,9 +209,21 @@ int Srq::Destroy() {
     std::lock_guard<std::mutex> lock(mu_);
     destroying_ = true;
   }
+  if (xrcd_) {
+    // No target QP delivers into it from now on; its number is free again.
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    XrcDirectory().erase(XrcKey(ctx_->device(), srq_num_));
+    for (Qp* qp : xrcd_->domain()->targets) qp->ForgetXrcSrqLocked(this);
+    XrcForgetSrqLocked(this);
+    ctx_->device()->ReleaseQpn(srq_num_);
+  }
   events_.Purge(ctx_->async_events());
   events_.WaitForAcks(handle_.pub.handle);
   pd_->RemoveUser();
+  if (xrcd_) {
+    xrcd_->RemoveUser();
+    cq_->RemoveSrq();
+  }
   ctx_->device()->Release(Device::Kind::kSrq);
   delete this;
   return 0;

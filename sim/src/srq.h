@@ -2,6 +2,11 @@
 
 // A shared receive queue. Holds posted receive WQEs for the QPs attached to
 // it; srq_limit arms a one-shot IBV_EVENT_SRQ_LIMIT_REACHED.
+//
+// An XRC SRQ (ibv_create_srq_ex with IBV_SRQT_XRC) belongs to an XRC domain
+// and completes into its own CQ; XRC target QPs of the domain deliver into
+// it by its number (ibv_get_srq_num). The number comes from the device's QP
+// number space, which the fabric keeps unique across processes.
 
 #include <infiniband/verbs.h>
 
@@ -17,13 +22,17 @@
 namespace simverbs {
 
 class Context;
+class Cq;
+class Device;
 class Pd;
+class Xrcd;
 
 class Srq {
  public:
   static constexpr uint64_t kMagic = 0x53494d5352510001;  // "SIMSRQ"
 
   static Result<Srq*> Create(Pd* pd, const ibv_srq_init_attr& attr);
+  static Result<Srq*> CreateEx(Context* ctx, const ibv_srq_init_attr_ex& attr);
   int Destroy();  // EBUSY while QPs use it; otherwise waits for acks
   int Modify(const ibv_srq_attr& attr, int mask);
   int Query(ibv_srq_attr* attr) const;
@@ -32,6 +41,15 @@ class Srq {
   static Srq* From(const ibv_srq* srq) { return Handle<ibv_srq, Srq>::From(srq); }
   ibv_srq* ibv() { return &handle_.pub; }
   Context* context() const { return ctx_; }
+  Pd* pd() const { return pd_; }
+  Cq* cq() const { return cq_; }        // XRC only
+  Xrcd* xrcd() const { return xrcd_; }  // XRC only
+  bool is_xrc() const { return xrcd_ != nullptr; }
+  uint32_t srq_num() const { return srq_num_; }
+
+  // The XRC SRQ with number `srq_num` on `device` in this process, or nullptr.
+  // Requires: engine lock.
+  static Srq* FindXrcLocked(const Device* device, uint32_t srq_num);
 
   void RaiseAsync(ibv_event_type type);
   // Requires: mu_ held.
@@ -40,6 +58,8 @@ class Srq {
   void RemoveUser() { users_.fetch_sub(1); }
 
   static int PostRecvOp(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+  static ibv_srq* CreateExOp(ibv_context* ctx, ibv_srq_init_attr_ex* attr);
+  static int GetSrqNumOp(ibv_srq* srq, uint32_t* srq_num);
 
   // A posted receive: what the transport needs to deliver into it.
   struct Wqe {
@@ -57,6 +77,9 @@ class Srq {
   Handle<ibv_srq, Srq> handle_;
   Context* ctx_;
   Pd* pd_;
+  Cq* cq_ = nullptr;
+  Xrcd* xrcd_ = nullptr;
+  uint32_t srq_num_ = 0;
   std::atomic<int> users_{0};
   AffiliatedEvents events_;
 

@@ -53,6 +53,8 @@ struct SendWqe {
   AddressVector av;
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
+  // XRC_SEND: the XRC SRQ at the target that takes the message
+  uint32_t xrc_srqn = 0;
 
   // Progress of the requester.
   uint32_t first_psn = 0;

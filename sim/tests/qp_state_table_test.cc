@@ -74,6 +74,33 @@ TEST(QpStateTableTest, RtsToSqdTakesOnlyTheNotifyFlag) {
   EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RTS, IBV_QPS_SQD, IBV_QPT_RC, IBV_QP_STATE | IBV_QP_TIMEOUT));
 }
 
+// The kernel's qp_state_table: XRC_INI (XRC_SEND) takes the requester's
+// attributes of RC, XRC_TGT (XRC_RECV) the responder's.
+TEST(QpStateTableTest, XrcInitiatorRtrIsUcLikeAndRtsRcLike) {
+  constexpr int kUcRtr = kRcRtr & ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPT_XRC_SEND, kRcInit));
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_SEND, kUcRtr));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_SEND, kRcRtr));
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_SEND, kRcRts));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_SEND, kRcRts & ~IBV_QP_RETRY_CNT));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RTS, IBV_QPS_RTS, IBV_QPT_XRC_SEND, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER));
+}
+
+TEST(QpStateTableTest, XrcTargetRtrIsRcLikeAndRtsNeedsTimeoutAndSqPsn) {
+  constexpr int kTgtRts = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPT_XRC_RECV, kRcInit));
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_RECV, kRcRtr));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_RECV, kRcRtr & ~IBV_QP_MIN_RNR_TIMER));
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_RECV, kTgtRts));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_RECV, kRcRts));
+  EXPECT_TRUE(QpTransitionIsValid(IBV_QPS_RTS, IBV_QPS_RTS, IBV_QPT_XRC_RECV, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER));
+}
+
+TEST(QpStateTableTest, XrcHasNoSqeRecovery) {
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_SQE, IBV_QPS_RTS, IBV_QPT_XRC_SEND, IBV_QP_STATE));
+  EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_SQE, IBV_QPS_RTS, IBV_QPT_XRC_RECV, IBV_QP_STATE));
+}
+
 TEST(QpStateTableTest, UnsupportedQpTypeIsInvalid) {
   EXPECT_FALSE(QpTransitionIsValid(IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPT_RAW_PACKET, IBV_QP_STATE | IBV_QP_PORT));
 }

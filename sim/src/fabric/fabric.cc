@@ -480,9 +480,12 @@ void Fabric::ProgressThread() {
     }
     // While the application polls, producers do not wake us: look again
     // every millisecond in case it stopped just after a producer looked
-    // (and while a backlog waits for room in a peer's ring).
+    // (and while a backlog waits for room in a peer's ring). Otherwise look
+    // again every 20 ms all the same: an application that polls once more
+    // after we went to sleep, and stops right after a producer looked, would
+    // leave that packet in the ring for good.
     const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
-    ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : -1);
+    ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
   }
 }
 

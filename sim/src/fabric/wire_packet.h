@@ -27,6 +27,9 @@ struct WirePacket {
   uint32_t dst_qpn;
   ibv_gid sgid;
   uint32_t qkey;
+  uint32_t xrc_srqn;
+  uint64_t xrc_domain_dev;
+  uint64_t xrc_domain_ino;
   uint16_t pkey;
   uint64_t remote_addr;
   uint32_t rkey;
@@ -53,6 +56,9 @@ struct WirePacket {
     dst_qpn = p.dst_qpn;
     sgid = p.sgid;
     qkey = p.qkey;
+    xrc_srqn = p.xrc_srqn;
+    xrc_domain_dev = p.xrc_domain_dev;
+    xrc_domain_ino = p.xrc_domain_ino;
     pkey = p.pkey;
     remote_addr = p.remote_addr;
     rkey = p.rkey;
@@ -84,6 +90,9 @@ struct WirePacket {
     p.dst_qpn = dst_qpn;
     p.sgid = sgid;
     p.qkey = qkey;
+    p.xrc_srqn = xrc_srqn;
+    p.xrc_domain_dev = xrc_domain_dev;
+    p.xrc_domain_ino = xrc_domain_ino;
     p.pkey = pkey;
     p.remote_addr = remote_addr;
     p.rkey = rkey;

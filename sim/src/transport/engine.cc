@@ -9,6 +9,7 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "xrc_remote.h"
 
 namespace simverbs {
 namespace {
@@ -67,6 +68,10 @@ void Engine::DrainLocked() {
   while (!queue_.empty()) {
     Packet pkt = std::move(queue_.front());
     queue_.pop_front();
+    if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) {
+      XrcRemoteLocked(pkt);  // between processes only: not addressed to a QP by its AV
+      continue;
+    }
     if (Group* group = pkt.transport == IBV_QPT_UD ? FindGroup(pkt.dst) : nullptr) {
       // A copy for each member; the sending QP does not hear itself.
       const std::set<Qp*> members = group->members;

@@ -23,6 +23,10 @@ struct Packet {
     kNak,            // AETH NAK (RC)
     kReadResponse,   // READ response data
     kAtomicAck,      // atomic ACK with the original value
+    // XRC between processes (xrc_remote.h): a target QP hands a request to
+    // the process that owns the XRC SRQ it names, which answers with the result.
+    kXrcForward,
+    kXrcResult,
   };
   enum class Nak { kNone, kRnr, kSequence, kInvalidRequest, kRemoteAccess, kRemoteOperational };
 
@@ -44,6 +48,9 @@ struct Packet {
   bool has_grh = false;
   ibv_gid sgid{};
   uint32_t qkey = 0;  // DETH (UD)
+  uint32_t xrc_srqn = 0;  // XRCETH (XRC requests)
+  uint64_t xrc_domain_dev = 0;  // kXrcForward: the target QP's XRC domain (its file's st_dev, st_ino)
+  uint64_t xrc_domain_ino = 0;
   uint16_t pkey = 0xffff;
 
   // Extended headers.

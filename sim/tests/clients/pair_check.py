@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Runs unmodified Debian client/server programs (ibverbs-utils pingpongs,
-perftest) as two processes on the simulator and checks that both succeed.
+perftest) as two processes (ibv_xsrq_pingpong -c 2: three) on the simulator
+and checks that all succeed.
 
 usage: pair_check.py SIMVERBS_CLI PROFILE FABRIC BASE_PORT
 
 Each pair runs on the profile's first device with its own TCP port. A failure
-prints both outputs, which name the verb and errno that failed.
+prints both outputs, which name the verb and errno that failed. A program that
+prints a verdict line (ibv_xsrq_pingpong: "success") must print it on every
+side as well as exit 0.
 """
 import os
 import subprocess
@@ -25,6 +28,18 @@ cases = []
 for prog in PINGPONGS:
     for events in (False, True):
         cases.append((prog, ["-c", "-n", "200"] + gid + (["-e"] if events else [])))
+# ibv_xsrq_pingpong has no data check; it prints "success" once everything is
+# received and torn down. Its -c is the number of clients the server takes
+# (a client ignores it): with two, the server reaches each client's XRC SRQ
+# through the other client's target QP as well, across processes.
+for events in (False, True):
+    cases.append(("ibv_xsrq_pingpong", ["-n", "200"] + gid + (["-e"] if events else [])))
+cases.append(("ibv_xsrq_pingpong", ["-n", "200", "-c", "2"] + gid))
+VERDICT = {"ibv_xsrq_pingpong": "success"}
+
+
+def client_count(prog, args):
+    return int(args[args.index("-c") + 1]) if prog == "ibv_xsrq_pingpong" and "-c" in args else 1
 for prog in PERFTESTS:
     for events in (False, True):
         if events and "write" in prog:
@@ -62,21 +77,30 @@ for i, (prog, args) in enumerate(cases):
     name = f"{prog} {' '.join(args)}"
     run = [cli, "run", "--profile", profile, "--", prog, "-p", str(port)] + args
     server = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    client_out = ""
     if not wait_listening(port, server, time.time() + 20):
         failures.append((name, "the server never listened", server.communicate(timeout=20)[0], ""))
         continue
+    clients = [subprocess.Popen(run + ["localhost"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=env) for _ in range(client_count(prog, args))]
     try:
-        client = subprocess.run(run + ["localhost"], capture_output=True, text=True, timeout=60, env=env)
-        client_out = client.stdout + client.stderr
-        server_out = server.communicate(timeout=60)[0]
+        deadline = time.time() + 60
+        client_outs = [c.communicate(timeout=max(1, deadline - time.time()))[0] for c in clients]
+        client_out = "\n".join(client_outs)
+        server_out = server.communicate(timeout=max(1, deadline - time.time()))[0]
     except subprocess.TimeoutExpired:
-        server.kill()
+        for p in clients + [server]:
+            p.kill()
+        client_out = "\n".join(c.communicate()[0] for c in clients)
         failures.append((name, "timed out (60 s)", server.communicate()[0], client_out))
         continue
-    if client.returncode != 0 or server.returncode != 0:
-        failures.append((name, f"client exit {client.returncode}, server exit {server.returncode}", server_out,
+    verdict = VERDICT.get(prog)
+    client_rcs = [c.returncode for c in clients]
+    if any(client_rcs) or server.returncode != 0:
+        failures.append((name, f"client exit {client_rcs}, server exit {server.returncode}", server_out,
                          client_out))
+    elif verdict and not (verdict in server_out.splitlines() and
+                          all(verdict in out.splitlines() for out in client_outs)):
+        failures.append((name, f"exit 0 without the line \"{verdict}\" on every side", server_out, client_out))
     else:
         print(f"ok   {name}")
 

@@ -1,0 +1,147 @@
+#include "xrc_remote.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "cq.h"
+#include "device.h"
+#include "fabric/fabric.h"
+#include "mr.h"
+#include "qp.h"
+#include "srq.h"
+#include "wqe.h"
+#include "xrcd.h"
+
+namespace simverbs {
+namespace {
+
+// A message being delivered into one of our SRQs for a target QP elsewhere.
+struct Delivery {
+  bool in_progress = false;
+  const Srq* srq = nullptr;
+  RecvWqe wqe;
+  uint64_t offset = 0;
+};
+
+// By (device index, target QP number). Engine lock.
+std::map<std::pair<int, uint32_t>, Delivery>& Deliveries() {
+  static auto* deliveries = new std::map<std::pair<int, uint32_t>, Delivery>();
+  return *deliveries;
+}
+
+void Answer(const Packet& req, Packet::Nak nak) {
+  Packet r;
+  r.kind = Packet::Kind::kXrcResult;
+  r.transport = IBV_QPT_XRC_RECV;
+  r.op = req.op;
+  r.psn = req.psn;
+  r.nak = nak;
+  r.src_device = req.src_device;
+  r.dst_qpn = req.src_qpn;  // the target QP
+  Fabric::Get().SendRemote(req.src_device->index(), r);
+}
+
+void Complete(Srq* srq, const Delivery& d, const Packet& pkt, ibv_wc_status status) {
+  ibv_wc wc{};
+  wc.wr_id = d.wqe.wr_id;
+  wc.status = status;
+  wc.opcode = IBV_WC_RECV;
+  wc.qp_num = pkt.src_qpn;
+  if (status == IBV_WC_SUCCESS) {
+    wc.byte_len = static_cast<uint32_t>(d.offset);
+    if (pkt.op == IBV_WR_SEND_WITH_IMM) {
+      wc.imm_data = pkt.imm_data;
+      wc.wc_flags |= IBV_WC_WITH_IMM;
+    }
+  }
+  srq->cq()->Push(wc, status == IBV_WC_SUCCESS && pkt.solicited);
+}
+
+// The payload into the receive's scatter list, checked against the SRQ's PD.
+ibv_wc_status Scatter(Device* dev, const Srq* srq, Delivery& d, const Packet& pkt) {
+  if (d.offset + pkt.payload.size() > d.wqe.length) return IBV_WC_LOC_LEN_ERR;
+  uint64_t pos = 0;
+  const uint64_t begin = d.offset;
+  const uint64_t end = d.offset + pkt.payload.size();
+  for (const ibv_sge& sge : d.wqe.sges) {
+    const uint64_t from = std::max(begin, pos);
+    const uint64_t to = std::min(end, pos + sge.length);
+    if (from < to) {
+      Mr* mr = Mr::Check(dev, sge.lkey, false, srq->pd(), sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+      if (!mr) return IBV_WC_LOC_PROT_ERR;
+      std::memcpy(mr->Translate(sge.addr + (from - pos), to - from), pkt.payload.data() + (from - begin), to - from);
+    }
+    pos += sge.length;
+  }
+  d.offset = end;
+  return IBV_WC_SUCCESS;
+}
+
+void Deliver(const Packet& pkt) {
+  Device* dev = pkt.src_device;  // the target QP's device: ours too
+  Delivery& d = Deliveries()[{dev->index(), pkt.src_qpn}];
+  Srq* srq = Srq::FindXrcLocked(dev, pkt.dst_qpn);
+  const XrcDomain* domain = srq ? srq->xrcd()->domain() : nullptr;
+  // The same domain: the same file (a private domain never matches another process's).
+  const bool same_domain = domain && domain->has_inode &&
+                           static_cast<uint64_t>(domain->st_dev) == pkt.xrc_domain_dev &&
+                           static_cast<uint64_t>(domain->st_ino) == pkt.xrc_domain_ino;
+  if (pkt.first) {
+    d.in_progress = false;
+    if (!same_domain) {
+      Answer(pkt, Packet::Nak::kInvalidRequest);
+      return;
+    }
+    Srq::Wqe w;
+    if (!srq->TakeLocked(&w)) {
+      Answer(pkt, Packet::Nak::kRnr);
+      return;
+    }
+    d.in_progress = true;
+    d.srq = srq;
+    d.wqe.wr_id = w.wr_id;
+    d.wqe.sges = std::move(w.sges);
+    d.wqe.length = 0;
+    for (const ibv_sge& sge : d.wqe.sges) d.wqe.length += sge.length;
+    d.offset = 0;
+  } else if (!d.in_progress || d.srq != srq) {
+    return;  // the rest of a message that already failed
+  }
+  const ibv_wc_status st = Scatter(dev, srq, d, pkt);
+  if (st != IBV_WC_SUCCESS) {
+    d.in_progress = false;
+    Complete(srq, d, pkt, st);
+    Answer(pkt, st == IBV_WC_LOC_LEN_ERR ? Packet::Nak::kInvalidRequest : Packet::Nak::kRemoteOperational);
+    return;
+  }
+  if (pkt.last) {
+    d.in_progress = false;
+    Complete(srq, d, pkt, IBV_WC_SUCCESS);
+    Answer(pkt, Packet::Nak::kNone);
+  }
+}
+
+}  // namespace
+
+void XrcRemoteLocked(const Packet& pkt) {
+  if (!pkt.src_device) return;
+  if (pkt.kind == Packet::Kind::kXrcForward) {
+    Deliver(pkt);
+    return;
+  }
+  Qp* qp = pkt.src_device->FindQp(pkt.dst_qpn);
+  if (qp && qp->type() == IBV_QPT_XRC_RECV) qp->XrcResultLocked(pkt);
+}
+
+void XrcForgetSrqLocked(const Srq* srq) {
+  for (auto& [key, d] : Deliveries()) {
+    if (d.srq == srq) {
+      d.in_progress = false;
+      d.srq = nullptr;
+    }
+  }
+}
+
+}  // namespace simverbs

@@ -1,0 +1,106 @@
+#include "xrcd.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+#include <list>
+#include <mutex>
+
+#include "context.h"
+#include "device.h"
+
+namespace simverbs {
+namespace {
+
+// The domains of this process. Domains are never moved (a list), so QPs and
+// SRQs may keep pointers to them while a handle is open.
+struct Registry {
+  std::mutex mu;
+  std::list<XrcDomain> domains;
+};
+
+Registry& Domains() {
+  static Registry* r = new Registry();  // leaked: may be used from atexit
+  return *r;
+}
+
+}  // namespace
+
+Xrcd::Xrcd(Context* ctx, XrcDomain* domain) : ctx_(ctx), domain_(domain) {
+  handle_.Bind(this);
+  handle_.pub.context = ctx->ibv();
+}
+
+Xrcd::~Xrcd() { handle_.Unbind(); }
+
+Result<Xrcd*> Xrcd::Open(Context* ctx, const ibv_xrcd_init_attr& attr) {
+  using R = Result<Xrcd*>;
+  // A device without XRC has no open_xrcd command at all.
+  if (!(ctx->device()->profile().attr_ex.orig_attr.device_cap_flags & IBV_DEVICE_XRC)) return R::Error(EOPNOTSUPP);
+  // rdma-core's ibv_cmd_open_xrcd: unknown comp_mask bits, then fd and oflags both required.
+  if (attr.comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED) return R::Error(EOPNOTSUPP);
+  if (!(attr.comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr.comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS)) {
+    return R::Error(EINVAL);
+  }
+  struct stat st {};
+  if (attr.fd != -1 && fstat(attr.fd, &st) != 0) return R::Error(EBADF);
+
+  Registry& reg = Domains();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  XrcDomain* domain = nullptr;
+  if (attr.fd != -1) {
+    for (XrcDomain& d : reg.domains) {
+      if (d.device == ctx->device() && d.has_inode && d.st_dev == st.st_dev && d.st_ino == st.st_ino) domain = &d;
+    }
+    // ib_uverbs_open_xrcd: no domain on the inode and no O_CREAT is EAGAIN;
+    // an existing one with O_EXCL is EINVAL.
+    if (!domain && !(attr.oflags & O_CREAT)) return R::Error(EAGAIN);
+    if (domain && (attr.oflags & O_EXCL)) return R::Error(EINVAL);
+  }
+  if (!domain) {
+    XrcDomain& d = reg.domains.emplace_back();
+    d.device = ctx->device();
+    d.has_inode = attr.fd != -1;
+    d.st_dev = st.st_dev;
+    d.st_ino = st.st_ino;
+    domain = &d;
+  }
+  ++domain->handles;
+  return new Xrcd(ctx, domain);
+}
+
+int Xrcd::Close() {
+  if (users_.load() != 0) return EBUSY;
+  Registry& reg = Domains();
+  {
+    std::lock_guard<std::mutex> lock(reg.mu);
+    if (--domain_->handles == 0) {
+      reg.domains.remove_if([this](const XrcDomain& d) { return &d == domain_; });
+    }
+  }
+  delete this;
+  return 0;
+}
+
+ibv_xrcd* Xrcd::OpenOp(ibv_context* ibctx, ibv_xrcd_init_attr* attr) {
+  Context* ctx = Context::From(ibctx);
+  if (!ctx || !attr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Result<Xrcd*> r = Open(ctx, *attr);
+  if (!r.ok()) {
+    errno = r.err();
+    return nullptr;
+  }
+  return r.value()->ibv();
+}
+
+int Xrcd::CloseOp(ibv_xrcd* xrcd) {
+  Xrcd* x = From(xrcd);
+  return x ? x->Close() : EINVAL;
+}
+
+}  // namespace simverbs
