@@ -206,6 +206,15 @@ std::map<std::string, FaultVerb> FaultVerbs() {
          errno = 0;
          return CreatedOrErrno(ibv_create_ah(pd, &attr), ibv_destroy_ah);
        }},
+      {"open_xrcd",
+       [](ibv_context* ctx, ibv_pd*, const ibv_ah_attr&) {
+         ibv_xrcd_init_attr attr = {};
+         attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+         attr.fd = -1;
+         attr.oflags = 0;
+         errno = 0;
+         return CreatedOrErrno(ibv_open_xrcd(ctx, &attr), ibv_close_xrcd);
+       }},
   };
 }
 
@@ -227,6 +236,7 @@ TEST_F(FaultInjectionTest, EveryFaultPointFailsItsVerbOnce) {
     auto verb = verbs.find(name);
     ASSERT_NE(verb, verbs.end()) << "no verb for fault point " << name << ": add it to FaultVerbs()";
     if (std::string(name) == "alloc_mw" && !(device_attr().device_cap_flags & IBV_DEVICE_MEM_WINDOW)) continue;
+    if (std::string(name) == "open_xrcd" && !(device_attr().device_cap_flags & IBV_DEVICE_XRC)) continue;
     ASSERT_EQ(sim().FailAfter(name, 0, ENOMEM), 0);
     EXPECT_EQ(verb->second(context(), pd(), address), ENOMEM) << "armed call";
     EXPECT_EQ(verb->second(context(), pd(), address), 0) << "the call after the failure";

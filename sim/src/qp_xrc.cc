@@ -8,11 +8,13 @@
 #include "srq.h"
 #include "transport/engine.h"
 #include "xrcd.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 
 Result<Qp*> Qp::CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& a) {
   using R = Result<Qp*>;
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateQp)) return R::Error(err);
   Device* device = ctx->device();
   if (!(device->profile().attr_ex.orig_attr.device_cap_flags & IBV_DEVICE_XRC)) return R::Error(EOPNOTSUPP);
   if (a.comp_mask & ~(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {

@@ -70,6 +70,7 @@ Result<Srq*> Srq::CreateEx(Context* ctx, const ibv_srq_init_attr_ex& a) {
   base.srq_context = a.srq_context;
   base.attr = a.attr;
   if (type == IBV_SRQT_BASIC) return Create(pd, base);
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateSrq)) return R::Error(err);
 
   // ibv_create_srq_ex(3): an XRC SRQ needs its XRC domain and its CQ.
   Xrcd* xrcd = (a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? Xrcd::From(a.xrcd) : nullptr;

@@ -10,6 +10,7 @@
 
 #include "context.h"
 #include "device.h"
+#include "fault/fault_points.h"
 
 namespace simverbs {
 namespace {
@@ -37,6 +38,7 @@ Xrcd::~Xrcd() { handle_.Unbind(); }
 
 Result<Xrcd*> Xrcd::Open(Context* ctx, const ibv_xrcd_init_attr& attr) {
   using R = Result<Xrcd*>;
+  if (int err = FaultPoints::Get().Hit(FaultPoint::kOpenXrcd)) return R::Error(err);
   // A device without XRC has no open_xrcd command at all.
   if (!(ctx->device()->profile().attr_ex.orig_attr.device_cap_flags & IBV_DEVICE_XRC)) return R::Error(EOPNOTSUPP);
   // rdma-core's ibv_cmd_open_xrcd: unknown comp_mask bits, then fd and oflags both required.

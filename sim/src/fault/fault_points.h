@@ -21,7 +21,8 @@ namespace simverbs {
   X(kCreateCq, "create_cq")                   \
   X(kCreateSrq, "create_srq")                 \
   X(kCreateQp, "create_qp")                   \
-  X(kCreateAh, "create_ah")
+  X(kCreateAh, "create_ah")                   \
+  X(kOpenXrcd, "open_xrcd")
 
 enum class FaultPoint {
 #define SIMVERBS_FAULT_ENUM(id, name) id,
