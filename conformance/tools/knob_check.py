@@ -24,6 +24,7 @@ KNOBS = [
     ("last_wqe_reached_event", False, "SrqTest.LastWqeReached_SrqQpEntersErr"),
     ("comm_est_event", False, "QpCommEstTest.RaisedByFirstPacketInRtr"),
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
+    ("rereg_mr_no_flags", "cmd", "PdMrTest.ReregMrFails_NoFlags"),
     ("spurious_comp_events", True, "CqArmTest.ArmWithUnpolledCompletionGivesNoEvent"),
     ("srq_order", "any", "SrqTest.ReceivesTakenInPostingOrder"),
     ("qp_number_reuse", True, "QpCreateTest.DestroyedQpNumberNotReusedAtOnce"),

@@ -322,6 +322,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("sq_drained_event", false)) {
     b.sq_drained_always = r.Choice<bool>("sq_drained_event", {{"requested", false}, {"always", true}});
   }
+  if (r.Find("rereg_mr_no_flags", false)) {
+    b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
+  }
   b.spurious_comp_events = Bool(r, "spurious_comp_events", b.spurious_comp_events);
   if (r.Find("srq_order", false)) {
     b.srq_any_order = r.Choice<bool>("srq_order", {{"fifo", false}, {"any", true}});

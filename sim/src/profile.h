@@ -57,6 +57,10 @@ struct Behaviour {
   bool comm_est_event = true;
   // SQ_DRAINED only when en_sqd_async_notify was set (IBTA), or always (rxe).
   bool sq_drained_always = false;
+  // ibv_rereg_mr with flags 0: libibverbs passes it on, so a kernel provider
+  // fails it as a command (IBV_REREG_MR_ERR_CMD); the simulator's default
+  // reports an input error.
+  bool rereg_no_flags_cmd_error = false;
   // Adversarial but legal choices, each taken by the seeded scheduler:
   // ibv_req_notify_cq on a CQ that holds unpolled completions may fire an event
   // at once (the completions were already there: the event is "spurious" to a
