@@ -115,6 +115,22 @@ TEST_F(CqTest, ResizeGrowsCqe) {
   EXPECT_GE(cq->cqe, wanted);
 }
 
+// Rule: ibv_create_cq(3): "creates a completion queue (CQ) with at least cqe entries";
+//   ibv_resize_cq(3): "The cqe member of cq will be updated to the actual size." How much larger
+//   the actual size is, is the provider's choice (CqSizeRoundedToPow2Minus1: rxe sizes its ring to
+//   the next power of two above cqe and reports one entry less, drivers/infiniband/sw/rxe/
+//   rxe_queue.c: rxe_queue_init).
+// Checks: cqe 5 gives cq->cqe 5 (7 where the backend rounds); resizing to 9 gives 9 (15).
+TEST_F(CqTest, ActualSizeFollowsBackend) {
+  const bool pow2 = Backend().Answer("CqSizeRoundedToPow2Minus1", false);
+  CqPtr cq(ibv_create_cq(context(), 5, nullptr, nullptr, 0));
+  ASSERT_NE(cq, nullptr) << ErrnoName(errno);
+  EXPECT_EQ(cq->cqe, pow2 ? 7 : 5);
+  SKIP_IF(!Backend().Answer("ResizeCqSupported", true)) << "(the provider has no resize_cq)";
+  ASSERT_EQ(ibv_resize_cq(cq.get(), 9), 0);
+  EXPECT_EQ(cq->cqe, pow2 ? 15 : 9);
+}
+
 // Rule: ibv_resize_cq(3): "returns 0 on success, or the value of errno on failure"; a CQ must
 //   have at least one entry (IBTA Vol 1 ch. 11, Resize Completion Queue: Invalid CQ size).
 // Checks: resizing to 0 returns a non-zero errno value and leaves cq->cqe unchanged.

@@ -25,6 +25,7 @@ KNOBS = [
     ("comm_est_event", False, "QpCommEstTest.RaisedByFirstPacketInRtr"),
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
     ("rereg_mr_no_flags", "cmd", "PdMrTest.ReregMrFails_NoFlags"),
+    ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("spurious_comp_events", True, "CqArmTest.ArmWithUnpolledCompletionGivesNoEvent"),
     ("srq_order", "any", "SrqTest.ReceivesTakenInPostingOrder"),
     ("qp_number_reuse", True, "QpCreateTest.DestroyedQpNumberNotReusedAtOnce"),

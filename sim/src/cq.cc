@@ -1,6 +1,8 @@
 #include "cq.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 
 #include "comp_channel.h"
@@ -19,6 +21,13 @@ std::atomic<uint32_t> next_cq_handle{1};
 
 constexpr uint64_t kSupportedCqFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
 }  // namespace
+
+int Cq::ActualSize(const Device* device, int cqe) {
+  if (!device->behaviour().cq_size_pow2_minus_one) return cqe;
+  int64_t slots = 1;
+  while (slots < int64_t{cqe} + 1) slots *= 2;
+  return static_cast<int>(std::min<int64_t>(slots - 1, INT32_MAX));
+}
 
 Cq::Cq(Context* ctx, const Params& p)
     : ctx_(ctx),
@@ -52,7 +61,9 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
   if (p.comp_vector >= static_cast<uint32_t>(ctx->ibv()->num_comp_vectors)) return Result<Cq*>::Error(EINVAL);
   if (p.channel && p.channel->context() != ctx) return Result<Cq*>::Error(EINVAL);
   if (!ctx->device()->Reserve(Device::Kind::kCq)) return Result<Cq*>::Error(ENOMEM);
-  return new Cq(ctx, p);
+  Params sized = p;
+  sized.cqe = ActualSize(ctx->device(), p.cqe);
+  return new Cq(ctx, sized);
 }
 
 int Cq::Destroy() {
@@ -83,6 +94,7 @@ int Cq::Resize(int cqe) {
   if (error_) return EINVAL;
   const int max_cqe = ctx_->device()->profile().attr_ex.orig_attr.max_cqe;
   if (cqe < 1 || cqe > max_cqe || static_cast<size_t>(cqe) < count_) return EINVAL;
+  cqe = ActualSize(ctx_->device(), cqe);
   std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
   for (size_t i = 0; i < count_; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
   ring_ = std::move(ring);

@@ -24,6 +24,7 @@ namespace simverbs {
 
 class Context;
 class CompChannel;
+class Device;
 class Qp;
 
 class Cq {
@@ -42,6 +43,8 @@ class Cq {
   static Result<Cq*> Create(Context* ctx, const Params& params);
   int Destroy();  // EBUSY while QPs/SRQs use it; otherwise waits for acks
   int Resize(int cqe);
+  // The size a CQ asked to hold `cqe` entries gets on `device` (its profile's cq_size).
+  static int ActualSize(const Device* device, int cqe);
 
   static Cq* From(const ibv_cq* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }
   static Cq* From(const ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }

@@ -322,6 +322,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("sq_drained_event", false)) {
     b.sq_drained_always = r.Choice<bool>("sq_drained_event", {{"requested", false}, {"always", true}});
   }
+  if (r.Find("cq_size", false)) {
+    b.cq_size_pow2_minus_one = r.Choice<bool>("cq_size", {{"exact", false}, {"pow2-1", true}});
+  }
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }

@@ -61,6 +61,9 @@ struct Behaviour {
   // fails it as a command (IBV_REREG_MR_ERR_CMD); the simulator's default
   // reports an input error.
   bool rereg_no_flags_cmd_error = false;
+  // A CQ gets the entries asked for, or (rxe) a ring of the next power of two
+  // above them, reported as one entry less (rxe_queue_init).
+  bool cq_size_pow2_minus_one = false;
   // Adversarial but legal choices, each taken by the seeded scheduler:
   // ibv_req_notify_cq on a CQ that holds unpolled completions may fire an event
   // at once (the completions were already there: the event is "spurious" to a
