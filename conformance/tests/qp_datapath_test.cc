@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance/lib/backend_profile.h"
 #include "conformance/lib/device_opener.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
@@ -140,6 +141,21 @@ TEST_F(QpDatapathTest, RecvCompletionReportsFields) {
   EXPECT_EQ(rwc.wr_id, 100u);
   EXPECT_EQ(rwc.qp_num, b_.qp_num());
   EXPECT_EQ(rwc.wc_flags & IBV_WC_WITH_IMM, 0u);
+}
+
+// Rule: ibv_poll_cq(3): IBV_WC_GRH means "GRH is present (valid only for UD QPs)". What a
+//   provider puts in that bit for an RC receive is its choice (RcRecvCompletionHasGrhFlag: rxe
+//   sets it in every successful receive completion of a user CQ, drivers/infiniband/sw/rxe/
+//   rxe_resp.c: do_complete).
+// Checks: an RC receive completion has IBV_WC_GRH exactly when the backend answers that it sets it.
+TEST_F(QpDatapathTest, RcRecvCompletionGrhFlagFollowsBackend) {
+  ASSERT_TRUE(MakePair());
+  ibv_wc swc = {};
+  ibv_wc rwc = {};
+  ASSERT_NO_FATAL_FAILURE(SendAndReceive(100, &swc, &rwc));
+  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ((rwc.wc_flags & IBV_WC_GRH) != 0, Backend().Answer("RcRecvCompletionHasGrhFlag", false))
+      << "wc_flags " << rwc.wc_flags;
 }
 
 // Rule: ibv_post_send(3): imm_data is "Immediate data (in network byte order)"; ibv_poll_cq(3):

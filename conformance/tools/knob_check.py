@@ -26,6 +26,7 @@ KNOBS = [
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
     ("rereg_mr_no_flags", "cmd", "PdMrTest.ReregMrFails_NoFlags"),
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
+    ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),
     ("spurious_comp_events", True, "CqArmTest.ArmWithUnpolledCompletionGivesNoEvent"),
     ("srq_order", "any", "SrqTest.ReceivesTakenInPostingOrder"),
     ("qp_number_reuse", True, "QpCreateTest.DestroyedQpNumberNotReusedAtOnce"),

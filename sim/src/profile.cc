@@ -322,6 +322,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("sq_drained_event", false)) {
     b.sq_drained_always = r.Choice<bool>("sq_drained_event", {{"requested", false}, {"always", true}});
   }
+  if (r.Find("recv_wc_grh", false)) {
+    b.recv_wc_grh_always = r.Choice<bool>("recv_wc_grh", {{"ud", false}, {"always", true}});
+  }
   if (r.Find("cq_size", false)) {
     b.cq_size_pow2_minus_one = r.Choice<bool>("cq_size", {{"exact", false}, {"pow2-1", true}});
   }

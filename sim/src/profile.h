@@ -64,6 +64,9 @@ struct Behaviour {
   // A CQ gets the entries asked for, or (rxe) a ring of the next power of two
   // above them, reported as one entry less (rxe_queue_init).
   bool cq_size_pow2_minus_one = false;
+  // IBV_WC_GRH in a receive completion: only for UD with a GRH (ibv_poll_cq(3)),
+  // or in every successful receive completion (rxe: do_complete).
+  bool recv_wc_grh_always = false;
   // Adversarial but legal choices, each taken by the seeded scheduler:
   // ibv_req_notify_cq on a CQ that holds unpolled completions may fire an event
   // at once (the completions were already there: the event is "spurious" to a

@@ -350,6 +350,8 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
       wc.sl = pkt->dst.sl;
       wc.pkey_index = 0;
       if (pkt->has_grh) wc.wc_flags |= IBV_WC_GRH;
+    } else if (device()->behaviour().recv_wc_grh_always) {
+      wc.wc_flags |= IBV_WC_GRH;
     }
     solicited = pkt->solicited;
   }
