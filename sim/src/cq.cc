@@ -9,6 +9,7 @@
 #include "context.h"
 #include "device.h"
 #include "fabric/fabric.h"
+#include "fault/fault_plan.h"
 #include "qp.h"
 #include "sched/scheduler.h"
 #include "trace/trace.h"
@@ -317,6 +318,8 @@ void Cq::LoadCurrentLocked() {
 int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   Cq* cq = From(ibcq);
   if (!cq || (attr && attr->comp_mask)) return EINVAL;
+  // As ibv_poll_cq: packets from other processes are handled by whoever polls.
+  Fabric::Get().PollInbound();
   cq->mu_.lock();
   if (cq->error_) {
     cq->mu_.unlock();
@@ -327,6 +330,8 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
     return ENOENT;
   }
   cq->LoadCurrentLocked();
+  fault_plan::OnPolledEx(cq, cq->ring_[cq->head_].qp_num);
+  Fabric::Get().PollFoundWork();
   return 0;
 }
 
@@ -338,6 +343,7 @@ int Cq::NextPoll(ibv_cq_ex* ibcq) {
   }
   if (cq->count_ == 0) return ENOENT;
   cq->LoadCurrentLocked();
+  fault_plan::OnPolledEx(cq, cq->ring_[cq->head_].qp_num);
   return 0;
 }
 
@@ -349,6 +355,7 @@ void Cq::EndPoll(ibv_cq_ex* ibcq) {
     --cq->count_;
   }
   cq->mu_.unlock();
+  fault_plan::OnEndPoll();
 }
 
 const ibv_wc& Cq::Current(ibv_cq_ex* ibcq) {

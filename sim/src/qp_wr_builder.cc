@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "fault/fault_plan.h"
 #include "qp.h"
 
 namespace simverbs {
@@ -55,7 +56,9 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
         e.wr.num_sge = static_cast<int>(e.sges.size());
       }
       ibv_send_wr* bad = nullptr;
-      err = Qp::From(&qp->qp_base)->PostSend(&b.entries_[0].wr, &bad);
+      Qp* target = Qp::From(&qp->qp_base);
+      fault_plan::OnWrComplete(target);
+      err = target->PostSend(&b.entries_[0].wr, &bad);
     }
     b.entries_.clear();
     b.error_ = 0;

@@ -409,31 +409,43 @@ void Fire(const std::vector<std::pair<const Action*, Involved>>& due) {
   for (const auto& [action, involved] : due) action->kind->run(*action, involved);
 }
 
+// `n` completions of `cq` were handed to the program; qp_num(i) is the QP of
+// the i-th. Adds the faults that fall due to `due`. Requires: g_mu.
+template <typename QpNumOf>
+void CountCompletionsLocked(Cq* cq, int n, QpNumOf qp_num, std::vector<std::pair<const Action*, Involved>>* due) {
+  const uint64_t before = g_completions;
+  g_completions += static_cast<uint64_t>(n);
+  for (Fault& f : g_plan.faults) {
+    if (f.fired || f.trigger.kind != Trigger::Kind::kCompletions) continue;
+    if (f.trigger.n <= before || f.trigger.n > g_completions) continue;
+    f.fired = true;
+    Involved involved;
+    involved.cq = cq;
+    involved.device = cq ? cq->context()->device() : nullptr;
+    involved.qpn = qp_num(static_cast<int>(f.trigger.n - before - 1));
+    due->emplace_back(&f.action, involved);
+  }
+}
+
+// Faults due from ibv_start_poll / ibv_next_poll, fired by ibv_end_poll
+// (the CQ stays locked until then). Requires: g_mu.
+std::vector<std::pair<const Action*, Involved>> g_due_at_end_poll;
+
 int PlanPollCq(ibv_cq* cq, int num_entries, ibv_wc* wc) {
   const int n = g_poll_cq(cq, num_entries, wc);
   if (n <= 0) return n;
   std::vector<std::pair<const Action*, Involved>> due;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    const uint64_t before = g_completions;
-    g_completions += static_cast<uint64_t>(n);
-    for (Fault& f : g_plan.faults) {
-      if (f.fired || f.trigger.kind != Trigger::Kind::kCompletions) continue;
-      if (f.trigger.n <= before || f.trigger.n > g_completions) continue;
-      f.fired = true;
-      Involved involved;
-      involved.cq = Cq::From(cq);
-      involved.device = involved.cq ? involved.cq->context()->device() : nullptr;
-      involved.qpn = wc[f.trigger.n - before - 1].qp_num;
-      due.emplace_back(&f.action, involved);
-    }
+    CountCompletionsLocked(Cq::From(cq), n, [wc](int i) { return wc[i].qp_num; }, &due);
   }
   Fire(due);
   return n;
 }
 
-int PlanPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  Qp* q = Qp::From(qp);
+// One ibv_post_send (or ibv_wr_complete) call on `q`: fires the post_send
+// faults that fall due, before the post is executed.
+void CountPost(Qp* q) {
   std::vector<std::pair<const Action*, Involved>> due;
   if (q) {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -452,6 +464,10 @@ int PlanPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   // The fault happens before the post is executed (a QP it took to ERR
   // flushes this WR; a fatal device drops it).
   Fire(due);
+}
+
+int PlanPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+  CountPost(Qp::From(qp));
   const auto op = qp->context->ops.post_send;
   return op != PlanPostSend ? op(qp, wr, bad_wr) : g_post_send(qp, wr, bad_wr);
 }
@@ -514,6 +530,27 @@ std::string OnContextOpen(Context* ctx) {
     ops.post_send = PlanPostSend;
   }
   return "";
+}
+
+void OnWrComplete(Qp* qp) {
+  if (!g_active.load(std::memory_order_acquire) || !g_plan.wants_posts) return;
+  CountPost(qp);
+}
+
+void OnPolledEx(Cq* cq, uint32_t qp_num) {
+  if (!g_active.load(std::memory_order_acquire) || !g_plan.wants_polls) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  CountCompletionsLocked(cq, 1, [qp_num](int) { return qp_num; }, &g_due_at_end_poll);
+}
+
+void OnEndPoll() {
+  if (!g_active.load(std::memory_order_acquire) || !g_plan.wants_polls) return;
+  std::vector<std::pair<const Action*, Involved>> due;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    due.swap(g_due_at_end_poll);
+  }
+  Fire(due);
 }
 
 void OnQpCreated(const Qp* qp) {

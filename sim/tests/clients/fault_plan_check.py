@@ -94,6 +94,19 @@ receiver = out[0].split()[2] if out and out[0].startswith("QPN") else "?"
 expect("completions: the QP of the 3rd completion gets QP_ACCESS_ERR and flushes",
        "EVENT 3" in out and f"WC 3 128 5 {receiver}" in out, repr(out))
 
+# The extended verbs count too: an ibv_wr_complete is a post_send call, a
+# completion from ibv_start_poll / ibv_next_poll a polled completion.
+rc, out, err, _ = run_with_plan("post-send-ex", fault({"post_send": 3, "qp": "#1"}, {"event": "QP_FATAL"}), "4", "1",
+                                "extended")
+wcs = [line for line in out if line.startswith("WC ")]
+expect("post_send, ibv_wr_complete: posts 1 and 2 succeed, post 3 is flushed, QP_FATAL once",
+       rc == 0 and f"WC 2 0 0 {qpns[0]}" in wcs and f"WC 3 0 5 {qpns[0]}" in wcs
+       and [line for line in out if line.startswith("EVENT")] == ["EVENT 1"], f"exit {rc}: {out} {err}")
+rc, out, err, _ = run_with_plan("completions-ex", fault({"completions": 4}, {"event": "CQ_ERR"}), "3", "1", "extended")
+expect("completions, ibv_start_poll: 4 completions, then the CQ fails, CQ_ERR once",
+       [line.split()[1] for line in out if line.startswith("WC")] == ["1", "1", "2", "2"] and "POLL_ERROR 3" in out
+       and [line for line in out if line.startswith("EVENT")] == ["EVENT 0"], f"exit {rc}: {out} {err}")
+
 # after_ms (from the first ibv_open_device): the program waits for the event
 # however long the timer takes. LID_CHANGE leaves the port up.
 rc, out, err, _ = run_with_plan("after-ms", fault({"after_ms": 0}, {"event": "LID_CHANGE", "device": "sim0", "port": 1}),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A small verbs program for the fault tests (run it with 'simverbs run').
 
-usage: verbs_loop.py ITERATIONS EVENTS [fatal-checks]
+usage: verbs_loop.py ITERATIONS EVENTS [fatal-checks] [extended]
 
 Connects two RC QPs of one context to each other (a third, unconnected, receives
 from an SRQ), then ITERATIONS times posts
@@ -9,10 +9,13 @@ a receive on the second and a signaled SEND on the first and polls the one CQ
 for both completions. Then reads EVENTS async events. Prints one line per
 thing it sees: 'QPN a b srq_qp', 'WC i <opcode> <status> <qpn>', 'POLL_ERROR i',
 'POST_ERROR i <errno>', 'EVENT <type>'. With fatal-checks, after the events
-it tries verbs and prints 'AFTER <verb> <errno or 0>'.
+it tries verbs and prints 'AFTER <verb> <errno or 0>'. With extended, the CQ is
+an extended CQ polled with ibv_start_poll / ibv_next_poll / ibv_end_poll and the
+two connected QPs post their SENDs with ibv_wr_start / ibv_wr_send / ibv_wr_complete.
 Every wait is bounded: a missing completion or event ends the program with
 'TIMEOUT ...' and exit status 3.
 """
+import errno
 import signal
 import sys
 import time
@@ -20,16 +23,17 @@ import time
 import pyverbs.device as d
 import pyverbs.enums as e
 from pyverbs.addr import AHAttr
-from pyverbs.cq import CQ
+from pyverbs.cq import CQ, CQEX, CqInitAttrEx, PollCqAttr
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
-from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.qp import QP, QPAttr, QPCap, QPEx, QPInitAttr, QPInitAttrEx
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import RecvWR, SendWR, SGE
 
 iterations, events = int(sys.argv[1]), int(sys.argv[2])
-fatal_checks = len(sys.argv) > 3 and sys.argv[3] == "fatal-checks"
+fatal_checks = "fatal-checks" in sys.argv[3:]
+extended = "extended" in sys.argv[3:]
 
 
 def out(*words):
@@ -46,10 +50,15 @@ def errno_of(fn):
 
 ctx = d.Context(name="sim0")
 pd = PD(ctx)
-cq = CQ(ctx, 64)
+cq = CQEX(ctx, CqInitAttrEx(cqe=64, wc_flags=e.IBV_WC_EX_WITH_QP_NUM)) if extended else CQ(ctx, 64)
 mr = MR(pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
 cap = QPCap(max_send_wr=16, max_recv_wr=16)
-qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)) for _ in range(2)]
+if extended:
+    qps = [QPEx(ctx, QPInitAttrEx(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap, pd=pd,
+                                  comp_mask=e.IBV_QP_INIT_ATTR_PD | e.IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+                                  send_ops_flags=e.IBV_QP_EX_WITH_SEND)) for _ in range(2)]
+else:
+    qps = [QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap)) for _ in range(2)]
 # A third QP that receives from an SRQ, to name that SRQ from outside.
 srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=4, max_sge=1)))
 srq_qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq,
@@ -78,11 +87,47 @@ for qp, peer in ((qps[0], qps[1]), (qps[1], qps[0])):
 out("QPN", qps[0].qp_num, qps[1].qp_num, srq_qp.qp_num)
 
 sge = SGE(mr.buf, 8, mr.lkey)
+
+
+def post_send(qp, wr_id):
+    if not extended:
+        qp.post_send(SendWR(wr_id=wr_id, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge], send_flags=e.IBV_SEND_SIGNALED))
+        return
+    qp.wr_start()
+    qp.wr_id = wr_id
+    qp.wr_flags = e.IBV_SEND_SIGNALED
+    qp.wr_send()
+    qp.wr_set_sge(sge)
+    qp.wr_complete()
+
+
+class Wc:
+    def __init__(self, opcode, status, qp_num):
+        self.opcode, self.status, self.qp_num = opcode, status, qp_num
+
+
+def poll(n):
+    """Up to n completions as (count, list), like CQ.poll; raises PyverbsRDMAError when the CQ fails."""
+    if not extended:
+        return cq.poll(n)
+    ret = cq.start_poll(PollCqAttr())
+    if ret == errno.ENOENT:
+        return 0, []
+    if ret != 0:
+        raise PyverbsRDMAError("ibv_start_poll failed", ret)
+    wcs = []
+    while True:
+        wcs.append(Wc(cq.read_opcode(), cq.status, cq.read_qp_num()))
+        if len(wcs) == n or cq.poll_next() != 0:
+            break
+    cq.end_poll()
+    return len(wcs), wcs
+
+
 for i in range(1, iterations + 1):
     qps[1].post_recv(RecvWR(wr_id=i, num_sge=1, sg=[sge]))
     try:
-        qps[0].post_send(SendWR(wr_id=i, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge],
-                                send_flags=e.IBV_SEND_SIGNALED))
+        post_send(qps[0], i)
     except PyverbsRDMAError as err:
         out("POST_ERROR", i, err.error_code)
         continue
@@ -90,7 +135,7 @@ for i in range(1, iterations + 1):
     deadline = time.time() + 5
     while seen < 2:
         try:
-            n, wcs = cq.poll(2 - seen)
+            n, wcs = poll(2 - seen)
         except PyverbsRDMAError:
             out("POLL_ERROR", i)
             break
