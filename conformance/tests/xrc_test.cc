@@ -595,5 +595,82 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: ibv_post_send(3): remote_srqn names the XRC SRQ that receives; a process that exits (or is
+//   killed) takes its SRQs with it, so a message to one names an SRQ that does not exist, which the
+//   responder answers as an invalid request (IBTA 9.7.5.2.4: NAK Invalid Request), not with an
+//   endless wait.
+// Checks: a child process creates an XRC SRQ in the domain and is stopped (SIGSTOP) so it never
+//   answers; the parent sends to that SRQ, then kills the child (SIGKILL). The parent's send then
+//   completes with IBV_WC_REM_INV_REQ_ERR (a child reading its number is killed on purpose: its
+//   result is not checked).
+TEST_F(XrcQpTest, SrqOwnerKilledMidMessageFailsSend) {
+  xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT));
+  ASSERT_NE(xrcd_, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  send_buf_.FillPattern(7);
+  Pipe to_parent;
+  Pipe to_child;
+  ASSERT_GE(to_parent.fds[0], 0);
+  ASSERT_GE(to_child.fds[0], 0);
+  const int domain_fd = file_.fd();
+
+  std::thread runner([&] {
+    RunChecksInChild(
+        [&] {
+          ContextPtr child_context = OpenAnotherContext();
+          ASSERT_NE(child_context, nullptr);
+          ibv_context* ctx = child_context.get();
+          PdPtr pd(ibv_alloc_pd(ctx));
+          ASSERT_NE(pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+          CqPtr cq(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
+          ASSERT_NE(cq, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
+          ibv_xrcd_init_attr xattr = {};
+          xattr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+          xattr.fd = domain_fd;
+          xattr.oflags = O_CREAT;
+          XrcdPtr xrcd(ibv_open_xrcd(ctx, &xattr));
+          ASSERT_NE(xrcd, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+          ibv_srq_init_attr_ex sattr = {};
+          sattr.attr.max_wr = 4;
+          sattr.attr.max_sge = 1;
+          sattr.comp_mask =
+              IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+          sattr.srq_type = IBV_SRQT_XRC;
+          sattr.pd = pd.get();
+          sattr.xrcd = xrcd.get();
+          sattr.cq = cq.get();
+          SrqPtr srq(ibv_create_srq_ex(ctx, &sattr));
+          ASSERT_NE(srq, nullptr) << "ibv_create_srq_ex: " << ErrnoName(errno);
+          uint32_t ids[2] = {0, static_cast<uint32_t>(getpid())};
+          ASSERT_EQ(ibv_get_srq_num(srq.get(), &ids[0]), 0);
+          ASSERT_EQ(write(to_parent.fds[1], ids, sizeof ids), static_cast<ssize_t>(sizeof ids));
+          // Killed while waiting here.
+          WaitReadable(to_child.fds[0], kChildTimeout);
+        },
+        kChildTimeout, "an XRC SRQ owner that is killed");
+  });
+  uint32_t ids[2] = {0, 0};
+  const bool got_ids =
+      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], ids, sizeof ids) == sizeof ids;
+  if (got_ids) {
+    const pid_t child = static_cast<pid_t>(ids[1]);
+    ASSERT_EQ(kill(child, SIGSTOP), 0) << ErrnoName(errno);
+    EXPECT_EQ(SendTo(ids[0], 6, /*fill=*/false), 0);
+    ibv_wc wc = {};
+    EXPECT_FALSE(PollOneCompletion(send_cq_.get(), &wc, std::chrono::milliseconds(200)))
+        << "the send completed while the SRQ's owner was stopped: " << DescribeWc(wc);
+    ASSERT_EQ(kill(child, SIGKILL), 0) << ErrnoName(errno);
+    ASSERT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2))
+        << "no completion after the SRQ's owner was killed";
+    EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+    EXPECT_EQ(wc.wr_id, 6u) << DescribeWc(wc);
+  }
+  EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
+  runner.join();
+  EXPECT_TRUE(got_ids) << "the child never sent its SRQ number";
+}
+
 }  // namespace
 }  // namespace conformance

@@ -165,6 +165,7 @@ class Qp {
   bool xrc_awaiting_ = false;    // its result has not come back
   bool xrc_forwarding_ = false;  // its later packets follow it
   uint32_t xrc_first_psn_ = 0;
+  uint32_t xrc_awaiting_srqn_ = 0;  // the SRQ the message went to
   const bool has_qp_ex_;
   QpWrBuilder wr_builder_;
   AffiliatedEvents events_;

@@ -100,6 +100,7 @@ void Qp::ForwardXrcLocked(const Packet& pkt) {
   xrc_awaiting_ = true;
   xrc_forwarding_ = !pkt.last;
   xrc_first_psn_ = pkt.psn;
+  xrc_awaiting_srqn_ = pkt.xrc_srqn;
   epsn_ = (pkt.psn + 1) & 0xffffff;
 }
 
@@ -116,6 +117,16 @@ void Qp::HoldWhileForwardedLocked(const Packet& pkt) {
     Fabric::Get().SendRemote(device()->index(), fwd);
     xrc_forwarding_ = !pkt.last;
     epsn_ = (pkt.psn + 1) & 0xffffff;
+    return;
+  }
+  // The SRQ's owner exited or was killed before it answered: its SRQ is gone,
+  // as it would be on an HCA, so the message named an SRQ that does not exist.
+  if (!Fabric::Get().OwnerAlive(device()->index(), xrc_awaiting_srqn_)) {
+    Packet gone;
+    gone.op = pkt.op;
+    gone.psn = (epsn_ - 1) & 0xffffff;
+    gone.nak = Packet::Nak::kInvalidRequest;
+    XrcResultLocked(gone);
     return;
   }
   // A later message, or a resend of the one being delivered (the requester's

@@ -71,6 +71,8 @@ bool Alive(int pid, uint64_t start_time) {
   return now == 0 || start_time == 0 || now == start_time;
 }
 
+bool Zombie(int pid);  // below, with the mailbox
+
 std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
 
 void* MapShared(const std::string& name, size_t size, bool create, int* err) {
@@ -427,6 +429,16 @@ bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   if (backlog_[slot].empty() && peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time);
+}
+
+bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
+  const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  const int slot = e.slot.load();
+  if (e.qpn.load() != qpn || slot < 0 || slot >= kMaxProcs) return false;
+  if (slot == slot_) return true;
+  const ProcSlot& proc = segment_->procs[slot];
+  return Alive(proc.pid.load(), proc.start_time) && !Zombie(proc.pid.load());
 }
 
 void Fabric::PollInbound() {

@@ -87,6 +87,9 @@ class Fabric {
   // its ring and that process is alive: the wire is slow, nothing is lost.
   // Retransmit timers do not count such a timeout. Requires: engine lock.
   bool DeliveryPending(int device_index, uint32_t qpn);
+  // False when no live process owns (device, qpn) any more: it exited or was
+  // killed (a slow system call: for paths that already wait). Requires: engine lock.
+  bool OwnerAlive(int device_index, uint32_t qpn);
   // The application is about to block (ibv_get_cq_event, ...): drain, and
   // have producers wake the progress thread for whatever comes next.
   void BeforeBlocking();
