@@ -31,7 +31,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="rxe-record.") as tmp:
         out = os.path.join(tmp, os.path.basename(args.profile))
         shutil.copyfile(args.profile, out)
-        cmd = [os.path.join(ROOT, "scripts", "rxe-vm"), "-t", str(args.timeout), "-w", tmp, "--",
+        cmd = [os.path.join(ROOT, "scripts", "rxe-vm"), "-t", str(args.timeout), "-r", "1", "-w", tmp, "--",
                os.path.abspath(args.simverbs), "record", "--device", "rxe0", "--stable-identity", out]
         rc = subprocess.run(cmd, stdout=sys.stderr).returncode
         if rc != 0:
