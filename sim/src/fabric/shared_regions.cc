@@ -139,7 +139,8 @@ bool SharedRegions::Acquire(const std::string& prefix, void* addr, size_t length
   if (fd < 0) return false;
   struct stat st {};
   void* staging = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(size)) == 0 && fstat(fd, &st) == 0) {
+  // Reserved now: a full /dev/shm must fail here, not raise SIGBUS on a later write.
+  if (posix_fallocate(fd, 0, static_cast<off_t>(size)) == 0 && fstat(fd, &st) == 0) {
     staging = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
   bool ok = false;
