@@ -425,7 +425,9 @@ void Fabric::ForgetKeysLocked(int slot) {
   const std::string prefix = SharedRegions::ObjectPrefix(RingName(segment_name_, slot)).substr(1);
   if (DIR* dir = opendir("/dev/shm")) {
     while (const dirent* d = readdir(dir)) {
-      if (std::strncmp(d->d_name, prefix.c_str(), prefix.size()) == 0) shm_unlink(("/" + std::string(d->d_name)).c_str());
+      if (std::strncmp(d->d_name, prefix.c_str(), prefix.size()) == 0) {
+        shm_unlink(("/" + std::string(d->d_name)).c_str());
+      }
     }
     closedir(dir);
   }
@@ -590,7 +592,9 @@ bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
 
 void Fabric::PollInbound() {
   if (!ring_) return;
-  ring_->MarkPolled(MonotonicNs());
+  const uint64_t now = MonotonicNs();
+  ring_->MarkPolled(now);
+  app_poll_ns_.store(now, std::memory_order_relaxed);
   DrainInbound();
   if (!backlog_empty_) {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
@@ -608,10 +612,11 @@ void Fabric::BeforeBlocking() {
   DrainInbound();
 }
 
-void Fabric::DrainInbound() {
-  if (ring_->Empty()) return;
+bool Fabric::DrainInbound() {
+  if (ring_->Empty()) return false;
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   DrainInboundLocked();
+  return true;
 }
 
 void Fabric::DrainInboundLocked() {
@@ -627,15 +632,40 @@ void Fabric::DrainInboundLocked() {
   }
 }
 
+namespace {
+
+// How long the progress thread keeps looking at its ring after it found work.
+constexpr uint64_t kLookAfterWorkNs = 50'000;
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
 void Fabric::ProgressThread() {
+  uint64_t look_until = 0;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     HandleFaults();
-    DrainInbound();
+    const bool worked = DrainInbound();
     if (!backlog_empty_) {
       std::lock_guard<std::mutex> lock(Engine::Get().mu());
       FlushBacklogLocked();
+    }
+    // A peer streaming to a program that does not poll (a bandwidth server
+    // asleep in a socket read): keep looking a moment before sleeping, so the
+    // stream costs the producer no wake-up system call per burst, nor us a
+    // context switch. A program that polls drains the ring itself: then we
+    // stay out of its way.
+    const uint64_t now = MonotonicNs();
+    if (worked) look_until = now + kLookAfterWorkNs;
+    if (now < look_until && now - app_poll_ns_.load(std::memory_order_relaxed) >= 10'000'000) {
+      CpuRelax();
+      continue;
     }
     // While the application polls, producers do not wake us: look again
     // every millisecond in case it stopped just after a producer looked

@@ -154,7 +154,7 @@ class Fabric {
   void TakeFaultStateLocked();
   Fabric() = default;
   void ProgressThread();
-  void DrainInbound();
+  bool DrainInbound();  // false when the ring was empty
   void CleanDeadLocked();
   void ForgetQpnsLocked(int slot);
   // Withdraws every key of `slot` and removes its shared-memory objects.
@@ -186,6 +186,9 @@ class Fabric {
   std::atomic<bool> backlog_empty_{true};
   std::thread progress_;
   std::atomic<bool> stop_{false};
+  // When the program last polled a CQ (the ring's own mark is cleared when a
+  // poll finds work, to have producers wake us).
+  std::atomic<uint64_t> app_poll_ns_{0};
   int attach_pid_ = 0;
   uint64_t faults_seen_ = 0;  // the last mailbox request handled
 };
