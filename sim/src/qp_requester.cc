@@ -278,7 +278,8 @@ void Qp::ExecuteLocked(size_t index) {
   } else if (!reads_into_local) {
     data.reserve(wqe.length);
     for (const ibv_sge& sge : wqe.sges) {
-      const uint8_t* p = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0)->Translate(sge.addr, sge.length);
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);  // checked above
+      const uint8_t* p = mr->Translate(sge.addr, sge.length);
       data.insert(data.end(), p, p + sge.length);
     }
   }
