@@ -232,5 +232,30 @@ TEST_F(CrossProcessWriteTest, WriteAfterDeregistrationDoesNotLand) {
       });
 }
 
+// Rule: ibv_is_fork_initialized(3): IBV_FORK_UNNEEDED means the kernel copies registered pages for
+//   a child of fork() (copy-on-fork of pinned pages), so fork needs no ibv_fork_init: the child works
+//   on its own copy and the parent's registered memory is not affected by it.
+// Checks: with IBV_FORK_UNNEEDED, a child of fork() writes over a registered, page-aligned buffer
+//   and reads its own bytes back; the parent still reads its bytes afterwards.
+TEST_F(CrossProcessWriteTest, ChildOfForkWritesItsOwnCopy) {
+  if (ibv_is_fork_initialized() != IBV_FORK_UNNEEDED) GTEST_SKIP() << "fork needs ibv_fork_init here";
+  void* mem = mmap(nullptr, kLength, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* buf = static_cast<uint8_t*>(mem);
+  std::memset(buf, 1, kLength);
+  MrPtr mr(ibv_reg_mr(pd(), buf, kLength, static_cast<int>(kFullMrAccess)));
+  EXPECT_NE(mr, nullptr);
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        std::memset(buf, 2, kLength);
+        EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 2));
+      },
+      kChildTimeout, "a child of fork writing registered memory");
+  EXPECT_TRUE(Passed(result));
+  EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 1));
+  mr.reset();
+  munmap(mem, kLength);
+}
+
 }  // namespace
 }  // namespace conformance
