@@ -325,6 +325,7 @@ void Qp::ExecuteLocked(size_t index) {
       // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
       p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
     }
+    p.payload = Engine::Get().PayloadBuffer();
     p.payload.assign(data.begin() + offset, data.begin() + offset + chunk);
     wqe.last_psn = p.psn;
     offset += chunk;

@@ -217,7 +217,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         psn = (psn + 1) & 0xffffff;
         r.first = off == 0;
         r.last = off + chunk == pkt.dma_length;
-        if (chunk) r.payload.assign(src + off, src + off + chunk);
+        if (chunk) {
+          r.payload = Engine::Get().PayloadBuffer();
+          r.payload.assign(src + off, src + off + chunk);
+        }
         off += chunk;
         Engine::Get().Transmit(std::move(r));
       } while (off < pkt.dma_length);

@@ -622,14 +622,20 @@ bool Fabric::DrainInbound() {
 void Fabric::DrainInboundLocked() {
   if (!ring_) return;
   FlushBacklogLocked();
-  WirePacket wp;
   const auto& devices = DeviceList::Get().devices();
-  while (ring_->Pop(&wp)) {
+  Packet pkt;
+  pkt.payload = Engine::Get().PayloadBuffer();
+  while (ring_->Pop([&](const WirePacket& wp) {
     Device* src = wp.src_device >= 0 && static_cast<size_t>(wp.src_device) < devices.size()
                       ? devices[wp.src_device].get()
                       : nullptr;
-    Engine::Get().Transmit(wp.ToPacket(src));
+    wp.ToPacket(src, &pkt);
+  })) {
+    Engine::Get().Transmit(std::move(pkt));
+    pkt = Packet();
+    pkt.payload = Engine::Get().PayloadBuffer();
   }
+  Engine::Get().RecyclePayload(std::move(pkt.payload));
 }
 
 namespace {

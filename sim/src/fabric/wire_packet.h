@@ -73,8 +73,9 @@ struct WirePacket {
     if (payload_len) std::memcpy(payload, p.payload.data(), payload_len);
   }
 
-  Packet ToPacket(Device* src_device_ptr) const {
-    Packet p;
+  // Fills `p`, whose payload buffer is reused (its capacity kept).
+  void ToPacket(Device* src_device_ptr, Packet* out) const {
+    Packet& p = *out;
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
     p.op = static_cast<ibv_wr_opcode>(op);
@@ -106,7 +107,6 @@ struct WirePacket {
     p.atomic_orig = atomic_orig;
     p.psn_count = psn_count;
     p.payload.assign(payload, payload + payload_len);
-    return p;
   }
 };
 
