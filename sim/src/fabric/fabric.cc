@@ -479,12 +479,16 @@ void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32
 
 uint8_t* Fabric::MapPeerObject(int slot, uint32_t generation, uint32_t object, uint64_t size) {
   std::vector<PeerObject>& objects = peer_objects_[slot];
-  if (objects.size() >= kMaxPeerObjects || (!objects.empty() && objects.front().generation != generation)) {
-    for (const PeerObject& o : objects) munmap(o.base, o.size);
+  if (!objects.empty() && objects.front().generation != generation) {
+    for (const PeerObject& o : objects) munmap(o.base, o.size);  // the slot is another process's now
     objects.clear();
   }
   for (const PeerObject& o : objects) {
     if (o.object == object && o.size >= size) return o.base;
+  }
+  if (objects.size() >= kMaxPeerObjects) {
+    munmap(objects.front().base, objects.front().size);  // the one mapped longest ago
+    objects.erase(objects.begin());
   }
   const std::string name = SharedRegions::ObjectName(RingName(segment_name_, slot), object);
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);

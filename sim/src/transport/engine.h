@@ -14,7 +14,8 @@
 // time, scaled by the profile's time_scale, and fired by one thread that
 // sleeps until the earliest deadline; it is started with the first timer and
 // sleeps while none is armed. A peer in another process is reached behind the same Transmit():
-// the packet then crosses a shared-memory ring (fabric/fabric.h).
+// the packet then crosses a shared-memory ring (fabric/fabric.h); a WRITE into another process's
+// MR may have its data placed by the requester itself, and then crosses as one placed packet.
 //
 // Lock order: Engine::mu_ → Cq::mu_ → EventQueue::mu_.
 
