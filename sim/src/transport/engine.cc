@@ -191,8 +191,11 @@ void Engine::TimerThread() {
       if (it->second < next->second) next = it;
     }
     if (Clock::now() < next->second) {
-      timer_wakeup_ = next->second;
-      timer_cv_.wait_until(lock, next->second);
+      // A copy: the entry may be erased while we wait, and wait_until reads
+      // its deadline again when it wakes.
+      const Clock::time_point deadline = next->second;
+      timer_wakeup_ = deadline;
+      timer_cv_.wait_until(lock, deadline);
       continue;  // timers may have changed while waiting
     }
     Qp* qp = next->first;
