@@ -8,6 +8,7 @@
 
 #include "context.h"
 #include "device.h"
+#include "fabric/fabric.h"
 #include "mw.h"
 #include "pd.h"
 #include "transport/engine.h"
@@ -96,6 +97,46 @@ void Mr::AssignKeys() {
   dev->AddKey(handle_.pub.lkey, this);
 }
 
+bool Mr::Shareable(unsigned access) {
+  // Memory windows keep the copying path: only the MR's own rkey is published.
+  return (access & IBV_ACCESS_REMOTE_WRITE) && Fabric::Get().attached();
+}
+
+void Mr::ShareLocked(const SharedRegions::Share* acquired) {
+  const ibv_mr& m = handle_.pub;
+  SharedRegions::Share share;
+  if (acquired) {
+    share = *acquired;
+  } else if (!Shareable(access_) || !SharedRegions::Get().Acquire(Fabric::Get().object_prefix(), m.addr, m.length,
+                                                                   &share)) {
+    return;
+  }
+  PublishedKey key;
+  key.object = share.object;
+  key.object_size = share.object_size;
+  key.object_offset = share.offset;
+  key.iova = iova_;
+  key.length = m.length;
+  key.access = access_;
+  key.pd = reinterpret_cast<uintptr_t>(pd_);
+  if (!Fabric::Get().PublishKey(pd_->context()->device()->index(), m.rkey, key)) {
+    SharedRegions::Get().Release(share.object);
+    return;
+  }
+  shared_ = true;
+  share_object_ = share.object;
+  share_rkey_ = m.rkey;
+  share_pid_ = getpid();
+}
+
+void Mr::UnshareLocked() {
+  if (!shared_) return;
+  shared_ = false;
+  if (share_pid_ != getpid()) return;  // the parent's publication and objects
+  Fabric::Get().RevokeKey(pd_->context()->device()->index(), share_rkey_);
+  SharedRegions::Get().Release(share_object_);
+}
+
 Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kRegMr)) return Result<Mr*>::Error(err);
   if (int err = CheckAccess(access)) return Result<Mr*>::Error(err);
@@ -104,7 +145,14 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   if (int err = CheckMapped(addr, length)) return Result<Mr*>::Error(err);
   if (!pd->context()->device()->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  return new Mr(pd, addr, length, iova, access);
+  // Re-backed before the MR has keys, so no packet can write into the pages
+  // while their content moves.
+  SharedRegions::Share share;
+  const bool shared = Shareable(access) && SharedRegions::Get().Acquire(Fabric::Get().object_prefix(), addr, length,
+                                                                      &share);
+  Mr* mr = new Mr(pd, addr, length, iova, access);
+  if (shared) mr->ShareLocked(&share);
+  return mr;
 }
 
 int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access) {
@@ -124,7 +172,10 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     if (CheckMapped(addr, length)) return IBV_REREG_MR_ERR_DONT_FORK_NEW;
   }
   // Every check passed: apply all changes together so a failure loses nothing.
+  // Under the engine lock: no packet writes into the pages while a change of
+  // translation moves their content.
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  UnshareLocked();
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
     m.addr = addr;
@@ -139,6 +190,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
   AssignKeys();
+  ShareLocked(nullptr);
   return 0;
 }
 
@@ -149,6 +201,8 @@ int Mr::Deregister() {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     if (windows_ > 0) return EBUSY;  // a memory window is bound to it
     dev->RemoveKey(handle_.pub.lkey);
+    // Nothing lands after this returns, from this process or a peer.
+    UnshareLocked();
   }
   dev->Release(Device::Kind::kMr);
   delete this;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "fabric/shared_regions.h"
 #include "handle.h"
 #include "result.h"
 
@@ -56,12 +57,24 @@ class Mr {
   Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   ~Mr();
   void AssignKeys();
+  // Peers may write into this MR directly (fabric/fabric.h): re-back its
+  // pages (when not done yet: `share` already acquired) and publish its rkey.
+  // Requires: engine lock.
+  void ShareLocked(const SharedRegions::Share* share);
+  // Withdraws that: returns once no peer writes into it any more.
+  // Requires: engine lock (a peer's write does not need ours).
+  void UnshareLocked();
+  static bool Shareable(unsigned access);
 
   Handle<ibv_mr, Mr> handle_;
   Pd* pd_;
   uint64_t iova_;
   unsigned access_;
   int windows_ = 0;
+  bool shared_ = false;
+  uint32_t share_object_ = 0;
+  uint32_t share_rkey_ = 0;
+  int share_pid_ = 0;  // a child of fork() inherits the MR, not the publication
 };
 
 }  // namespace simverbs

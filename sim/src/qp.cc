@@ -6,6 +6,7 @@
 #include "context.h"
 #include "cq.h"
 #include "device.h"
+#include "fabric/fabric.h"
 #include "pd.h"
 #include "qp_state_table.h"
 #include "srq.h"
@@ -346,6 +347,13 @@ void Qp::SetStateLocked(ibv_qp_state next) {
   Trace::Get().QpState(qp_num(), attr_.qp_state, next);
   attr_.qp_state = attr_.cur_qp_state = next;
   handle_.pub.qp_base.state = next;
+  // What a peer's one-copy WRITE checks of this QP (fabric/fabric.h).
+  const bool takes_writes = (type() == IBV_QPT_RC || type() == IBV_QPT_UC) &&
+                            (next == IBV_QPS_RTR || next == IBV_QPS_RTS || next == IBV_QPS_SQD ||
+                             next == IBV_QPS_SQE) &&
+                            (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
+  Fabric::Get().PublishQpLocked(device()->index(), qp_num(), reinterpret_cast<uintptr_t>(pd_),
+                                takes_writes ? static_cast<uint32_t>(type()) + 1 : 0);
 }
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {

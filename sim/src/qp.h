@@ -131,6 +131,10 @@ class Qp {
   uint32_t PathMtuBytes() const;
   int RemoteDeviceIndex() const;  // the device the connected peer is on, or -1
   Packet NewPacket(const AddressVector& av, uint32_t dst_qpn) const;
+  // A WRITE to a QP of another process, its data put straight into the
+  // peer's memory and sent as one placed packet (fabric/fabric.h). False:
+  // nothing was sent, take the copying path. Requires: engine lock.
+  bool PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
 
   // qp_xrc.cc
   static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);

@@ -247,27 +247,19 @@ void Qp::ExecuteLocked(size_t index) {
     }
     return;
   }
-  // Gather the local data, checking every SGE against its MR (IBV_WC_LOC_PROT_ERR).
-  std::vector<uint8_t> data;
+  // Check every SGE against its MR (IBV_WC_LOC_PROT_ERR).
   const bool reads_into_local = wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode);
-  if (wqe.is_inline) {
-    data = wqe.inline_data;
-  } else {
+  if (!wqe.is_inline) {
     for (const ibv_sge& sge : wqe.sges) {
-      Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length,
-                         reads_into_local ? IBV_ACCESS_LOCAL_WRITE : 0);
-      if (!mr) {
+      if (!Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length,
+                     reads_into_local ? IBV_ACCESS_LOCAL_WRITE : 0)) {
         FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
         return;
-      }
-      if (!reads_into_local) {
-        const uint8_t* p = mr->Translate(sge.addr, sge.length);
-        data.insert(data.end(), p, p + sge.length);
       }
     }
   }
   const uint32_t mtu = PathMtuBytes();
-  if (type() == IBV_QPT_UD && data.size() > mtu) {
+  if (type() == IBV_QPT_UD && wqe.length > mtu) {
     FailSendLocked(wqe, IBV_WC_LOC_LEN_ERR);
     return;
   }
@@ -275,6 +267,22 @@ void Qp::ExecuteLocked(size_t index) {
   const uint32_t dst_qpn = type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
   wqe.first_psn = next_psn_;
   wqe.transmitted = true;
+  if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+      PlaceWriteLocked(wqe, av, dst_qpn, mtu)) {
+    return;
+  }
+  // Gather the local data.
+  std::vector<uint8_t> data;
+  if (wqe.is_inline) {
+    data = wqe.inline_data;
+  } else if (!reads_into_local) {
+    data.reserve(wqe.length);
+    for (const ibv_sge& sge : wqe.sges) {
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);  // checked above
+      const uint8_t* p = mr->Translate(sge.addr, sge.length);
+      data.insert(data.end(), p, p + sge.length);
+    }
+  }
 
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
     Packet p = NewPacket(av, dst_qpn);
@@ -317,6 +325,7 @@ void Qp::ExecuteLocked(size_t index) {
       // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
       p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
     }
+    p.payload = Engine::Get().PayloadBuffer();
     p.payload.assign(data.begin() + offset, data.begin() + offset + chunk);
     wqe.last_psn = p.psn;
     offset += chunk;
@@ -326,6 +335,43 @@ void Qp::ExecuteLocked(size_t index) {
 
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
+}
+
+bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
+  if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
+  Device* dst = Engine::Route(av);
+  if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
+  const auto gather = [&](uint8_t* out) {
+    if (wqe.is_inline) {
+      std::memcpy(out, wqe.inline_data.data(), wqe.inline_data.size());
+      return;
+    }
+    for (const ibv_sge& sge : wqe.sges) {
+      // Checked above, under the same lock.
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+      std::memcpy(out, mr->Translate(sge.addr, sge.length), sge.length);
+      out += sge.length;
+    }
+  };
+  if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length, gather)) {
+    return false;
+  }
+  Packet p = NewPacket(av, dst_qpn);
+  p.op = wqe.opcode;
+  p.psn = next_psn_;
+  p.placed = true;
+  p.psn_count = static_cast<uint32_t>((wqe.length + mtu - 1) / mtu);
+  next_psn_ = (next_psn_ + p.psn_count) & kPsnMask;
+  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  p.solicited = wqe.solicited;
+  p.remote_addr = wqe.remote_addr;
+  p.rkey = wqe.rkey;
+  p.dma_length = wqe.length;
+  p.imm_data = wqe.imm_data;
+  Engine::Get().Transmit(std::move(p));
+  // Unreliable transports complete a WR once it is on the wire.
+  if (!Reliable()) wqe.acked = true;
+  return true;
 }
 
 void Qp::ReceiveResponse(const Packet& pkt) {

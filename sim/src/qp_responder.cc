@@ -177,18 +177,19 @@ void Qp::ReceiveRequest(const Packet& pkt) {
           }
         }
       }
-      if (!pkt.payload.empty()) {
+      // A placed WRITE is the whole message, its data already in place.
+      const uint64_t len = pkt.placed ? pkt.dma_length : pkt.payload.size();
+      if (len) {
         // Checked again per packet: the MR may have been deregistered meanwhile.
-        Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, pkt.payload.size(), IBV_ACCESS_REMOTE_WRITE,
-                           qp_num());
+        Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, len, IBV_ACCESS_REMOTE_WRITE, qp_num());
         if (!mr) {
           if (!rc) return;
           ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
                          has_recv ? -1 : AccessErrorEvent());
           return;
         }
-        std::memcpy(mr->Translate(write_va_, pkt.payload.size()), pkt.payload.data(), pkt.payload.size());
-        write_va_ += pkt.payload.size();
+        if (!pkt.placed) std::memcpy(mr->Translate(write_va_, len), pkt.payload.data(), len);
+        write_va_ += len;
       }
       recv_offset_ = pkt.dma_length;
       break;
@@ -216,7 +217,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         psn = (psn + 1) & 0xffffff;
         r.first = off == 0;
         r.last = off + chunk == pkt.dma_length;
-        if (chunk) r.payload.assign(src + off, src + off + chunk);
+        if (chunk) {
+          r.payload = Engine::Get().PayloadBuffer();
+          r.payload.assign(src + off, src + off + chunk);
+        }
         off += chunk;
         Engine::Get().Transmit(std::move(r));
       } while (off < pkt.dma_length);
@@ -254,7 +258,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     default:
       return;
   }
-  epsn_ = (pkt.psn + 1) & 0xffffff;
+  epsn_ = (pkt.psn + pkt.psn_count) & 0xffffff;
 
   if (pkt.last && pkt.op == IBV_WR_SEND_WITH_INV) {
     // The IETH names one of this QP's type 2 windows; anything else is an
@@ -307,7 +311,8 @@ void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = kind;
   r.op = req.op;
-  r.psn = req.psn;
+  // An ACK names the last PSN of what it acknowledges.
+  r.psn = kind == Packet::Kind::kAck ? (req.psn + req.psn_count - 1) & 0xffffff : req.psn;
   r.nak = nak;
   if (nak == Packet::Nak::kRnr) r.imm_data = attr_.min_rnr_timer;
   if (nak == Packet::Nak::kSequence) r.psn = epsn_;

@@ -1,7 +1,9 @@
 #include "fabric/fabric.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@
 #include "device.h"
 #include "device_list.h"
 #include "fabric/packet_ring.h"
+#include "fabric/shared_regions.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "transport/engine.h"
@@ -26,28 +29,58 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425232;  // "SIMFABR2"
+constexpr uint64_t kMagic = 0x53494d4641425233;  // "SIMFABR3"
 constexpr int kMaxProcs = 64;
 constexpr int kMaxDevices = 16;
 constexpr uint32_t kDirSize = 8192;
 constexpr uint32_t kFirstQpn = 0x11;
+constexpr uint32_t kKeySlots = 4096;
+constexpr size_t kMaxPeerObjects = 32;  // mappings kept per peer
 
 struct ProcSlot {
   std::atomic<int32_t> pid;
   uint64_t start_time;
   std::atomic<uint32_t> generation;
+  // The key this process is writing through right now (KeyTag), or 0: a
+  // process writes into one peer MR at a time, under its engine lock.
+  std::atomic<uint64_t> placing;
 };
 
 struct DirEntry {
   std::atomic<uint32_t> qpn;  // 0: free
   std::atomic<int32_t> slot;
+  std::atomic<uint32_t> write_type;  // Fabric::PublishQpLocked
+  std::atomic<uint64_t> pd;
+};
+
+// An MR peers may write into (Fabric::PublishKey), at its key index.
+struct KeyEntry {
+  // The rkey while published; 0 free; ClaimMark(slot) while being filled in.
+  std::atomic<uint32_t> key;
+  int32_t slot;
+  uint32_t generation;
+  uint32_t object;
+  uint32_t access;
+  uint64_t object_size;
+  uint64_t object_offset;
+  uint64_t iova;
+  uint64_t length;
+  uint64_t pd;
 };
 
 struct DeviceState {
   std::atomic<uint32_t> next_qpn;
   std::atomic<uint32_t> next_key;
   DirEntry dir[kDirSize];
+  KeyEntry keys[kKeySlots];
 };
+
+// Never an rkey (their low byte is 0x01), and names the claiming slot.
+uint32_t ClaimMark(int slot) { return 0xfe | (static_cast<uint32_t>(slot) << 8); }
+
+uint64_t KeyTag(int device_index, uint32_t rkey) {
+  return (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
+}
 
 // /proc/<pid>/stat field 22: the start time, to tell a reused pid apart.
 uint64_t StartTime(int pid) {
@@ -172,6 +205,7 @@ std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, co
   ProcSlot& me = seg->procs[slot_];
   me.start_time = StartTime(getpid());
   me.generation.fetch_add(1);
+  me.placing.store(0);
   me.pid.store(getpid());
   return "";
 }
@@ -277,6 +311,7 @@ void Fabric::ForgetQpnsLocked(int slot) {
   for (auto& dev : segment_->devices) {
     for (auto& e : dev.dir) {
       if (e.qpn.load() != 0 && e.slot.load() == slot) {
+        e.write_type.store(0);
         e.slot.store(-1);
         e.qpn.store(0);
       }
@@ -291,6 +326,7 @@ void Fabric::CleanDeadLocked() {
     const int pid = proc.pid.load();
     if (pid == 0 || Alive(pid, proc.start_time)) continue;
     ForgetQpnsLocked(i);
+    ForgetKeysLocked(i);
     shm_unlink(RingName(segment_name_, i).c_str());
     proc.pid.store(0);
   }
@@ -306,6 +342,7 @@ void Fabric::Detach() {
   {
     SegmentLock lock(&segment_->mutex);
     ForgetQpnsLocked(slot_);
+    ForgetKeysLocked(slot_);
     shm_unlink(ring_name_.c_str());
     segment_->procs[slot_].pid.store(0);
     CleanDeadLocked();
@@ -321,6 +358,10 @@ void Fabric::Detach() {
   for (PacketRing*& r : peer_rings_) {
     if (r) munmap(r, sizeof(PacketRing));
     r = nullptr;
+  }
+  for (auto& objects : peer_objects_) {
+    for (const PeerObject& o : objects) munmap(o.base, o.size);
+    objects.clear();
   }
   munmap(segment_, sizeof(FabricSegment));
   segment_ = nullptr;
@@ -339,6 +380,7 @@ uint32_t Fabric::AllocQpn(int device_index) {
     // Claim first, then publish the owner: an entry in use keeps its slot.
     // (A sender that sees the number before the slot finds slot -1 and retries.)
     if (e.qpn.compare_exchange_strong(expected, qpn)) {
+      e.write_type.store(0);
       e.slot.store(slot_);
       return qpn;
     }
@@ -351,6 +393,7 @@ bool Fabric::ClaimQpn(int device_index, uint32_t qpn) {
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   uint32_t expected = 0;
   if (!e.qpn.compare_exchange_strong(expected, qpn)) return false;
+  e.write_type.store(0);
   e.slot.store(slot_);
   return true;
 }
@@ -359,6 +402,7 @@ void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {
   if (!segment_ || device_index >= kMaxDevices) return;
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   if (e.qpn.load() == qpn) {
+    e.write_type.store(0);
     e.slot.store(-1);
     e.qpn.store(0);
   }
@@ -367,6 +411,127 @@ void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {
 uint32_t Fabric::AllocKeyIndex(int device_index) {
   if (!segment_ || device_index >= kMaxDevices) return 0;
   return segment_->devices[device_index].next_key.fetch_add(1) & 0xffffff;
+}
+
+// Requires: segment mutex held.
+void Fabric::ForgetKeysLocked(int slot) {
+  for (auto& dev : segment_->devices) {
+    for (KeyEntry& k : dev.keys) {
+      uint32_t key = k.key.load();
+      if (key == ClaimMark(slot) || (key != 0 && (key & 0xff) != 0xfe && k.slot == slot)) {
+        k.key.compare_exchange_strong(key, 0);
+      }
+    }
+  }
+  // Every object named after the slot, whether or not a key still names it.
+  const std::string prefix = SharedRegions::ObjectPrefix(RingName(segment_name_, slot)).substr(1);
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (const dirent* d = readdir(dir)) {
+      if (std::strncmp(d->d_name, prefix.c_str(), prefix.size()) == 0) {
+        shm_unlink(("/" + std::string(d->d_name)).c_str());
+      }
+    }
+    closedir(dir);
+  }
+}
+
+bool Fabric::PublishKey(int device_index, uint32_t rkey, const PublishedKey& key) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
+  KeyEntry& k = segment_->devices[device_index].keys[(rkey >> 8) % kKeySlots];
+  uint32_t expected = 0;
+  if (!k.key.compare_exchange_strong(expected, ClaimMark(slot_))) return false;  // another live key's place
+  k.slot = slot_;
+  k.generation = segment_->procs[slot_].generation.load();
+  k.object = key.object;
+  k.access = key.access;
+  k.object_size = key.object_size;
+  k.object_offset = key.object_offset;
+  k.iova = key.iova;
+  k.length = key.length;
+  k.pd = key.pd;
+  k.key.store(rkey, std::memory_order_seq_cst);
+  return true;
+}
+
+void Fabric::RevokeKey(int device_index, uint32_t rkey) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
+  KeyEntry& k = segment_->devices[device_index].keys[(rkey >> 8) % kKeySlots];
+  uint32_t expected = rkey;
+  if (!k.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst)) return;
+  // Dekker with PlaceWrite: a writer announces the key, then looks at it; we
+  // withdrew it, now look at the announcements. A writer that got in first
+  // finishes its copy; a dead one never will.
+  const uint64_t tag = KeyTag(device_index, rkey);
+  for (int i = 0; i < kMaxProcs; ++i) {
+    ProcSlot& proc = segment_->procs[i];
+    for (uint64_t spins = 1; proc.placing.load(std::memory_order_seq_cst) == tag; ++spins) {
+      if (spins % 4096 == 0 && !Alive(proc.pid.load(), proc.start_time)) break;
+      if (spins > 64) sched_yield();
+    }
+  }
+}
+
+void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t write_type) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
+  DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  if (e.qpn.load() != qpn || e.slot.load() != slot_) return;
+  e.pd.store(pd);
+  e.write_type.store(write_type);
+}
+
+uint8_t* Fabric::MapPeerObject(int slot, uint32_t generation, uint32_t object, uint64_t size) {
+  std::vector<PeerObject>& objects = peer_objects_[slot];
+  if (!objects.empty() && objects.front().generation != generation) {
+    for (const PeerObject& o : objects) munmap(o.base, o.size);  // the slot is another process's now
+    objects.clear();
+  }
+  for (const PeerObject& o : objects) {
+    if (o.object == object && o.size >= size) return o.base;
+  }
+  if (objects.size() >= kMaxPeerObjects) {
+    munmap(objects.front().base, objects.front().size);  // the one mapped longest ago
+    objects.erase(objects.begin());
+  }
+  const std::string name = SharedRegions::ObjectName(RingName(segment_name_, slot), object);
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* p = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size) {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  objects.push_back(PeerObject{generation, object, static_cast<uint8_t*>(p), size});
+  return static_cast<uint8_t*>(p);
+}
+
+bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
+                        uint64_t length, const std::function<void(uint8_t*)>& gather) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || length == 0) return false;
+  DeviceState& d = segment_->devices[device_index];
+  const DirEntry& e = d.dir[dst_qpn % kDirSize];
+  const int slot = e.slot.load();
+  if (e.qpn.load() != dst_qpn || slot < 0 || slot >= kMaxProcs || slot == slot_) return false;
+  if (e.write_type.load() != static_cast<uint32_t>(type) + 1) return false;
+  const uint64_t pd = e.pd.load();
+  const KeyEntry& k = d.keys[(rkey >> 8) % kKeySlots];
+  std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
+  placing.store(KeyTag(device_index, rkey), std::memory_order_seq_cst);
+  // While we announce the key, its owner cannot withdraw it and reuse its
+  // entry: the fields below stay as they were published.
+  bool placed = false;
+  if (k.key.load(std::memory_order_seq_cst) == rkey && k.slot == slot &&
+      k.generation == segment_->procs[slot].generation.load() && k.pd == pd &&
+      (k.access & IBV_ACCESS_REMOTE_WRITE) && va >= k.iova && length <= k.length && va - k.iova <= k.length - length &&
+      k.object_offset <= k.object_size && k.length <= k.object_size - k.object_offset) {
+    if (uint8_t* base = MapPeerObject(slot, k.generation, k.object, k.object_size)) {
+      gather(base + k.object_offset + (va - k.iova));
+      placed = true;
+    }
+  }
+  placing.store(0, std::memory_order_release);
+  return placed;
 }
 
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
@@ -443,7 +608,9 @@ bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
 
 void Fabric::PollInbound() {
   if (!ring_) return;
-  ring_->MarkPolled(MonotonicNs());
+  const uint64_t now = MonotonicNs();
+  ring_->MarkPolled(now);
+  app_poll_ns_.store(now, std::memory_order_relaxed);
   DrainInbound();
   if (!backlog_empty_) {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
@@ -461,34 +628,66 @@ void Fabric::BeforeBlocking() {
   DrainInbound();
 }
 
-void Fabric::DrainInbound() {
-  if (ring_->Empty()) return;
+bool Fabric::DrainInbound() {
+  if (ring_->Empty()) return false;
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   DrainInboundLocked();
+  return true;
 }
 
 void Fabric::DrainInboundLocked() {
   if (!ring_) return;
   FlushBacklogLocked();
-  WirePacket wp;
   const auto& devices = DeviceList::Get().devices();
-  while (ring_->Pop(&wp)) {
+  Packet pkt;
+  pkt.payload = Engine::Get().PayloadBuffer();
+  while (ring_->Pop([&](const WirePacket& wp) {
     Device* src = wp.src_device >= 0 && static_cast<size_t>(wp.src_device) < devices.size()
                       ? devices[wp.src_device].get()
                       : nullptr;
-    Engine::Get().Transmit(wp.ToPacket(src));
+    wp.ToPacket(src, &pkt);
+  })) {
+    Engine::Get().Transmit(std::move(pkt));
+    pkt = Packet();
+    pkt.payload = Engine::Get().PayloadBuffer();
   }
+  Engine::Get().RecyclePayload(std::move(pkt.payload));
 }
 
+namespace {
+
+// How long the progress thread keeps looking at its ring after it found work.
+constexpr uint64_t kLookAfterWorkNs = 50'000;
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
 void Fabric::ProgressThread() {
+  uint64_t look_until = 0;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     HandleFaults();
-    DrainInbound();
+    const bool worked = DrainInbound();
     if (!backlog_empty_) {
       std::lock_guard<std::mutex> lock(Engine::Get().mu());
       FlushBacklogLocked();
+    }
+    // A peer streaming to a program that does not poll (a bandwidth server
+    // asleep in a socket read): keep looking a moment before sleeping, so the
+    // stream costs the producer no wake-up system call per burst, nor us a
+    // context switch. A program that polls drains the ring itself: then we
+    // stay out of its way.
+    const uint64_t now = MonotonicNs();
+    if (worked) look_until = now + kLookAfterWorkNs;
+    if (now < look_until && now - app_poll_ns_.load(std::memory_order_relaxed) >= 10'000'000) {
+      CpuRelax();
+      continue;
     }
     // While the application polls, producers do not wake us: look again
     // every millisecond in case it stopped just after a producer looked

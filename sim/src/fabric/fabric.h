@@ -15,14 +15,31 @@
 // progress thread drains it otherwise: it sleeps on a futex, and producers
 // wake it (one system call) only when the owner has stopped polling — so
 // perftest's sleeping bandwidth servers still answer, and busy-polling
-// programs make no system calls. This costs a copy into the ring and one out
-// of it; a WRITE straight into a peer's registered memory would save one.
+// programs make no system calls. A packet's payload costs a copy into the
+// ring and one out of it.
+//
+// One-copy WRITE. An MR that allows REMOTE_WRITE is re-backed at registration
+// by a named shared-memory object (fabric/shared_regions.h) and published in
+// the segment's key table (indexed by the key index, which the fabric hands
+// out): owner slot and generation, object, iova range, access and PD. The QP
+// directory publishes what a writer needs of the destination QP: its PD, and
+// whether it takes WRITEs now (RC/UC, RTR or later, REMOTE_WRITE). A requester
+// whose WRITE passes those checks gathers the data straight into the peer's
+// object and sends one packet without payload, marked placed, that stands for
+// the whole message (all its PSNs); the owner's responder runs every check
+// and answer as before, minus the copy. Anything that does not pass takes the
+// copying path, where the responder NAKs as it always did. Deregistration
+// withdraws the key and waits until no writer is inside it (each process
+// announces the key it is writing through: Dekker against the withdrawal), so
+// nothing lands after ibv_dereg_mr returns. Memory windows keep the copying
+// path.
 //
 // No daemon: the first process creates the segment and fixes the profile;
 // the last one to leave removes it. A process that died (SIGKILL) is found by
 // the next one to attach, which removes its ring and its directory entries;
 // its peers' packets are lost and their retry timers report
-// IBV_WC_RETRY_EXC_ERR. The table's mutex is robust, so a process killed while
+// IBV_WC_RETRY_EXC_ERR. Its shared-memory objects are removed with its ring
+// (they are named after it: "<ring>-mr+<n>"). The table's mutex is robust, so a process killed while
 // holding it does not wedge the fabric.
 
 #include <atomic>
@@ -31,6 +48,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "transport/packet.h"
 
@@ -38,6 +56,17 @@ namespace simverbs {
 
 class PacketRing;
 struct FabricSegment;
+
+// What a peer needs to write into an MR of ours (Fabric::PublishKey).
+struct PublishedKey {
+  uint32_t object = 0;         // SharedRegions object of ours
+  uint64_t object_size = 0;
+  uint64_t object_offset = 0;  // where the MR's first byte is in the object
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;
+  uint64_t pd = 0;             // the PD's identity in this process
+};
 struct FaultRequest;
 
 // What `simverbs inject` learnt from posting a fault (Fabric::PostFault).
@@ -65,6 +94,24 @@ class Fabric {
   // Takes a specific free QP number for this process; false if it is in use.
   bool ClaimQpn(int device_index, uint32_t qpn);
   uint32_t AllocKeyIndex(int device_index);
+
+  // One-copy WRITE (see the design above). The prefix our shared-memory
+  // objects are named after.
+  const std::string& object_prefix() const { return ring_name_; }
+  // Lets peers write into an MR through `rkey`; false when the key table has
+  // no room at its index (the MR keeps the copying path).
+  bool PublishKey(int device_index, uint32_t rkey, const PublishedKey& key);
+  // Withdraws the key; returns once no peer is still writing through it.
+  void RevokeKey(int device_index, uint32_t rkey);
+  // What a writer checks of our QP: its PD and whether it takes WRITEs now
+  // (0: no; otherwise its ibv_qp_type + 1). Requires: engine lock.
+  void PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t write_type);
+  // A WRITE to the QP `dst_qpn` of another process: when the peer published
+  // `rkey` and the QP and every check passes, calls `gather` with where the
+  // `length` bytes at `va` are in the peer's memory and returns true (the
+  // data is in place). False: nothing was written. Requires: engine lock.
+  bool PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
+                  uint64_t length, const std::function<void(uint8_t*)>& gather);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
   // process owns it (the packet is lost). Like an IB link, the fabric does
@@ -110,9 +157,13 @@ class Fabric {
   void TakeFaultStateLocked();
   Fabric() = default;
   void ProgressThread();
-  void DrainInbound();
+  bool DrainInbound();  // false when the ring was empty
   void CleanDeadLocked();
   void ForgetQpnsLocked(int slot);
+  // Withdraws every key of `slot` and removes its shared-memory objects.
+  void ForgetKeysLocked(int slot);
+  // Our mapping of a peer's object, or nullptr.
+  uint8_t* MapPeerObject(int slot, uint32_t generation, uint32_t object, uint64_t size);
   std::string JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
                          uint64_t profile_hash);
   int slot_ = -1;
@@ -125,12 +176,22 @@ class Fabric {
   uint32_t peer_generation_[64] = {};
   uint64_t last_pushed_[64] = {};    // position of our last packet in each peer's ring
   bool pushed_[64] = {};
+  struct PeerObject {
+    uint32_t generation;
+    uint32_t object;
+    uint8_t* base;
+    uint64_t size;
+  };
+  std::vector<PeerObject> peer_objects_[64];  // engine lock
   std::deque<Packet> backlog_[64];   // engine lock
   // Written under the engine lock; read without it by pollers and the progress
   // thread to skip taking the lock when there is nothing to flush.
   std::atomic<bool> backlog_empty_{true};
   std::thread progress_;
   std::atomic<bool> stop_{false};
+  // When the program last polled a CQ (the ring's own mark is cleared when a
+  // poll finds work, to have producers wake us).
+  std::atomic<uint64_t> app_poll_ns_{0};
   int attach_pid_ = 0;
   uint64_t faults_seen_ = 0;  // the last mailbox request handled
 };

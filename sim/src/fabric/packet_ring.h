@@ -29,8 +29,18 @@ class PacketRing {
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
-  // False when the ring is empty.
-  bool Pop(WirePacket* out);
+  // Hands the oldest packet to `take` (in place: no copy of its own), then
+  // frees its slot. False when the ring is empty.
+  template <typename Take>
+  bool Pop(Take&& take) {
+    const uint64_t pos = tail_.load(std::memory_order_relaxed);
+    Slot* slot = &slots_[pos % kSlots];
+    if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
+    take(static_cast<const WirePacket&>(slot->pkt));
+    slot->seq.store(pos + kSlots, std::memory_order_release);
+    tail_.store(pos + 1, std::memory_order_relaxed);
+    return true;
+  }
   bool Empty() const;
 
   // The progress thread's sleep: until a producer wakes it (or Interrupt is

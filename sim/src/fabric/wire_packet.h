@@ -16,7 +16,7 @@ struct WirePacket {
   uint8_t kind;
   uint8_t transport;
   uint8_t op;
-  uint8_t flags;  // bit 0 first, 1 last, 2 solicited, 3 has_grh
+  uint8_t flags;  // bit 0 first, 1 last, 2 solicited, 3 has_grh, 4 placed
   uint8_t nak;
   uint8_t src_port;
   uint16_t slid;
@@ -38,6 +38,7 @@ struct WirePacket {
   uint64_t swap;
   uint32_t imm_data;
   uint64_t atomic_orig;
+  uint32_t psn_count;
   uint32_t payload_len;
   uint8_t payload[kMaxPayload];
 
@@ -45,7 +46,7 @@ struct WirePacket {
     kind = static_cast<uint8_t>(p.kind);
     transport = static_cast<uint8_t>(p.transport);
     op = static_cast<uint8_t>(p.op);
-    flags = (p.first ? 1 : 0) | (p.last ? 2 : 0) | (p.solicited ? 4 : 0) | (p.has_grh ? 8 : 0);
+    flags = (p.first ? 1 : 0) | (p.last ? 2 : 0) | (p.solicited ? 4 : 0) | (p.has_grh ? 8 : 0) | (p.placed ? 16 : 0);
     nak = static_cast<uint8_t>(p.nak);
     src_port = p.src_port;
     slid = p.slid;
@@ -67,12 +68,14 @@ struct WirePacket {
     swap = p.swap;
     imm_data = p.imm_data;
     atomic_orig = p.atomic_orig;
+    psn_count = p.psn_count;
     payload_len = static_cast<uint32_t>(p.payload.size());
     if (payload_len) std::memcpy(payload, p.payload.data(), payload_len);
   }
 
-  Packet ToPacket(Device* src_device_ptr) const {
-    Packet p;
+  // Fills `p`, whose payload buffer is reused (its capacity kept).
+  void ToPacket(Device* src_device_ptr, Packet* out) const {
+    Packet& p = *out;
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
     p.op = static_cast<ibv_wr_opcode>(op);
@@ -80,6 +83,7 @@ struct WirePacket {
     p.last = flags & 2;
     p.solicited = flags & 4;
     p.has_grh = flags & 8;
+    p.placed = flags & 16;
     p.nak = static_cast<Packet::Nak>(nak);
     p.src_device = src_device_ptr;
     p.src_port = src_port;
@@ -101,8 +105,8 @@ struct WirePacket {
     p.swap = swap;
     p.imm_data = imm_data;
     p.atomic_orig = atomic_orig;
+    p.psn_count = psn_count;
     p.payload.assign(payload, payload + payload_len);
-    return p;
   }
 };
 

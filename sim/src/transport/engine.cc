@@ -63,33 +63,53 @@ void Engine::Transmit(Packet&& pkt) {
   if (!draining_) DrainLocked();
 }
 
+std::vector<uint8_t> Engine::PayloadBuffer() {
+  if (spare_payloads_.empty()) return {};
+  std::vector<uint8_t> buffer = std::move(spare_payloads_.back());
+  spare_payloads_.pop_back();
+  return buffer;
+}
+
+void Engine::RecyclePayload(std::vector<uint8_t>&& buffer) {
+  constexpr size_t kSparePayloads = 64;
+  if (buffer.capacity() == 0 || spare_payloads_.size() >= kSparePayloads) return;
+  buffer.clear();
+  spare_payloads_.push_back(std::move(buffer));
+}
+
 void Engine::DrainLocked() {
   draining_ = true;
-  while (!queue_.empty()) {
-    Packet pkt = std::move(queue_.front());
-    queue_.pop_front();
-    if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) {
-      XrcRemoteLocked(pkt);  // between processes only: not addressed to a QP by its AV
-      continue;
-    }
-    if (Group* group = pkt.transport == IBV_QPT_UD ? FindGroup(pkt.dst) : nullptr) {
-      // A copy for each member; the sending QP does not hear itself.
-      const std::set<Qp*> members = group->members;
-      for (Qp* member : members) {
-        if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
-      }
-      continue;
-    }
-    Device* dev = Route(pkt.dst);
-    if (!dev) continue;  // an unreachable address: lost; the sender's timers decide
-    if (Qp* qp = dev->FindQp(pkt.dst_qpn)) {
-      qp->Receive(pkt);
-    } else {
-      // Another process's QP, or none at all (lost as well).
-      Fabric::Get().SendRemote(dev->index(), pkt);
-    }
+  while (queue_head_ < queue_.size()) {
+    Packet pkt = std::move(queue_[queue_head_++]);  // moved out: delivery may queue more
+    DeliverLocked(pkt);
+    RecyclePayload(std::move(pkt.payload));
   }
+  queue_.clear();
+  queue_head_ = 0;
   draining_ = false;
+}
+
+void Engine::DeliverLocked(const Packet& pkt) {
+  if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) {
+    XrcRemoteLocked(pkt);  // between processes only: not addressed to a QP by its AV
+    return;
+  }
+  if (Group* group = pkt.transport == IBV_QPT_UD ? FindGroup(pkt.dst) : nullptr) {
+    // A copy for each member; the sending QP does not hear itself.
+    const std::set<Qp*> members = group->members;
+    for (Qp* member : members) {
+      if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
+    }
+    return;
+  }
+  Device* dev = Route(pkt.dst);
+  if (!dev) return;  // an unreachable address: lost; the sender's timers decide
+  if (Qp* qp = dev->FindQp(pkt.dst_qpn)) {
+    qp->Receive(pkt);
+  } else {
+    // Another process's QP, or none at all (lost as well).
+    Fabric::Get().SendRemote(dev->index(), pkt);
+  }
 }
 
 // An IPv6 multicast GID (ff00::/8), or an IPv4-mapped one (::ffff:224.0.0.0/4)

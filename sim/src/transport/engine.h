@@ -14,13 +14,13 @@
 // time, scaled by the profile's time_scale, and fired by one thread that
 // sleeps until the earliest deadline; it is started with the first timer and
 // sleeps while none is armed. A peer in another process is reached behind the same Transmit():
-// the packet then crosses a shared-memory ring (fabric/fabric.h).
+// the packet then crosses a shared-memory ring (fabric/fabric.h); a WRITE into another process's
+// MR may have its data placed by the requester itself, and then crosses as one placed packet.
 //
 // Lock order: Engine::mu_ → Cq::mu_ → EventQueue::mu_.
 
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -51,6 +51,13 @@ class Engine {
   // including the answers it causes, before returning.
   void Transmit(Packet&& pkt);
 
+  // An empty payload buffer for a new packet, with the capacity of one that
+  // was delivered already: the data path allocates nothing per packet.
+  // Requires: mu() held.
+  std::vector<uint8_t> PayloadBuffer();
+  // Gives a buffer back for PayloadBuffer. Requires: mu() held.
+  void RecyclePayload(std::vector<uint8_t>&& buffer);
+
   // Requires: mu() held. Arms (or re-arms) the timer of `qp` to fire after
   // `ibta_duration` of protocol time (scaled by the profile), never sooner
   // than a floor that keeps a retry loop from spinning.
@@ -66,12 +73,17 @@ class Engine {
  private:
   Engine() = default;
   void DrainLocked();
+  void DeliverLocked(const Packet& pkt);
   void TimerThread();
   void ForkedChild();
 
   std::mutex mu_;
-  std::deque<Packet> queue_;
+  // Packets waiting for delivery, from queue_head_ on: a vector that keeps
+  // its capacity, not a deque that allocates as it moves.
+  std::vector<Packet> queue_;
+  size_t queue_head_ = 0;
   bool draining_ = false;
+  std::vector<std::vector<uint8_t>> spare_payloads_;
 
   struct Group {
     ibv_gid mgid;

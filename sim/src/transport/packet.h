@@ -64,6 +64,11 @@ struct Packet {
   uint64_t atomic_orig = 0;
 
   std::vector<uint8_t> payload;
+  // A WRITE whose data the requester already put in the responder's memory
+  // (fabric/fabric.h): no payload, and one packet stands for the whole
+  // message, which still takes `psn_count` PSNs (one per path MTU).
+  bool placed = false;
+  uint32_t psn_count = 1;
 };
 
 }  // namespace simverbs
