@@ -45,12 +45,12 @@ void Device::SetPortState(int port_num, ibv_port_state state) {
 namespace simverbs {
 
 void Device::AddContext(Context* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(contexts_mu_);
   contexts_.insert(ctx);
 }
 
 void Device::RemoveContext(Context* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(contexts_mu_);
   contexts_.erase(ctx);
 }
 
