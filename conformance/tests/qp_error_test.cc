@@ -391,6 +391,38 @@ TEST_F(QpErrorTest, SendSucceeds_RnrRetryInfiniteThenRecvPosted) {
   EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
 }
 
+// Rule: IBTA Vol 1 9.7.5.2.8: an RNR NAK of the first packet of a multi-packet message makes the
+//   requester send the whole message again from its first packet; the responder never delivers a
+//   part of it without a receive WQE.
+// Checks: with rnr_retry 7 and no receive posted, a SEND of three path MTUs does not complete and
+//   b_ stays usable (not ERR); once a receive is posted, the SEND and the receive complete
+//   successfully with every byte.
+TEST_F(QpErrorTest, SendSucceeds_RnrRetryInfiniteThenRecvPosted_MultiPacket) {
+  ConnectParams params;
+  params.rnr_retry = 7;
+  params.min_rnr_timer = 1;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(MakePair({}, params));
+  const uint32_t length = 3 * (128u << params.path_mtu);
+  ASSERT_LE(length, local_.size());
+  ibv_sge sge = local_.Sge(0, length);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "the SEND completed with no receive posted";
+  ibv_qp_state b_state = IBV_QPS_RESET;
+  ASSERT_TRUE(QueryQpState(b_.get(), &b_state));
+  EXPECT_EQ(b_state, IBV_QPS_RTS) << QpStateName(b_state);
+  ibv_sge rsge = remote_.Sge(0, length);
+  ASSERT_EQ(PostRecv(b_.get(), 2, &rsge, 1), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(rwc.byte_len, length) << DescribeWc(rwc);
+  EXPECT_EQ(remote_.Bytes(0, length), Pattern(1, length));
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+}
+
 // Rule: ibv_modify_qp(3): timeout is the "Local ack timeout" (4.096 us * 2^timeout) and retry_cnt the "Retry
 //   count"; IBTA Vol 1 ch. 9 (transport timer and retries): when no response arrives after retry_cnt retries
 //   the requester completes the WR with IBV_WC_RETRY_EXC_ERR. A packet to a QP number that does not exist is

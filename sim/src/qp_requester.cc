@@ -321,7 +321,9 @@ void Qp::ExecuteLocked(size_t index) {
     wqe.last_psn = p.psn;
     offset += chunk;
     Engine::Get().Transmit(std::move(p));
-    if (state() != sending_state || wqe.acked) return;  // answered or failed meanwhile
+    // Answered or failed meanwhile; or an RNR or sequence NAK rewound the
+    // send queue, which sends the message again from its first packet.
+    if (state() != sending_state || wqe.acked || next_psn_ != ((wqe.last_psn + 1) & kPsnMask)) return;
   } while (offset < data.size());
 
   // Unreliable transports complete a WR once it is on the wire.
