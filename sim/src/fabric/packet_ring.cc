@@ -77,15 +77,21 @@ bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_
 }
 
 bool PacketRing::Pop(WirePacket* out) {
-  const uint64_t pos = tail_.load(std::memory_order_relaxed);
-  Slot* slot = &slots_[pos % kSlots];
-  if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
-  // Header and payload only: a small packet must not cost a 4 KiB copy.
-  std::memcpy(static_cast<void*>(out), &slot->pkt, offsetof(WirePacket, payload));
-  std::memcpy(out->payload, slot->pkt.payload, slot->pkt.payload_len);
-  slot->seq.store(pos + kSlots, std::memory_order_release);
-  tail_.store(pos + 1, std::memory_order_relaxed);
-  return true;
+  for (;;) {
+    const uint64_t pos = tail_.load(std::memory_order_relaxed);
+    Slot* slot = &slots_[pos % kSlots];
+    if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
+    // Header and payload only: a small packet must not cost a 4 KiB copy.
+    std::memcpy(static_cast<void*>(out), &slot->pkt, offsetof(WirePacket, payload));
+    // Another process wrote the header: a length beyond the payload area is
+    // corrupt, and the packet is dropped. The length is our copy's, which
+    // the writer cannot change any more.
+    const bool sane = out->payload_len <= WirePacket::kMaxPayload;
+    if (sane) std::memcpy(out->payload, slot->pkt.payload, out->payload_len);
+    slot->seq.store(pos + kSlots, std::memory_order_release);
+    tail_.store(pos + 1, std::memory_order_relaxed);
+    if (sane) return true;
+  }
 }
 
 bool PacketRing::Empty() const {
