@@ -371,7 +371,8 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   if (!segment_ || device_index >= kMaxDevices) return false;
   const DirEntry& e = segment_->devices[device_index].dir[pkt.dst_qpn % kDirSize];
   const int slot = e.slot.load();
-  if (e.qpn.load() != pkt.dst_qpn || slot < 0 || slot == slot_) return false;
+  // Any process writes the directory: a slot out of range is nobody.
+  if (e.qpn.load() != pkt.dst_qpn || slot < 0 || slot >= kMaxProcs || slot == slot_) return false;
   PacketRing*& ring = peer_rings_[slot];
   const uint32_t generation = segment_->procs[slot].generation.load();
   if (ring && peer_generation_[slot] != generation) {
@@ -423,7 +424,9 @@ bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
   const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   const int slot = e.slot.load();
-  if (e.qpn.load() != qpn || slot < 0 || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) return false;
+  if (e.qpn.load() != qpn || slot < 0 || slot >= kMaxProcs || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) {
+    return false;
+  }
   if (backlog_[slot].empty() && peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time);
