@@ -528,6 +528,9 @@ void Fabric::TakeFaultStateLocked() {
 void Fabric::HandleFaults() {
   FaultMailbox& box = segment_->faults;
   const uint64_t last = box.last_seq.load(std::memory_order_acquire);
+  // Only the last kRequests can still be in the ring; a corrupt last_seq
+  // must not make us count through the rest.
+  if (last > faults_seen_ + FaultMailbox::kRequests) faults_seen_ = last - FaultMailbox::kRequests;
   while (faults_seen_ < last) {
     const uint64_t seq = ++faults_seen_;
     FaultRequest& request = box.requests[seq % FaultMailbox::kRequests];
