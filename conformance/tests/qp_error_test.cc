@@ -455,6 +455,45 @@ TEST_F(QpErrorTest, SendFails_PeerDestroyed) {
   EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
 }
 
+// Rule: ibv_close_device(3): "ibv_close_device() does not release all the resources allocated using
+//   context context" - the program keeps their memory - but closing the device file destroys every
+//   hardware object of the context (uverbs_destroy_ufile_hw, drivers/infiniband/core/rdma_core.c),
+//   so its QPs stop answering.
+// Checks: after the context that owns b (with a receive posted) is closed without destroying b, a
+//   SEND from a_ (timeout 14, retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR within 5 s.
+TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
+  // What ibv_close_device leaves to the program stays allocated and reachable.
+  static std::vector<void*> left_to_the_program;
+  static uint64_t recv_buf[8];
+  ibv_context* doomed = OpenAnotherContext().release();
+  ASSERT_NE(doomed, nullptr);
+  ibv_pd* b_pd = ibv_alloc_pd(doomed);
+  ASSERT_NE(b_pd, nullptr) << ErrnoName(errno);
+  ibv_mr* b_mr = ibv_reg_mr(b_pd, recv_buf, sizeof recv_buf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(b_mr, nullptr) << ErrnoName(errno);
+  ibv_cq* b_cq = ibv_create_cq(doomed, 4, nullptr, nullptr, 0);
+  ASSERT_NE(b_cq, nullptr) << ErrnoName(errno);
+  ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, b_cq, b_cq);
+  ibv_qp* b = ibv_create_qp(b_pd, &init);
+  ASSERT_NE(b, nullptr) << ErrnoName(errno);
+  left_to_the_program.insert(left_to_the_program.end(), {b_pd, b_mr, b_cq, b});
+  ASSERT_TRUE(CreateEnd(&a_));
+  ConnectParams params;
+  params.timeout = 14;
+  params.retry_cnt = 1;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(BringUp(a_.get(), port(), b->qp_num, LocalAddress(), params));
+  ASSERT_TRUE(BringUp(b, port(), a_.qp_num(), LocalAddress(), params));
+  ibv_sge rsge = {reinterpret_cast<uintptr_t>(recv_buf), sizeof recv_buf, b_mr->lkey};
+  ASSERT_EQ(PostRecv(b, 2, &rsge, 1), 0);
+  ASSERT_EQ(ibv_close_device(doomed), 0);
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
 // Rule: IBTA Vol 1 ch. 10 (work completion errors) / ch. 11 (completion errors): an RC requester that
 //   completes a WR with a transport error (retries exhausted) enters the Error state.
 // Checks: after IBV_WC_RETRY_EXC_ERR (no such destination QP), the requester reads ERR.

@@ -63,6 +63,8 @@ class Engine {
   int AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid);
   int DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid);
   bool IsAttached(const Qp* qp) const;
+  // Takes `qp` out of every group (the QP leaves the wire). Requires: mu() held.
+  void DetachAllLocked(const Qp* qp);
 
  private:
   Engine() = default;
