@@ -529,6 +529,30 @@ TEST_F(MwTest, ZeroLengthBindUnbindsType1Window) {
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
 }
 
+// Rule: ibv_bind_mw(3): the bind is a work request on the QP's send queue, carried out when the HCA
+//   processes it; ibv_dealloc_mw(3) frees the window before then, and a bind of a window that no
+//   longer exists cannot succeed (IBTA Vol 1 10.6.7.2: the bind fails with a memory window binding
+//   error when the window is not valid).
+// Checks: a type 1 bind posted while b_ is in SQD (held there), then ibv_dealloc_mw of its window
+//   (returns 0), then SQD -> RTS: the bind completes with an error status (not IBV_WC_SUCCESS).
+TEST_F(MwTest, BindOfDeallocatedWindowFails) {
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  ASSERT_TRUE(MakePair());
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_SQD));
+  ASSERT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_SQD));
+  errno = 0;
+  ibv_mw* mw = ibv_alloc_mw(pd(), IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr) << ErrnoName(errno);
+  ASSERT_EQ(BindType1(b_.get(), mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), 78),
+            0);
+  ASSERT_EQ(ibv_dealloc_mw(mw), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_RTS));
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.send_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 78u);
+  EXPECT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+}
+
 // Rule: ibv_bind_mw(3): "In case of a success, the R_key of the memory window after the bind is
 //   returned in the mw_bind->mw->rkey field"; IBTA Vol 1 10.6.7: binding a window again gives it a
 //   new R_Key, and the previous R_Key no longer grants access.

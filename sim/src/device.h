@@ -82,6 +82,11 @@ class Device {
     auto it = keys_.find(key);
     return it == keys_.end() ? nullptr : it->second;
   }
+  // The live window or MR behind a handle that a work request carried since
+  // it was posted, or nullptr once it was deallocated: looked up in the key
+  // tables, so a freed handle is never read. Requires: engine lock.
+  Mw* FindWindowHandle(const ibv_mw* handle) const;
+  Mr* FindMrHandle(const ibv_mr* handle) const;
 
   // QP numbers are unique on the device across the processes of the fabric;
   // 0 and 1 are the special QPs. 0 means none is left.

@@ -78,7 +78,7 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
   if (qp_pd != pd_) return IBV_WC_MW_BIND_ERR;
   Mr* mr = nullptr;
   if (info.length > 0) {
-    mr = Mr::From(info.mr);
+    mr = dev->FindMrHandle(info.mr);  // it may have been deregistered since the bind was posted
     if (!mr || mr->pd() != pd_ || !(mr->access() & IBV_ACCESS_MW_BIND)) return IBV_WC_MW_BIND_ERR;
     if (info.mw_access_flags & ~kWindowAccess) return IBV_WC_MW_BIND_ERR;
     // Remote write or atomic access through a window needs local write on the MR.

@@ -230,7 +230,9 @@ void Qp::ExecuteLocked(size_t index) {
   }
   // Local operations: no packets.
   if (wqe.opcode == IBV_WR_BIND_MW) {
-    const ibv_wc_status st = Mw::From(wqe.mw)->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info);
+    // The window may have been deallocated since the bind was posted.
+    Mw* mw = device()->FindWindowHandle(wqe.mw);
+    const ibv_wc_status st = mw ? mw->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info) : IBV_WC_MW_BIND_ERR;
     if (st != IBV_WC_SUCCESS) {
       FailSendLocked(wqe, st);
     } else {
