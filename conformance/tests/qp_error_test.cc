@@ -462,8 +462,9 @@ TEST_F(QpErrorTest, SendFails_PeerDestroyed) {
 // Checks: after the context that owns b (with a receive posted) is closed without destroying b, a
 //   SEND from a_ (timeout 14, retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR within 5 s.
 TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
-  // What ibv_close_device leaves to the program stays allocated and reachable.
-  static std::vector<void*> left_to_the_program;
+  // What ibv_close_device leaves to the program stays allocated and reachable
+  // (a leak checker runs after static destructors: the list itself is never freed).
+  static auto* left_to_the_program = new std::vector<void*>();
   static uint64_t recv_buf[8];
   ibv_context* doomed = OpenAnotherContext().release();
   ASSERT_NE(doomed, nullptr);
@@ -476,7 +477,7 @@ TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
   ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, b_cq, b_cq);
   ibv_qp* b = ibv_create_qp(b_pd, &init);
   ASSERT_NE(b, nullptr) << ErrnoName(errno);
-  left_to_the_program.insert(left_to_the_program.end(), {b_pd, b_mr, b_cq, b});
+  left_to_the_program->insert(left_to_the_program->end(), {b_pd, b_mr, b_cq, b});
   ASSERT_TRUE(CreateEnd(&a_));
   ConnectParams params;
   params.timeout = 14;
