@@ -16,7 +16,8 @@
 // sleeps while none is armed. A peer in another process is reached behind the same Transmit():
 // the packet then crosses a shared-memory ring (fabric/fabric.h).
 //
-// Lock order: Device::contexts_mu_ → Engine::mu_ → Cq::mu_ → EventQueue::mu_.
+// Lock order: Device::contexts_mu_ → Cq::poll_mu_ → Engine::mu_ → Cq::mu_ →
+// EventQueue::mu_.
 // Device::mu_ (port states) is taken under the engine lock and takes no other.
 
 #include <chrono>
