@@ -315,15 +315,10 @@ void Fabric::Detach() {
       shm_unlink(segment_name_.c_str());
     }
   }
-  munmap(ring_, sizeof(PacketRing));
-  for (PacketRing*& r : peer_rings_) {
-    if (r) munmap(r, sizeof(PacketRing));
-    r = nullptr;
-  }
-  munmap(segment_, sizeof(FabricSegment));
-  segment_ = nullptr;
-  ring_ = nullptr;
-  slot_ = -1;
+  // Detach runs at exit, while the program's other threads may still poll
+  // or post through these mappings: they stay until the process is gone.
+  // The slot is not ours any more: a second Detach must not release it.
+  attach_pid_ = 0;
 }
 
 uint32_t Fabric::AllocQpn(int device_index) {
