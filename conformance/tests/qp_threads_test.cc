@@ -235,5 +235,36 @@ TEST_F(QpThreadsTest, ExitWhileAnotherThreadPollsEndsWithItsStatus) {
   }
 }
 
+// Rule: ibv_open_device(3) may be called from several threads at once (libibverbs is thread safe,
+//   libibverbs/man/ibv_open_device.3 and the verbs thread-safety note in ibv_create_qp(3)); each call
+//   returns its own context.
+// Checks: in a fresh child process, 4 threads released together each call ibv_open_device on the
+//   device: every call returns a context, in each of 20 rounds.
+TEST_F(QpThreadsTest, ConcurrentOpenDeviceReturnsAContextEach) {
+  for (int round = 0; round < 20; ++round) {
+    const ChildResult result = RunInChild(
+        [&]() -> int {
+          std::atomic<int> ready{0};
+          std::atomic<int> opened{0};
+          std::vector<std::thread> threads;
+          for (int i = 0; i < 4; ++i) {
+            threads.emplace_back([&] {
+              ++ready;
+              while (ready < 4) std::this_thread::yield();
+              ContextPtr context = OpenAnotherContext();
+              if (context) ++opened;
+            });
+          }
+          for (std::thread& t : threads) t.join();
+          return opened == 4 ? 0 : 1;
+        },
+        kChildTimeout, "4 threads in ibv_open_device");
+    if (!result.ok()) {
+      EXPECT_TRUE(Passed(result)) << "round " << round;
+      break;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace conformance

@@ -175,6 +175,7 @@ std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, co
 }
 
 std::string Fabric::Attach() {
+  std::lock_guard<std::mutex> attach_lock(attach_mu_);
   if (segment_ && attach_pid_ == getpid()) return "";
   if (segment_) {
     // A child of fork(): the parent's attachment (its slot, ring and objects)

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -129,6 +130,7 @@ class Fabric {
   std::thread progress_;
   std::atomic<bool> stop_{false};
   int attach_pid_ = 0;
+  std::mutex attach_mu_;  // ibv_open_device may run on several threads at once
   uint64_t faults_seen_ = 0;  // the last mailbox request handled
 };
 
