@@ -470,7 +470,8 @@ TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
   ASSERT_NE(doomed, nullptr);
   ibv_pd* b_pd = ibv_alloc_pd(doomed);
   ASSERT_NE(b_pd, nullptr) << ErrnoName(errno);
-  ibv_mr* b_mr = ibv_reg_mr(b_pd, recv_buf, sizeof recv_buf, IBV_ACCESS_LOCAL_WRITE);
+  const int access = IBV_ACCESS_LOCAL_WRITE;  // an int: ibv_reg_mr's macro masks it with another enum
+  ibv_mr* b_mr = ibv_reg_mr(b_pd, recv_buf, sizeof recv_buf, access);
   ASSERT_NE(b_mr, nullptr) << ErrnoName(errno);
   ibv_cq* b_cq = ibv_create_cq(doomed, 4, nullptr, nullptr, 0);
   ASSERT_NE(b_cq, nullptr) << ErrnoName(errno);
