@@ -5,11 +5,13 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <cerrno>
 #include <memory>
 #include <set>
 #include <vector>
 
 #include "conformance/lib/blocking_call.h"
+#include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/sim_test.h"
 #include "conformance/lib/timeouts.h"
@@ -63,6 +65,35 @@ TEST_F(AsyncEventThreadsTest, EachEventReachesExactlyOneWaiter) {
         EXPECT_TRUE(NoAsyncEventWithin(context.get(), kQuietWindow)) << "an event was left over";
       },
       kChildTimeout, "4 threads in ibv_get_async_event");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: closing the device file destroys the context's async event file, which marks its queue
+//   closed and wakes its readers (uverbs_async_event_destroy_uobj -> ib_uverbs_free_event_queue,
+//   drivers/infiniband/core/uverbs_std_types_async_fd.c); a reader of a closed, empty queue gets
+//   EIO (ib_uverbs_event_read), so ibv_get_async_event(3) returns -1.
+// Checks: a thread blocked in ibv_get_async_event returns -1 with errno EIO once another thread
+//   has closed the context with ibv_close_device.
+TEST_F(AsyncEventThreadsTest, CloseDeviceWakesABlockedReaderWithEio) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ibv_context* context = OpenAnotherContext().release();
+        ASSERT_NE(context, nullptr);
+        // Shared with the thread, which may outlive this scope if it never returns.
+        auto err = std::make_shared<int>(0);
+        BlockingCall reader([context, err] {
+          ibv_async_event event = {};
+          const int rc = ibv_get_async_event(context, &event);
+          *err = errno;
+          return rc;
+        });
+        if (!ExpectBlocks(reader, kBlockWindow)) return;
+        ASSERT_EQ(ibv_close_device(context), 0);
+        if (!ExpectReturnsWithin(reader, kReturnWindow)) return;
+        EXPECT_EQ(reader.result(), -1);
+        EXPECT_EQ(*err, EIO) << ErrnoName(*err);
+      },
+      kChildTimeout, "ibv_get_async_event while the device is closed");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -7,10 +7,14 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cerrno>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
+#include "conformance/lib/device_opener.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/qp_pair.h"
@@ -218,6 +222,59 @@ TEST_F(DeviceFatalTest, FatalIsTheLastEvent) {
         EXPECT_TRUE(NoAsyncEventWithin(dead.get(), kQuietWindow));
       },
       kChildTimeout, "events after DEVICE_FATAL");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: ibv_get_async_event(3): DEVICE_FATAL is an event of the device whose HCA failed; another
+//   device's traffic goes on and no verb on either may hang.
+// Checks: while a loopback pair on the second device posts RDMA WRITEs without pause, DEVICE_FATAL
+//   is raised 200 times on fresh contexts of the first device (four open each time); every raise
+//   and every post returns.
+TEST_F(DeviceFatalTest, RaiseDuringAnotherDevicesTrafficReturns) {
+  const std::vector<std::string> names = DeviceNames();
+  SKIP_IF(names.size() < 2) << "(the device list has fewer than 2 devices)";
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        std::string error;
+        ContextPtr busy = OpenDeviceByName(names[1], &error);
+        ASSERT_NE(busy, nullptr) << error;
+        PdPtr busy_pd(ibv_alloc_pd(busy.get()));
+        ASSERT_NE(busy_pd, nullptr) << ErrnoName(errno);
+        Buffer buf;
+        ASSERT_TRUE(buf.Register(busy_pd.get(), 4096));
+        QpEnd from;
+        QpEnd to;
+        ASSERT_TRUE(CreateEndOn(busy.get(), busy_pd.get(), &from, EndConfig{}));
+        ASSERT_TRUE(CreateEndOn(busy.get(), busy_pd.get(), &to, EndConfig{}));
+        ibv_ah_attr self = {};
+        ASSERT_TRUE(PortAddress(busy.get(), 1, gid_index(), false, &self));
+        ASSERT_TRUE(BringUp(from.get(), 1, to.qp_num(), self, ConnectParams{}));
+        ASSERT_TRUE(BringUp(to.get(), 1, from.qp_num(), self, ConnectParams{}));
+
+        std::atomic<bool> stop{false};
+        std::thread traffic([&] {
+          ibv_sge sge = buf.Sge(0, 64);
+          // Unsignaled: each WRITE retires once acknowledged, so the queue never fills.
+          while (!stop.load()) {
+            if (PostOne(from.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, buf.addr(2048), buf.rkey(), 0)) != 0) break;
+          }
+        });
+        bool opened = true;
+        for (int round = 0; round < 200 && opened; ++round) {
+          std::vector<ContextPtr> doomed;
+          for (int i = 0; i < 4 && opened; ++i) {
+            doomed.push_back(OpenDeviceByName(names[0], &error));
+            opened = doomed.back() != nullptr;
+          }
+          EXPECT_TRUE(opened) << error;  // no ASSERT: the traffic thread must be joined
+          if (opened) {
+            EXPECT_EQ(sim().RaiseDeviceFatal(doomed.front().get()), 0) << "simverbs_raise_device_fatal";
+          }
+        }
+        stop = true;
+        traffic.join();
+      },
+      kChildTimeout, "DEVICE_FATAL on one device while another sends");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -529,6 +529,57 @@ TEST_F(MwTest, ZeroLengthBindUnbindsType1Window) {
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
 }
 
+// Rule: ibv_bind_mw(3): the bind is a work request on the QP's send queue, carried out when the HCA
+//   processes it; ibv_dealloc_mw(3) frees the window before then, and a bind of a window that no
+//   longer exists cannot succeed (IBTA Vol 1 10.6.7.2: the bind fails with a memory window binding
+//   error when the window is not valid).
+// Checks: a type 1 bind posted while b_ is in SQD (held there), then ibv_dealloc_mw of its window
+//   (returns 0), then SQD -> RTS: the bind completes with an error status (not IBV_WC_SUCCESS).
+TEST_F(MwTest, BindOfDeallocatedWindowFails) {
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  ASSERT_TRUE(MakePair());
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_SQD));
+  ASSERT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_SQD));
+  errno = 0;
+  ibv_mw* mw = ibv_alloc_mw(pd(), IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr) << ErrnoName(errno);
+  ASSERT_EQ(BindType1(b_.get(), mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), 78),
+            0);
+  ASSERT_EQ(ibv_dealloc_mw(mw), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_RTS));
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.send_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 78u);
+  EXPECT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+}
+
+// Rule: ibv_bind_mw(3): "In case of a success, the R_key of the memory window after the bind is
+//   returned in the mw_bind->mw->rkey field"; IBTA Vol 1 10.6.7: binding a window again gives it a
+//   new R_Key, and the previous R_Key no longer grants access.
+// Checks: a type 1 window bound on b_ (R_Key K1), then bound again while b_ is in SQD (executed
+//   at SQD -> RTS, successfully, with a new mw->rkey): a WRITE from a_ with K1 fails with
+//   IBV_WC_REM_ACCESS_ERR.
+TEST_F(MwTest, WriteFails_OldRkeyAfterRebindHeldInSqd) {
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  ASSERT_TRUE(MakePair());
+  ibv_mw* mw = AllocMw(IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  const ibv_mw_bind_info info = BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NO_FATAL_FAILURE(BindType1OnB(mw, info));
+  const uint32_t first_rkey = mw->rkey;
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_SQD));
+  ASSERT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_SQD));
+  ASSERT_EQ(BindType1(b_.get(), mw, info, 79), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_RTS));
+  ibv_wc bind_wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.send_cq.get(), &bind_wc));
+  ASSERT_EQ(bind_wc.status, IBV_WC_SUCCESS) << DescribeWc(bind_wc);
+  ASSERT_NE(mw->rkey, first_rkey);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(WriteFromA(first_rkey, kWindowOffset, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << "the R_Key of the first binding: " << DescribeWc(wc);
+}
+
 // Rule: ibv_wr_post(3): ibv_wr_bind_mw "Bind a MW type 2 specified by mw, set a new rkey and set its
 //   properties by bind_info"; ibv_alloc_mw(3): the bound window allows RDMA access to its part of the MR.
 // Checks: a type 2 window bound on b_ with ibv_wr_bind_mw (rkey ibv_inc_rkey(mw->rkey)) completes with

@@ -20,6 +20,7 @@
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
@@ -865,6 +866,48 @@ TEST_F(QpDatapathTest, ArmedRecvCompletionRaisesOneEvent) {
   acks_.AddCqEvent(cq);
   EXPECT_EQ(cq, b_.recv_cq.get());
   EXPECT_TRUE(NoCqEventWithin(channel_.get(), kQuietWindow)) << "a second event for one completion";
+}
+
+// Rule: ibv_create_cq_ex(3): ibv_start_poll ... ibv_end_poll is a polling section of one CQ ("lock
+//   the CQ" against other pollers); nothing in ibv_post_send(3) or ibv_post_recv(3) forbids posting
+//   from inside it, the usual "repost as you poll" loop, and the HCA keeps writing CQEs meanwhile.
+// Checks: with a_'s send CQ made by ibv_create_cq_ex, inside ibv_start_poll (one completion
+//   found) a_ posts another signaled RDMA WRITE, which returns 0; ibv_next_poll and ibv_end_poll
+//   return, and both WRITEs complete successfully.
+TEST_F(QpDatapathTest, PostInsidePollSectionReturns) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        EndConfig config;
+        config.send_cq_flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+        ASSERT_TRUE(MakePair(config, ConnectParams{}));
+        ibv_cq_ex* cq = reinterpret_cast<ibv_cq_ex*>(a_.send_cq.get());
+        ibv_sge sge = src_.Sge(0, 64);
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, dst_.addr(), dst_.rkey())), 0);
+        ibv_wc first = {};
+        ibv_poll_cq_attr attr = {};
+        int rc = ENOENT;
+        for (int tries = 0; tries < 1000000 && rc == ENOENT; ++tries) rc = ibv_start_poll(cq, &attr);
+        ASSERT_EQ(rc, 0) << "no completion of the first WRITE";
+        first.wr_id = cq->wr_id;
+        first.status = cq->status;
+        EXPECT_EQ(PostOne(a_.get(), RdmaWr(2, IBV_WR_RDMA_WRITE, &sge, 1, dst_.addr(64), dst_.rkey())), 0);
+        std::vector<uint64_t> done = {first.wr_id};
+        EXPECT_EQ(first.status, IBV_WC_SUCCESS);
+        if (ibv_next_poll(cq) == 0) {
+          done.push_back(cq->wr_id);
+          EXPECT_EQ(cq->status, IBV_WC_SUCCESS);
+        }
+        ibv_end_poll(cq);
+        if (done.size() < 2) {
+          ibv_wc second = {};
+          ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &second));
+          EXPECT_EQ(second.status, IBV_WC_SUCCESS) << DescribeWc(second);
+          done.push_back(second.wr_id);
+        }
+        EXPECT_EQ(done, (std::vector<uint64_t>{1, 2}));
+      },
+      kChildTimeout, "a post inside ibv_start_poll / ibv_end_poll");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: IBTA Vol 1 ch. 9 (RC) / ch. 10 (addressing): an RC connection joins QPs of any two channel adapters

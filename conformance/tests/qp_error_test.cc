@@ -391,6 +391,38 @@ TEST_F(QpErrorTest, SendSucceeds_RnrRetryInfiniteThenRecvPosted) {
   EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
 }
 
+// Rule: IBTA Vol 1 9.7.5.2.8: an RNR NAK of the first packet of a multi-packet message makes the
+//   requester send the whole message again from its first packet; the responder never delivers a
+//   part of it without a receive WQE.
+// Checks: with rnr_retry 7 and no receive posted, a SEND of three path MTUs does not complete and
+//   b_ stays usable (not ERR); once a receive is posted, the SEND and the receive complete
+//   successfully with every byte.
+TEST_F(QpErrorTest, SendSucceeds_RnrRetryInfiniteThenRecvPosted_MultiPacket) {
+  ConnectParams params;
+  params.rnr_retry = 7;
+  params.min_rnr_timer = 1;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(MakePair({}, params));
+  const uint32_t length = 3 * (128u << params.path_mtu);
+  ASSERT_LE(length, local_.size());
+  ibv_sge sge = local_.Sge(0, length);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "the SEND completed with no receive posted";
+  ibv_qp_state b_state = IBV_QPS_RESET;
+  ASSERT_TRUE(QueryQpState(b_.get(), &b_state));
+  EXPECT_EQ(b_state, IBV_QPS_RTS) << QpStateName(b_state);
+  ibv_sge rsge = remote_.Sge(0, length);
+  ASSERT_EQ(PostRecv(b_.get(), 2, &rsge, 1), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(rwc.byte_len, length) << DescribeWc(rwc);
+  EXPECT_EQ(remote_.Bytes(0, length), Pattern(1, length));
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+}
+
 // Rule: ibv_modify_qp(3): timeout is the "Local ack timeout" (4.096 us * 2^timeout) and retry_cnt the "Retry
 //   count"; IBTA Vol 1 ch. 9 (transport timer and retries): when no response arrives after retry_cnt retries
 //   the requester completes the WR with IBV_WC_RETRY_EXC_ERR. A packet to a QP number that does not exist is
@@ -416,6 +448,47 @@ TEST_F(QpErrorTest, SendFails_PeerDestroyed) {
   a_params.retry_cnt = 1;
   ASSERT_TRUE(MakePair({}, {}, a_params, {}));
   b_.reset();
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
+// Rule: ibv_close_device(3): "ibv_close_device() does not release all the resources allocated using
+//   context context" - the program keeps their memory - but closing the device file destroys every
+//   hardware object of the context (uverbs_destroy_ufile_hw, drivers/infiniband/core/rdma_core.c),
+//   so its QPs stop answering.
+// Checks: after the context that owns b (with a receive posted) is closed without destroying b, a
+//   SEND from a_ (timeout 14, retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR within 5 s.
+TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
+  // What ibv_close_device leaves to the program stays allocated and reachable
+  // (a leak checker runs after static destructors: the list itself is never freed).
+  static auto* left_to_the_program = new std::vector<void*>();
+  static uint64_t recv_buf[8];
+  ibv_context* doomed = OpenAnotherContext().release();
+  ASSERT_NE(doomed, nullptr);
+  ibv_pd* b_pd = ibv_alloc_pd(doomed);
+  ASSERT_NE(b_pd, nullptr) << ErrnoName(errno);
+  const int access = IBV_ACCESS_LOCAL_WRITE;  // an int: ibv_reg_mr's macro masks it with another enum
+  ibv_mr* b_mr = ibv_reg_mr(b_pd, recv_buf, sizeof recv_buf, access);
+  ASSERT_NE(b_mr, nullptr) << ErrnoName(errno);
+  ibv_cq* b_cq = ibv_create_cq(doomed, 4, nullptr, nullptr, 0);
+  ASSERT_NE(b_cq, nullptr) << ErrnoName(errno);
+  ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, b_cq, b_cq);
+  ibv_qp* b = ibv_create_qp(b_pd, &init);
+  ASSERT_NE(b, nullptr) << ErrnoName(errno);
+  left_to_the_program->insert(left_to_the_program->end(), {b_pd, b_mr, b_cq, b});
+  ASSERT_TRUE(CreateEnd(&a_));
+  ConnectParams params;
+  params.timeout = 14;
+  params.retry_cnt = 1;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(BringUp(a_.get(), port(), b->qp_num, LocalAddress(), params));
+  ASSERT_TRUE(BringUp(b, port(), a_.qp_num(), LocalAddress(), params));
+  ibv_sge rsge = {reinterpret_cast<uintptr_t>(recv_buf), sizeof recv_buf, b_mr->lkey};
+  ASSERT_EQ(PostRecv(b, 2, &rsge, 1), 0);
+  ASSERT_EQ(ibv_close_device(doomed), 0);
   ibv_sge sge = local_.Sge(0, 16);
   ibv_wc wc = {};
   ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));

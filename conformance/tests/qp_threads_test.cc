@@ -9,6 +9,8 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
@@ -192,6 +195,75 @@ TEST_F(QpThreadsTest, EventLoopThreadSeesEveryCompletion_WhilePosterThreadSends)
   EXPECT_EQ(loop_error, "");
   ASSERT_EQ(received.size(), static_cast<size_t>(kMessages));
   for (int i = 0; i < kMessages; ++i) EXPECT_EQ(received[i], static_cast<uint64_t>(i)) << "receive " << i;
+}
+
+// Rule: exit(3) calls the functions registered with atexit(3) while the program's other threads
+//   still run; nothing in ibv_poll_cq(3) or ibv_close_device(3) asks a program to stop polling
+//   before it exits, and the process ends with the status given to exit.
+// Checks: a child process opens the device, starts 4 threads that poll a CQ without pause, and
+//   calls exit(0) once each has polled: the child exits with status 0 (it is not killed by a
+//   signal), in each of 30 rounds.
+TEST_F(QpThreadsTest, ExitWhileAnotherThreadPollsEndsWithItsStatus) {
+  // The race with exit is short: a few rounds give it room.
+  for (int round = 0; round < 30; ++round) {
+    const ChildResult result = RunInChild(
+        [&]() -> int {
+          ContextPtr context = OpenAnotherContext();  // this process joins the fabric itself
+          if (!context) return 2;
+          ibv_cq* cq = ibv_create_cq(context.get(), 4, nullptr, nullptr, 0);
+          if (!cq) return 3;
+          static std::atomic<int> polling{0};
+          for (int i = 0; i < 4; ++i) {
+            std::thread([cq] {
+              ibv_wc wc;
+              bool counted = false;
+              for (;;) {
+                ibv_poll_cq(cq, 1, &wc);
+                if (!counted) ++polling;
+                counted = true;
+              }
+            }).detach();
+          }
+          while (polling < 4) std::this_thread::yield();
+          std::exit(0);
+        },
+        kChildTimeout, "exit(0) while a thread polls");
+    if (!result.ok()) {
+      EXPECT_TRUE(Passed(result)) << "round " << round;
+      break;
+    }
+  }
+}
+
+// Rule: ibv_open_device(3) may be called from several threads at once (libibverbs is thread safe,
+//   libibverbs/man/ibv_open_device.3 and the verbs thread-safety note in ibv_create_qp(3)); each call
+//   returns its own context.
+// Checks: in a fresh child process, 4 threads released together each call ibv_open_device on the
+//   device: every call returns a context, in each of 20 rounds.
+TEST_F(QpThreadsTest, ConcurrentOpenDeviceReturnsAContextEach) {
+  for (int round = 0; round < 20; ++round) {
+    const ChildResult result = RunInChild(
+        [&]() -> int {
+          std::atomic<int> ready{0};
+          std::atomic<int> opened{0};
+          std::vector<std::thread> threads;
+          for (int i = 0; i < 4; ++i) {
+            threads.emplace_back([&] {
+              ++ready;
+              while (ready < 4) std::this_thread::yield();
+              ContextPtr context = OpenAnotherContext();
+              if (context) ++opened;
+            });
+          }
+          for (std::thread& t : threads) t.join();
+          return opened == 4 ? 0 : 1;
+        },
+        kChildTimeout, "4 threads in ibv_open_device");
+    if (!result.ok()) {
+      EXPECT_TRUE(Passed(result)) << "round " << round;
+      break;
+    }
+  }
 }
 
 }  // namespace

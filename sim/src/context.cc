@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "comp_channel.h"
 #include "cq.h"
@@ -12,6 +13,9 @@
 #include "fabric/fabric.h"
 #include "fault/fault_plan.h"
 #include "ops_table.h"
+#include "qp.h"
+#include "srq.h"
+#include "transport/engine.h"
 #include "trace/trace.h"
 #include "fault/fault_points.h"
 
@@ -66,6 +70,18 @@ void Context::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     for (CompChannel* ch : channels_) ch->DetachFromContext();
     channels_.clear();
+  }
+  {
+    // Objects still alive are left to the program (ibv_close_device(3)), but
+    // the kernel destroys them: nothing may reach them, and through them this
+    // context, once it is gone.
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::vector<Qp*> qps;
+    device_->ForEachQp([&](Qp* qp) {
+      if (qp->context() == this) qps.push_back(qp);
+    });
+    for (Qp* qp : qps) qp->OrphanLocked();
+    Srq::OrphanXrcLocked(this);
   }
   delete this;
 }

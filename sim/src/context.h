@@ -24,7 +24,9 @@ class Context {
   static constexpr uint64_t kMagic = 0x53494d4354580001;  // "SIMCTX"
 
   static Result<Context*> Open(Device* device);
-  // ibv_close_device: no waiting for acks; channels of this context read EIO afterwards.
+  // ibv_close_device: no waiting for acks; channels of this context read EIO
+  // afterwards; QPs and XRC SRQs still alive leave the wire (their memory is
+  // the program's).
   void Close();
 
   static Context* From(const ibv_context* ctx) {

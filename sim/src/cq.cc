@@ -91,6 +91,7 @@ int Cq::Destroy() {
 }
 
 int Cq::Resize(int cqe) {
+  std::lock_guard<std::mutex> poll_lock(poll_mu_);
   std::lock_guard<std::mutex> lock(mu_);
   if (error_) return EINVAL;
   const int max_cqe = ctx_->device()->profile().attr_ex.orig_attr.max_cqe;
@@ -220,6 +221,7 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (!cq || num_entries < 0 || (num_entries > 0 && !wc)) return -1;
   // Packets from other processes are handled by whoever polls (no system call).
   Fabric::Get().PollInbound();
+  std::lock_guard<std::mutex> poll_lock(cq->poll_mu_);
   std::lock_guard<std::mutex> lock(cq->mu_);
   if (cq->error_) return -1;
   int n = 0;
@@ -305,14 +307,25 @@ ibv_cq_ex* Cq::CreateExOp(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
 }
 
 // ---- extended polling ------------------------------------------------------
-// ibv_start_poll takes the CQ lock and keeps it until ibv_end_poll, as
-// providers do; on ENOENT from start_poll the lock is released at once (the
-// caller must not call end_poll then).
+// ibv_start_poll takes the CQ's poller lock and keeps it until ibv_end_poll,
+// as providers do; on ENOENT from start_poll the lock is released at once
+// (the caller must not call end_poll then). The ring itself is locked only
+// while it changes: completions may arrive during the section.
 
+// Requires: mu_ held, count_ > 0.
 void Cq::LoadCurrentLocked() {
-  const ibv_wc& wc = ring_[head_];
-  handle_.pub.wr_id = wc.wr_id;
-  handle_.pub.status = wc.status;
+  current_ = ring_[head_];
+  has_current_ = true;
+  handle_.pub.wr_id = current_.wr_id;
+  handle_.pub.status = current_.status;
+}
+
+// Requires: mu_ held. The entry the section read is consumed (at most once).
+void Cq::ConsumeCurrentLocked() {
+  if (!has_current_ || count_ == 0) return;
+  has_current_ = false;
+  head_ = (head_ + 1) % ring_.size();
+  --count_;
 }
 
 int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
@@ -320,48 +333,39 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   if (!cq || (attr && attr->comp_mask)) return EINVAL;
   // As ibv_poll_cq: packets from other processes are handled by whoever polls.
   Fabric::Get().PollInbound();
-  cq->mu_.lock();
-  if (cq->error_) {
-    cq->mu_.unlock();
-    return EINVAL;
-  }
-  if (cq->count_ == 0) {
-    cq->mu_.unlock();
-    return ENOENT;
+  cq->poll_mu_.lock();
+  std::lock_guard<std::mutex> lock(cq->mu_);
+  if (cq->error_ || cq->count_ == 0) {
+    cq->poll_mu_.unlock();
+    return cq->error_ ? EINVAL : ENOENT;
   }
   cq->LoadCurrentLocked();
-  fault_plan::OnPolledEx(cq, cq->ring_[cq->head_].qp_num);
+  fault_plan::OnPolledEx(cq, cq->current_.qp_num);
   Fabric::Get().PollFoundWork();
   return 0;
 }
 
 int Cq::NextPoll(ibv_cq_ex* ibcq) {
   Cq* cq = From(ibcq);
-  if (cq->count_ > 0) {
-    cq->head_ = (cq->head_ + 1) % cq->ring_.size();
-    --cq->count_;
-  }
+  std::lock_guard<std::mutex> lock(cq->mu_);
+  cq->ConsumeCurrentLocked();
   if (cq->count_ == 0) return ENOENT;
   cq->LoadCurrentLocked();
-  fault_plan::OnPolledEx(cq, cq->ring_[cq->head_].qp_num);
+  fault_plan::OnPolledEx(cq, cq->current_.qp_num);
   return 0;
 }
 
 void Cq::EndPoll(ibv_cq_ex* ibcq) {
   Cq* cq = From(ibcq);
-  // The entry read last is consumed here unless next_poll already found the queue empty.
-  if (cq->count_ > 0) {
-    cq->head_ = (cq->head_ + 1) % cq->ring_.size();
-    --cq->count_;
+  {
+    std::lock_guard<std::mutex> lock(cq->mu_);
+    cq->ConsumeCurrentLocked();
   }
-  cq->mu_.unlock();
+  cq->poll_mu_.unlock();
   fault_plan::OnEndPoll();
 }
 
-const ibv_wc& Cq::Current(ibv_cq_ex* ibcq) {
-  Cq* cq = From(ibcq);
-  return cq->ring_[cq->head_];
-}
+const ibv_wc& Cq::Current(ibv_cq_ex* ibcq) { return From(ibcq)->current_; }
 
 void Cq::InstallExOps() {
   ibv_cq_ex& c = handle_.pub;

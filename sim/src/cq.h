@@ -1,6 +1,7 @@
 #pragma once
 
-// A completion queue. Lock order: Engine::mu_ before Cq::mu_ before EventQueue::mu_.
+// A completion queue. Lock order: Cq::poll_mu_ before Engine::mu_ before
+// Cq::mu_ before EventQueue::mu_.
 //
 // States: usable → errored (overrun in the profile's error modes: poll
 // returns -1, notify and resize fail; only destroy works) → destroyed.
@@ -102,6 +103,7 @@ class Cq {
   static void EndPoll(ibv_cq_ex* cq);
   static const ibv_wc& Current(ibv_cq_ex* cq);
   void LoadCurrentLocked();
+  void ConsumeCurrentLocked();
 
   enum class Arm { kNone, kSolicited, kNext };
 
@@ -113,6 +115,10 @@ class Cq {
   AffiliatedEvents events_;
   std::atomic<int> srqs_{0};
 
+  // Held by a poller: ibv_poll_cq, or from ibv_start_poll to ibv_end_poll.
+  // Producers do not take it, so a program may post (and so complete, in
+  // this process) from inside a polling section.
+  std::mutex poll_mu_;
   std::mutex mu_;
   std::vector<ibv_wc> ring_;  // capacity = cqe
   size_t head_ = 0;
@@ -122,6 +128,10 @@ class Cq {
   bool destroying_ = false;
   bool held_ = false;
   std::vector<std::pair<ibv_wc, bool>> held_wcs_;  // completion, solicited bit
+  // The entry the ibv_wc_read_* calls read (a copy: producers may write the
+  // ring meanwhile); has_current_ while it is not consumed. poll_mu_.
+  ibv_wc current_{};
+  bool has_current_ = false;
 };
 
 }  // namespace simverbs

@@ -6,6 +6,8 @@
 #include "context.h"
 #include "fabric/fabric.h"
 #include "fault/fault_plan.h"
+#include "mr.h"
+#include "mw.h"
 #include "qp.h"
 #include "sched/scheduler.h"
 #include "trace/trace.h"
@@ -45,12 +47,12 @@ void Device::SetPortState(int port_num, ibv_port_state state) {
 namespace simverbs {
 
 void Device::AddContext(Context* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(contexts_mu_);
   contexts_.insert(ctx);
 }
 
 void Device::RemoveContext(Context* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(contexts_mu_);
   contexts_.erase(ctx);
 }
 
@@ -129,6 +131,20 @@ void Device::AddQp(Qp* qp) {
   fault_plan::OnQpCreated(qp);  // "#N" in fault plans: creation order
 }
 void Device::RemoveQp(Qp* qp) { qps_.erase(qp->qp_num()); }
+
+Mw* Device::FindWindowHandle(const ibv_mw* handle) const {
+  for (const auto& [key, mw] : window_keys_) {
+    if (mw->ibv() == handle) return mw;
+  }
+  return nullptr;
+}
+
+Mr* Device::FindMrHandle(const ibv_mr* handle) const {
+  for (const auto& [key, mr] : keys_) {
+    if (mr->ibv() == handle) return mr;
+  }
+  return nullptr;
+}
 
 Qp* Device::FindQp(uint32_t qpn) const {
   auto it = qps_.find(qpn);

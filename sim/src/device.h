@@ -48,9 +48,11 @@ class Device {
   // Contexts opened on this device, for device-wide events (port, fatal).
   void AddContext(Context* ctx);
   void RemoveContext(Context* ctx);
+  // `fn` may take the engine lock (DEVICE_FATAL does): contexts_mu_ comes
+  // before it, mu_ (taken under the engine lock by Engine::Route) after it.
   template <typename Fn>
   void ForEachContext(Fn fn) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(contexts_mu_);
     for (Context* c : contexts_) fn(c);
   }
 
@@ -80,6 +82,11 @@ class Device {
     auto it = keys_.find(key);
     return it == keys_.end() ? nullptr : it->second;
   }
+  // The live window or MR behind a handle that a work request carried since
+  // it was posted, or nullptr once it was deallocated: looked up in the key
+  // tables, so a freed handle is never read. Requires: engine lock.
+  Mw* FindWindowHandle(const ibv_mw* handle) const;
+  Mr* FindMrHandle(const ibv_mr* handle) const;
 
   // QP numbers are unique on the device across the processes of the fabric;
   // 0 and 1 are the special QPs. 0 means none is left.
@@ -101,7 +108,8 @@ class Device {
   int index_;
   mutable std::mutex mu_;
   std::vector<ibv_port_state> port_state_;  // index 0 = port 1
-  std::set<Context*> contexts_;
+  std::mutex contexts_mu_;
+  std::set<Context*> contexts_;  // contexts_mu_
   std::atomic<uint32_t> next_qpn_{0x11};
   std::vector<uint32_t> released_qpns_;  // mu_; only with behaviour qp_number_reuse
   std::unordered_map<uint32_t, Qp*> qps_;  // engine lock

@@ -21,7 +21,13 @@ EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC)) {
   if (fd_ < 0) std::abort();  // no fd means no device: nothing sensible to continue with
 }
 
-EventQueue::~EventQueue() = default;  // the fd is closed by its owner (channel or context)
+EventQueue::~EventQueue() {
+  // The fd is closed by its owner (channel or context), maybe already: not touched here.
+  std::unique_lock<std::mutex> lock(mu_);
+  closed_ = true;
+  WakeAllLocked();
+  readers_left_.wait(lock, [this] { return waiters_.empty(); });
+}
 
 // Requires: mu_ held. Keeps the eventfd counter non-zero exactly while readable_.
 void EventQueue::SetReadableLocked(bool readable) {
@@ -67,6 +73,7 @@ void EventQueue::Push(const QueuedEvent& ev) {
 // Requires: mu_ held. Events reserved for a reader that left go to anyone.
 void EventQueue::RemoveWaiterLocked(uint64_t id) {
   waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), id), waiters_.end());
+  if (waiters_.empty()) readers_left_.notify_all();
   bool released = false;
   for (QueuedEvent& e : events_) {
     if (e.waiter == id) {
@@ -94,7 +101,9 @@ int EventQueue::Pop(QueuedEvent* out) {
         SetReadableLocked(!events_.empty() || closed_);
         return 0;
       }
-      if (closed_ && events_.empty()) {
+      // Closed: nothing more comes, and what is left is reserved for other
+      // readers (a reader that blocked here could wait forever).
+      if (closed_) {
         if (me != 0) RemoveWaiterLocked(me);
         return EIO;
       }

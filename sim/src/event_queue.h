@@ -20,6 +20,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -39,6 +40,9 @@ struct QueuedEvent {
 class EventQueue {
  public:
   EventQueue();
+  // Readers still blocked in Pop (ibv_get_async_event while the context is
+  // closed) get EIO, as from the kernel's freed event file
+  // (ib_uverbs_free_event_queue); the queue goes once they have left.
   ~EventQueue();
   EventQueue(const EventQueue&) = delete;
   EventQueue& operator=(const EventQueue&) = delete;
@@ -50,7 +54,7 @@ class EventQueue {
   void Push(const QueuedEvent& ev);
 
   // Blocks until an event is available, unless the fd is O_NONBLOCK (EAGAIN).
-  // Returns 0 or an errno: EAGAIN, EINTR, EIO (queue closed and empty).
+  // Returns 0 or an errno: EAGAIN, EINTR, EIO (queue closed, nothing left for this reader).
   int Pop(QueuedEvent* out);
 
   // Drops every queued event for `element` (the object is being destroyed).
@@ -76,6 +80,7 @@ class EventQueue {
   bool readable_ = false;
   bool closed_ = false;
   std::vector<uint64_t> waiters_;  // blocked readers, longest waiting first
+  std::condition_variable readers_left_;  // waiters_ became empty
   uint64_t next_waiter_id_ = 1;
   int deliver_next_to_ = -1;       // index in waiters_, from DeliverNextTo
   std::atomic<uint32_t> wake_seq_{0};  // futex word

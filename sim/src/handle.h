@@ -20,12 +20,15 @@ struct Handle {
     owner = o;
     magic = Owner::kMagic;
   }
-  void Unbind() { magic = 0; }
+  // Called from destructors, where a plain store is dead to the compiler
+  // (the object's lifetime ends) and is dropped: volatile keeps it, so a
+  // destroyed handle is refused while its memory is not reused.
+  void Unbind() { *static_cast<volatile uint64_t*>(&magic) = 0; }
 
   static Owner* From(const void* p) {
     if (p == nullptr) return nullptr;
     auto* h = static_cast<const Handle*>(p);
-    return h->magic == Owner::kMagic ? h->owner : nullptr;
+    return *static_cast<const volatile uint64_t*>(&h->magic) == Owner::kMagic ? h->owner : nullptr;
   }
 };
 

@@ -24,6 +24,7 @@ Mw::Mw(Pd* pd, ibv_mw_type type) : ctx_(pd->context()), pd_(pd) {
   m.type = type;
   m.rkey = (ctx_->device()->NewKeyIndex() << 8) | 0x01;
   m.handle = m.rkey >> 8;
+  key_ = m.rkey;
   pd->AddUser();
 }
 
@@ -44,7 +45,7 @@ Result<Mw*> Mw::Alloc(Pd* pd, ibv_mw_type type) {
   if (!dev->Reserve(Device::Kind::kMw)) return Result<Mw*>::Error(ENOMEM);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   Mw* mw = new Mw(pd, type);
-  dev->AddWindowKey(mw->handle_.pub.rkey, mw);
+  dev->AddWindowKey(mw->key_, mw);
   return mw;
 }
 
@@ -53,7 +54,7 @@ int Mw::Dealloc() {
   {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     UnbindLocked();
-    dev->RemoveWindowKey(handle_.pub.rkey);
+    dev->RemoveWindowKey(key_);
   }
   dev->Release(Device::Kind::kMw);
   delete this;
@@ -73,11 +74,11 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
   // A type 2 window must be invalidated before it is bound again (IBTA 10.6.7.2).
   if (type() == IBV_MW_TYPE_2 && mr_) return IBV_WC_MW_BIND_ERR;
   // The key's index (upper 24 bits) is the window's; only the key byte may change.
-  if ((new_rkey >> 8) != (handle_.pub.rkey >> 8)) return IBV_WC_MW_BIND_ERR;
+  if ((new_rkey >> 8) != (key_ >> 8)) return IBV_WC_MW_BIND_ERR;
   if (qp_pd != pd_) return IBV_WC_MW_BIND_ERR;
   Mr* mr = nullptr;
   if (info.length > 0) {
-    mr = Mr::From(info.mr);
+    mr = dev->FindMrHandle(info.mr);  // it may have been deregistered since the bind was posted
     if (!mr || mr->pd() != pd_ || !(mr->access() & IBV_ACCESS_MW_BIND)) return IBV_WC_MW_BIND_ERR;
     if (info.mw_access_flags & ~kWindowAccess) return IBV_WC_MW_BIND_ERR;
     // Remote write or atomic access through a window needs local write on the MR.
@@ -88,7 +89,8 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
     if (!mr->Translate(info.addr, info.length)) return IBV_WC_MW_BIND_ERR;
   }
   UnbindLocked();
-  dev->RemoveWindowKey(handle_.pub.rkey);
+  dev->RemoveWindowKey(key_);
+  key_ = new_rkey;
   handle_.pub.rkey = new_rkey;
   dev->AddWindowKey(new_rkey, this);
   if (mr) {
@@ -103,7 +105,7 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
 }
 
 bool Mw::InvalidateLocked(uint32_t rkey, uint32_t qp_num) {
-  if (type() != IBV_MW_TYPE_2 || handle_.pub.rkey != rkey || !mr_ || qp_num_ != qp_num) return false;
+  if (type() != IBV_MW_TYPE_2 || key_ != rkey || !mr_ || qp_num_ != qp_num) return false;
   UnbindLocked();
   return true;
 }

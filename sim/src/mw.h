@@ -55,6 +55,9 @@ class Mw {
   Handle<ibv_mw, Mw> handle_;
   Context* ctx_;
   Pd* pd_;
+  // The R_Key the device's window table has for it (engine lock). mw->rkey
+  // may already be ahead: ibv_bind_mw sets it when the bind is posted.
+  uint32_t key_ = 0;
   // The binding (engine lock).
   Mr* mr_ = nullptr;
   uint64_t addr_ = 0;

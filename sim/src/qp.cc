@@ -386,6 +386,19 @@ int Qp::DetachMulticast(const ibv_gid& gid, uint16_t lid) {
   return Engine::Get().DetachMulticast(this, gid, lid);
 }
 
+void Qp::LeaveWireLocked() {
+  device()->RemoveQp(this);
+  Engine::Get().CancelTimer(this);
+  Engine::Get().DetachAllLocked(this);
+}
+
+void Qp::OrphanLocked() {
+  if (destroying_) return;
+  destroying_ = true;
+  LeaveWireLocked();
+  device()->ReleaseQpn(qp_num());
+}
+
 int Qp::Destroy() {
   {
     // Outstanding WRs are discarded without completions; the QP number stops

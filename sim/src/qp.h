@@ -87,6 +87,15 @@ class Qp {
   int FailNthSendLocked(uint32_t nth, ibv_wc_status status);  // Requires: engine lock
   int InjectStateLocked(ibv_qp_state state);                   // Requires: engine lock
 
+  // Takes the QP off the wire: packets to it are lost, its timer and its
+  // multicast groups are gone (a fatal device, a closed context). Requires:
+  // engine lock.
+  void LeaveWireLocked();
+  // Its context was closed with the QP alive: ibv_close_device(3) leaves its
+  // memory to the program, but the kernel destroys the QP, so it leaves the
+  // wire for good, frees its number and raises nothing more. Requires: engine lock.
+  void OrphanLocked();
+
   // Requires: engine lock held. Moves the QP to ERR and flushes it; raises
   // `event` (e.g. IBV_EVENT_QP_FATAL) unless it is negative.
   void EnterErrorLocked(int event);

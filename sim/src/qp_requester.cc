@@ -230,7 +230,9 @@ void Qp::ExecuteLocked(size_t index) {
   }
   // Local operations: no packets.
   if (wqe.opcode == IBV_WR_BIND_MW) {
-    const ibv_wc_status st = Mw::From(wqe.mw)->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info);
+    // The window may have been deallocated since the bind was posted.
+    Mw* mw = device()->FindWindowHandle(wqe.mw);
+    const ibv_wc_status st = mw ? mw->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info) : IBV_WC_MW_BIND_ERR;
     if (st != IBV_WC_SUCCESS) {
       FailSendLocked(wqe, st);
     } else {
@@ -330,7 +332,9 @@ void Qp::ExecuteLocked(size_t index) {
     wqe.last_psn = p.psn;
     offset += chunk;
     Engine::Get().Transmit(std::move(p));
-    if (state() != sending_state || wqe.acked) return;  // answered or failed meanwhile
+    // Answered or failed meanwhile; or an RNR or sequence NAK rewound the
+    // send queue, which sends the message again from its first packet.
+    if (state() != sending_state || wqe.acked || next_psn_ != ((wqe.last_psn + 1) & kPsnMask)) return;
   } while (offset < data.size());
 
   // Unreliable transports complete a WR once it is on the wire.

@@ -94,6 +94,28 @@ Result<Srq*> Srq::CreateEx(Context* ctx, const ibv_srq_init_attr_ex& a) {
   return srq;
 }
 
+void Srq::LeaveXrcDirectoryLocked() {
+  // No target QP delivers into it from now on; its number is free again.
+  XrcDirectory().erase(XrcKey(ctx_->device(), srq_num_));
+  for (Qp* qp : xrcd_->domain()->targets) qp->ForgetXrcSrqLocked(this);
+  XrcForgetSrqLocked(this);
+  ctx_->device()->ReleaseQpn(srq_num_);
+}
+
+void Srq::OrphanXrcLocked(const Context* ctx) {
+  std::vector<Srq*> orphans;
+  for (const auto& [key, srq] : XrcDirectory()) {
+    if (srq->ctx_ == ctx) orphans.push_back(srq);
+  }
+  for (Srq* srq : orphans) {
+    {
+      std::lock_guard<std::mutex> lock(srq->mu_);
+      srq->destroying_ = true;  // no more events: the context is gone
+    }
+    srq->LeaveXrcDirectoryLocked();
+  }
+}
+
 Srq* Srq::FindXrcLocked(const Device* device, uint32_t srq_num) {
   auto it = XrcDirectory().find(XrcKey(device, srq_num));
   return it == XrcDirectory().end() ? nullptr : it->second;
@@ -211,12 +233,8 @@ int Srq::Destroy() {
     destroying_ = true;
   }
   if (xrcd_) {
-    // No target QP delivers into it from now on; its number is free again.
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
-    XrcDirectory().erase(XrcKey(ctx_->device(), srq_num_));
-    for (Qp* qp : xrcd_->domain()->targets) qp->ForgetXrcSrqLocked(this);
-    XrcForgetSrqLocked(this);
-    ctx_->device()->ReleaseQpn(srq_num_);
+    LeaveXrcDirectoryLocked();
   }
   events_.Purge(ctx_->async_events());
   events_.WaitForAcks(handle_.pub.handle);

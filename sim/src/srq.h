@@ -50,6 +50,9 @@ class Srq {
   // The XRC SRQ with number `srq_num` on `device` in this process, or nullptr.
   // Requires: engine lock.
   static Srq* FindXrcLocked(const Device* device, uint32_t srq_num);
+  // `ctx` was closed with XRC SRQs alive: target QPs no longer deliver into
+  // them (their memory is left to the program). Requires: engine lock.
+  static void OrphanXrcLocked(const Context* ctx);
 
   void RaiseAsync(ibv_event_type type);
   // Requires: mu_ held.
@@ -73,6 +76,8 @@ class Srq {
  private:
   Srq(Pd* pd, const ibv_srq_init_attr& attr);
   ~Srq();
+  // XRC: no target QP finds it any more; its number is free again. Requires: engine lock.
+  void LeaveXrcDirectoryLocked();
 
   Handle<ibv_srq, Srq> handle_;
   Context* ctx_;

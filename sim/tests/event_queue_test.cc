@@ -133,6 +133,23 @@ TEST(EventQueueTest, CloseWakesABlockedReaderWithEio) {
   close(q.fd());
 }
 
+TEST(EventQueueTest, DestroyWakesABlockedReaderWithEio) {
+  auto q = std::make_unique<EventQueue>();
+  const int fd = q->fd();
+  EventQueue* queue = q.get();
+  auto result = std::async(std::launch::async, [queue] {
+    QueuedEvent out;
+    return queue->Pop(&out);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (queue->waiters() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_EQ(queue->waiters(), 1u) << "the reader never blocked";
+  q.reset();  // returns once the reader has left the queue
+  ASSERT_EQ(result.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(result.get(), EIO);
+  close(fd);
+}
+
 TEST(EventQueueTest, EachEventGoesToExactlyOneOfSeveralReaders) {
   EventQueue q;
   constexpr int kThreads = 4;

@@ -211,6 +211,7 @@ std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, co
 }
 
 std::string Fabric::Attach() {
+  std::lock_guard<std::mutex> attach_lock(attach_mu_);
   if (segment_ && attach_pid_ == getpid()) return "";
   if (segment_) {
     // A child of fork(): the parent's attachment (its slot, ring and objects)
@@ -354,19 +355,10 @@ void Fabric::Detach() {
       shm_unlink(segment_name_.c_str());
     }
   }
-  munmap(ring_, sizeof(PacketRing));
-  for (PacketRing*& r : peer_rings_) {
-    if (r) munmap(r, sizeof(PacketRing));
-    r = nullptr;
-  }
-  for (auto& objects : peer_objects_) {
-    for (const PeerObject& o : objects) munmap(o.base, o.size);
-    objects.clear();
-  }
-  munmap(segment_, sizeof(FabricSegment));
-  segment_ = nullptr;
-  ring_ = nullptr;
-  slot_ = -1;
+  // Detach runs at exit, while the program's other threads may still poll
+  // or post through these mappings: they stay until the process is gone.
+  // The slot is not ours any more: a second Detach must not release it.
+  attach_pid_ = 0;
 }
 
 uint32_t Fabric::AllocQpn(int device_index) {
@@ -538,7 +530,8 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   if (!segment_ || device_index >= kMaxDevices) return false;
   const DirEntry& e = segment_->devices[device_index].dir[pkt.dst_qpn % kDirSize];
   const int slot = e.slot.load();
-  if (e.qpn.load() != pkt.dst_qpn || slot < 0 || slot == slot_) return false;
+  // Any process writes the directory: a slot out of range is nobody.
+  if (e.qpn.load() != pkt.dst_qpn || slot < 0 || slot >= kMaxProcs || slot == slot_) return false;
   PacketRing*& ring = peer_rings_[slot];
   const uint32_t generation = segment_->procs[slot].generation.load();
   if (ring && peer_generation_[slot] != generation) {
@@ -590,7 +583,9 @@ bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
   const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   const int slot = e.slot.load();
-  if (e.qpn.load() != qpn || slot < 0 || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) return false;
+  if (e.qpn.load() != qpn || slot < 0 || slot >= kMaxProcs || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) {
+    return false;
+  }
   if (backlog_[slot].empty() && peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time);
@@ -736,6 +731,9 @@ void Fabric::TakeFaultStateLocked() {
 void Fabric::HandleFaults() {
   FaultMailbox& box = segment_->faults;
   const uint64_t last = box.last_seq.load(std::memory_order_acquire);
+  // Only the last kRequests can still be in the ring; a corrupt last_seq
+  // must not make us count through the rest.
+  if (last > faults_seen_ + FaultMailbox::kRequests) faults_seen_ = last - FaultMailbox::kRequests;
   while (faults_seen_ < last) {
     const uint64_t seq = ++faults_seen_;
     FaultRequest& request = box.requests[seq % FaultMailbox::kRequests];

@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -193,6 +194,7 @@ class Fabric {
   // poll finds work, to have producers wake us).
   std::atomic<uint64_t> app_poll_ns_{0};
   int attach_pid_ = 0;
+  std::mutex attach_mu_;  // ibv_open_device may run on several threads at once
   uint64_t faults_seen_ = 0;  // the last mailbox request handled
 };
 

@@ -30,16 +30,21 @@ class PacketRing {
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
   // Hands the oldest packet to `take` (in place: no copy of its own), then
-  // frees its slot. False when the ring is empty.
+  // frees its slot. False when the ring is empty. Another process wrote the
+  // packet: one whose payload length exceeds the payload area is corrupt and
+  // is dropped (WirePacket::ToPacket reads the length once more, clamped).
   template <typename Take>
   bool Pop(Take&& take) {
-    const uint64_t pos = tail_.load(std::memory_order_relaxed);
-    Slot* slot = &slots_[pos % kSlots];
-    if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
-    take(static_cast<const WirePacket&>(slot->pkt));
-    slot->seq.store(pos + kSlots, std::memory_order_release);
-    tail_.store(pos + 1, std::memory_order_relaxed);
-    return true;
+    for (;;) {
+      const uint64_t pos = tail_.load(std::memory_order_relaxed);
+      Slot* slot = &slots_[pos % kSlots];
+      if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
+      const bool sane = slot->pkt.payload_len <= WirePacket::kMaxPayload;
+      if (sane) take(static_cast<const WirePacket&>(slot->pkt));
+      slot->seq.store(pos + kSlots, std::memory_order_release);
+      tail_.store(pos + 1, std::memory_order_relaxed);
+      if (sane) return true;
+    }
   }
   bool Empty() const;
 

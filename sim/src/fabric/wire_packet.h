@@ -106,7 +106,9 @@ struct WirePacket {
     p.imm_data = imm_data;
     p.atomic_orig = atomic_orig;
     p.psn_count = psn_count;
-    p.payload.assign(payload, payload + payload_len);
+    // Read once and clamped: another process wrote it.
+    const uint32_t len = payload_len <= kMaxPayload ? payload_len : kMaxPayload;
+    p.payload.assign(payload, payload + len);
   }
 };
 

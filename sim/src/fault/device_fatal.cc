@@ -57,8 +57,7 @@ bool EnterDeviceFatal(Context* ctx) {
       if (qp->context() == ctx) qps.push_back(qp);
     });
     for (Qp* qp : qps) {
-      device->RemoveQp(qp);
-      Engine::Get().CancelTimer(qp);
+      qp->LeaveWireLocked();
       if (qp->has_qp_ex()) qp->ibv_ex()->wr_complete = DeadWrComplete;
     }
   }

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -160,6 +161,12 @@ bool Engine::IsAttached(const Qp* qp) const {
     if (g.members.count(const_cast<Qp*>(qp))) return true;
   }
   return false;
+}
+
+void Engine::DetachAllLocked(const Qp* qp) {
+  for (Group& g : groups_) g.members.erase(const_cast<Qp*>(qp));
+  groups_.erase(std::remove_if(groups_.begin(), groups_.end(), [](const Group& g) { return g.members.empty(); }),
+                groups_.end());
 }
 
 void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {

@@ -17,7 +17,9 @@
 // the packet then crosses a shared-memory ring (fabric/fabric.h); a WRITE into another process's
 // MR may have its data placed by the requester itself, and then crosses as one placed packet.
 //
-// Lock order: Engine::mu_ → Cq::mu_ → EventQueue::mu_.
+// Lock order: Device::contexts_mu_ → Cq::poll_mu_ → Engine::mu_ → Cq::mu_ →
+// EventQueue::mu_.
+// Device::mu_ (port states) is taken under the engine lock and takes no other.
 
 #include <chrono>
 #include <condition_variable>
@@ -69,6 +71,8 @@ class Engine {
   int AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid);
   int DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid);
   bool IsAttached(const Qp* qp) const;
+  // Takes `qp` out of every group (the QP leaves the wire). Requires: mu() held.
+  void DetachAllLocked(const Qp* qp);
 
  private:
   Engine() = default;
