@@ -44,11 +44,16 @@ TEST(PacketRingTest, PopReturnsWhatWasPushed) {
   RingMemory memory;
   PacketRing* ring = PacketRing::Init(memory.bytes);
   ASSERT_TRUE(ring->Push(MarkedPacket(100), 0));
-  auto out = std::make_unique<WirePacket>();
-  ASSERT_TRUE(ring->Pop(out.get()));
-  EXPECT_EQ(out->payload_len, 100u);
-  EXPECT_EQ(out->payload[99], 0x5a);
-  EXPECT_FALSE(ring->Pop(out.get()));
+  uint32_t len = 0;
+  uint8_t last = 0;
+  const auto take = [&](const WirePacket& wp) {
+    len = wp.payload_len;
+    last = wp.payload[99];
+  };
+  ASSERT_TRUE(ring->Pop(take));
+  EXPECT_EQ(len, 100u);
+  EXPECT_EQ(last, 0x5a);
+  EXPECT_FALSE(ring->Pop(take));
 }
 
 TEST(PacketRingTest, PayloadLengthBeyondThePayloadAreaIsDropped) {
