@@ -131,6 +131,13 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     return;
   }
 
+  // RC: a middle or last packet of a SEND with no message in progress (its
+  // first packet was never accepted) is an invalid request, not data for the
+  // receive WQE of an older message (IBTA 9.7.5.2.4: out-of-sequence opcode).
+  if (rc && !pkt.first && ConsumesRecv(pkt.op) && !recv_in_progress_) {
+    ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
+    return;
+  }
   if (pkt.first && ConsumesRecv(pkt.op)) {
     if (!TakeRecvWqe(&recv_wqe_)) {
       // No receive posted: RNR NAK (RC), or the message is lost (UC).

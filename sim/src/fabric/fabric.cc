@@ -302,6 +302,9 @@ std::string Fabric::Attach() {
   if (!registered) {
     registered = true;
     std::atexit([] { Fabric::Get().Detach(); });
+    // A child of fork() must not drain the parent's ring (packets for the
+    // parent's QPs): it has none until it opens a device and joins itself.
+    pthread_atfork(nullptr, nullptr, [] { Fabric::Get().ring_ = nullptr; });
   }
   return "";
 }

@@ -149,7 +149,7 @@ struct Plan {
 std::mutex g_mu;
 bool g_loaded = false;
 std::string g_error;
-Plan g_plan;
+Plan& g_plan = *new Plan();  // leaked: the detached timer thread may outlive exit()
 std::atomic<bool> g_active{false};     // a plan with faults is loaded
 std::vector<std::pair<int, uint32_t>> g_created;  // (device index, QPN) in creation order
 std::map<std::pair<int, uint32_t>, uint64_t> g_posts;  // post_send calls per QP
