@@ -202,6 +202,9 @@ bool Qp::AwaitingAckLocked() const {
 }
 
 void Qp::ProgressLocked() {
+  // Re-entered from ExecuteLocked (a NAK answered within it): only the
+  // outermost call retires WQEs, while none is being executed.
+  const bool outer = !executing_;
   executing_ = true;
   // In SQD only what was sent before the drain began may be sent again.
   while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
@@ -210,9 +213,9 @@ void Qp::ProgressLocked() {
     const size_t index = next_to_send_++;
     ExecuteLocked(index);
   }
-  executing_ = false;
+  executing_ = !outer;
   CompleteAckedLocked();
-  RetireLocked();
+  if (outer) RetireLocked();
   // RC: what was sent but not acknowledged waits for the transport timer.
   if (Reliable() && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_ &&
       attr_.timeout != 0 && AwaitingAckLocked()) {
