@@ -456,12 +456,14 @@ TEST_F(QpErrorTest, SendFails_PeerDestroyed) {
 }
 
 // Rule: ibv_close_device(3): "ibv_close_device() does not release all the resources allocated using
-//   context context" - the program keeps their memory - but closing the device file destroys every
-//   hardware object of the context (uverbs_destroy_ufile_hw, drivers/infiniband/core/rdma_core.c),
-//   so its QPs stop answering.
-// Checks: after the context that owns b (with a receive posted) is closed without destroying b, a
-//   SEND from a_ (timeout 14, retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR within 5 s.
+//   context context"; what its QPs do afterwards is left open. On rxe 6.1 they keep answering (a
+//   SEND to one completes with success: the QP's queues are mmapped from the command file, so
+//   closing the fd does not release the file and uverbs_destroy_ufile_hw does not run). The
+//   simulator takes a closed context's QPs off the wire instead, so nothing reaches the freed context.
+// Checks (simulator only): after the context that owns b (with a receive posted) is closed without
+//   destroying b, a SEND from a_ (timeout 14, retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR.
 TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
+  SKIP_IF(!Sim()) << "(what a closed context's QPs do is the provider's choice; rxe keeps them answering)";
   // What ibv_close_device leaves to the program stays allocated and reachable
   // (a leak checker runs after static destructors: the list itself is never freed).
   static auto* left_to_the_program = new std::vector<void*>();
