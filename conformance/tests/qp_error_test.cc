@@ -460,7 +460,7 @@ TEST_F(QpErrorTest, SendFails_PeerDestroyed) {
 //   SEND to one completes with success: the QP's queues are mmapped from the command file, so
 //   closing the fd does not release the file and uverbs_destroy_ufile_hw does not run). The
 //   simulator takes a closed context's QPs off the wire instead, so nothing reaches the freed context.
-// Checks (simulator only): after the context that owns b (with a receive posted) is closed without
+// Checks: (simulator only) after the context that owns b (with a receive posted) is closed without
 //   destroying b, a SEND from a_ (timeout 14, retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR.
 TEST_F(QpErrorTest, SendFails_PeerContextClosedWithQpAlive) {
   SKIP_IF(!Sim()) << "(what a closed context's QPs do is the provider's choice; rxe keeps them answering)";
