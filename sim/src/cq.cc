@@ -312,12 +312,13 @@ ibv_cq_ex* Cq::CreateExOp(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
 // (the caller must not call end_poll then). The ring itself is locked only
 // while it changes: completions may arrive during the section.
 
-// Requires: mu_ held, count_ > 0.
+// Requires: mu_ held, count_ > 0. Hands the oldest completion to the program.
 void Cq::LoadCurrentLocked() {
   current_ = ring_[head_];
   has_current_ = true;
   handle_.pub.wr_id = current_.wr_id;
   handle_.pub.status = current_.status;
+  fault_plan::OnPolledEx(this, current_.qp_num);
 }
 
 // Requires: mu_ held. The entry the section read is consumed (at most once).
@@ -340,7 +341,6 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
     return cq->error_ ? EINVAL : ENOENT;
   }
   cq->LoadCurrentLocked();
-  fault_plan::OnPolledEx(cq, cq->current_.qp_num);
   Fabric::Get().PollFoundWork();
   return 0;
 }
@@ -351,7 +351,6 @@ int Cq::NextPoll(ibv_cq_ex* ibcq) {
   cq->ConsumeCurrentLocked();
   if (cq->count_ == 0) return ENOENT;
   cq->LoadCurrentLocked();
-  fault_plan::OnPolledEx(cq, cq->current_.qp_num);
   return 0;
 }
 

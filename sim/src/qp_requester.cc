@@ -278,15 +278,9 @@ void Qp::ExecuteLocked(size_t index) {
   }
   // Gather the local data.
   std::vector<uint8_t> data;
-  if (wqe.is_inline) {
-    data = wqe.inline_data;
-  } else if (!reads_into_local) {
-    data.reserve(wqe.length);
-    for (const ibv_sge& sge : wqe.sges) {
-      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);  // checked above
-      const uint8_t* p = mr->Translate(sge.addr, sge.length);
-      data.insert(data.end(), p, p + sge.length);
-    }
+  if (wqe.is_inline || !reads_into_local) {
+    data.resize(wqe.length);
+    GatherLocked(wqe, data.data());
   }
 
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
@@ -348,18 +342,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
-  const auto gather = [&](uint8_t* out) {
-    if (wqe.is_inline) {
-      std::memcpy(out, wqe.inline_data.data(), wqe.inline_data.size());
-      return;
-    }
-    for (const ibv_sge& sge : wqe.sges) {
-      // Checked above, under the same lock.
-      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
-      std::memcpy(out, mr->Translate(sge.addr, sge.length), sge.length);
-      out += sge.length;
-    }
-  };
+  const auto gather = [&](uint8_t* out) { GatherLocked(wqe, out); };
   if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length, gather)) {
     return false;
   }
@@ -379,6 +362,19 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
   return true;
+}
+
+void Qp::GatherLocked(const SendWqe& wqe, uint8_t* out) const {
+  if (wqe.is_inline) {
+    if (!wqe.inline_data.empty()) std::memcpy(out, wqe.inline_data.data(), wqe.inline_data.size());
+    return;
+  }
+  for (const ibv_sge& sge : wqe.sges) {
+    // Checked by ExecuteLocked, under the same lock.
+    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+    if (sge.length) std::memcpy(out, mr->Translate(sge.addr, sge.length), sge.length);
+    out += sge.length;
+  }
 }
 
 void Qp::ReceiveResponse(const Packet& pkt) {

@@ -501,13 +501,20 @@ uint8_t* Fabric::MapPeerObject(int slot, uint32_t generation, uint32_t object, u
   return static_cast<uint8_t*>(p);
 }
 
+int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return -1;
+  const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  const int slot = e.slot.load();
+  // Any process writes the directory: a slot out of range is nobody.
+  return e.qpn.load() == qpn && slot >= 0 && slot < kMaxProcs ? slot : -1;
+}
+
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
                         uint64_t length, const std::function<void(uint8_t*)>& gather) {
-  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || length == 0) return false;
+  const int slot = OwnerSlot(device_index, dst_qpn);
+  if (slot < 0 || slot == slot_ || length == 0) return false;
   DeviceState& d = segment_->devices[device_index];
   const DirEntry& e = d.dir[dst_qpn % kDirSize];
-  const int slot = e.slot.load();
-  if (e.qpn.load() != dst_qpn || slot < 0 || slot >= kMaxProcs || slot == slot_) return false;
   if (e.write_type.load() != static_cast<uint32_t>(type) + 1) return false;
   const uint64_t pd = e.pd.load();
   const KeyEntry& k = d.keys[(rkey >> 8) % kKeySlots];
@@ -530,11 +537,8 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
 }
 
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
-  if (!segment_ || device_index >= kMaxDevices) return false;
-  const DirEntry& e = segment_->devices[device_index].dir[pkt.dst_qpn % kDirSize];
-  const int slot = e.slot.load();
-  // Any process writes the directory: a slot out of range is nobody.
-  if (e.qpn.load() != pkt.dst_qpn || slot < 0 || slot >= kMaxProcs || slot == slot_) return false;
+  const int slot = OwnerSlot(device_index, pkt.dst_qpn);
+  if (slot < 0 || slot == slot_) return false;
   PacketRing*& ring = peer_rings_[slot];
   const uint32_t generation = segment_->procs[slot].generation.load();
   if (ring && peer_generation_[slot] != generation) {
@@ -583,22 +587,16 @@ void Fabric::FlushBacklogLocked() {
 }
 
 bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
-  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
-  const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
-  const int slot = e.slot.load();
-  if (e.qpn.load() != qpn || slot < 0 || slot >= kMaxProcs || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) {
-    return false;
-  }
+  const int slot = OwnerSlot(device_index, qpn);
+  if (slot < 0 || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) return false;
   if (backlog_[slot].empty() && peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time);
 }
 
 bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
-  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
-  const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
-  const int slot = e.slot.load();
-  if (e.qpn.load() != qpn || slot < 0 || slot >= kMaxProcs) return false;
+  const int slot = OwnerSlot(device_index, qpn);
+  if (slot < 0) return false;
   if (slot == slot_) return true;
   const ProcSlot& proc = segment_->procs[slot];
   return Alive(proc.pid.load(), proc.start_time) && !Zombie(proc.pid.load());

@@ -163,6 +163,8 @@ class Fabric {
   void ForgetQpnsLocked(int slot);
   // Withdraws every key of `slot` and removes its shared-memory objects.
   void ForgetKeysLocked(int slot);
+  // The slot of the process that owns (device, qpn) by the directory, or -1.
+  int OwnerSlot(int device_index, uint32_t qpn) const;
   // Our mapping of a peer's object, or nullptr.
   uint8_t* MapPeerObject(int slot, uint32_t generation, uint32_t object, uint64_t size);
   std::string JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
