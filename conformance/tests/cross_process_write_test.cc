@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "conformance/lib/fd_poll.h"
+#include "conformance/lib/pipe.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/watchdog.h"
@@ -25,19 +26,6 @@ namespace {
 
 // Several path MTUs: the message is segmented on the wire.
 constexpr size_t kLength = 65536;
-
-// A pipe whose ends close with it.
-struct Pipe {
-  int fds[2] = {-1, -1};
-  Pipe() {
-    if (pipe(fds) != 0) fds[0] = fds[1] = -1;
-  }
-  ~Pipe() {
-    for (int fd : fds) {
-      if (fd >= 0) close(fd);
-    }
-  }
-};
 
 // What the child tells the parent: its QP and the buffer to write into.
 struct Target {
@@ -126,6 +114,23 @@ class CrossProcessWriteTest : public QpTest {
     return wc;
   }
 
+  // A WRITE the child's side refuses (MR `access`, QP `qp_access`): it
+  // completes with `status`, and the child's buffer is still zero.
+  void ExpectWriteRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
+    RunWithChild(
+        access, qp_access,
+        [](uint8_t* buf, ibv_mr*, ibv_cq*, int from_parent, int) {
+          ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
+          EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 0));
+        },
+        [&](const Target& target, int to_child, int) {
+          src_.FillPattern(4);
+          const ibv_wc wc = Write(target);
+          EXPECT_EQ(wc.status, status) << DescribeWc(wc);
+          EXPECT_EQ(write(to_child, "x", 1), 1);
+        });
+  }
+
   Buffer src_;
 };
 
@@ -162,18 +167,7 @@ TEST_F(CrossProcessWriteTest, WriteLandsInAnotherProcess) {
 // Checks: the child's MR allows local write only; the parent's WRITE completes with
 //   IBV_WC_REM_ACCESS_ERR and the child's buffer is still zero.
 TEST_F(CrossProcessWriteTest, WriteWithoutRemoteWriteAccessFails) {
-  RunWithChild(
-      IBV_ACCESS_LOCAL_WRITE, kRcRemoteAccess,
-      [](uint8_t* buf, ibv_mr*, ibv_cq*, int from_parent, int) {
-        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
-        EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 0));
-      },
-      [&](const Target& target, int to_child, int) {
-        src_.FillPattern(4);
-        const ibv_wc wc = Write(target);
-        EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
-        EXPECT_EQ(write(to_child, "x", 1), 1);
-      });
+  ExpectWriteRefused(IBV_ACCESS_LOCAL_WRITE, kRcRemoteAccess, IBV_WC_REM_ACCESS_ERR);
 }
 
 // Rule: ibv_modify_qp(3): qp_access_flags without IBV_ACCESS_REMOTE_WRITE disables incoming RDMA
@@ -182,18 +176,7 @@ TEST_F(CrossProcessWriteTest, WriteWithoutRemoteWriteAccessFails) {
 // Checks: the child's MR allows remote write but its QP only remote read; the parent's WRITE
 //   completes with IBV_WC_REM_INV_REQ_ERR and the child's buffer is still zero.
 TEST_F(CrossProcessWriteTest, WriteToQpWithoutRemoteWriteFails) {
-  RunWithChild(
-      kFullMrAccess, IBV_ACCESS_REMOTE_READ,
-      [](uint8_t* buf, ibv_mr*, ibv_cq*, int from_parent, int) {
-        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
-        EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 0));
-      },
-      [&](const Target& target, int to_child, int) {
-        src_.FillPattern(4);
-        const ibv_wc wc = Write(target);
-        EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
-        EXPECT_EQ(write(to_child, "x", 1), 1);
-      });
+  ExpectWriteRefused(kFullMrAccess, IBV_ACCESS_REMOTE_READ, IBV_WC_REM_INV_REQ_ERR);
 }
 
 // Rule: ibv_dereg_mr(3) releases the MR: its R_Key no longer grants access, and a WRITE through it

@@ -17,6 +17,7 @@
 
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/fd_poll.h"
+#include "conformance/lib/pipe.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
@@ -88,6 +89,42 @@ class XrcTest : public QpTest {
     attr.xrcd = xrcd;
     attr.cq = cq;
     return attr;
+  }
+
+  // An XRC SRQ made in a child process, on a context of its own, in the
+  // domain of the file `domain_fd`; members are destroyed in reverse order.
+  struct ChildXrcSrq {
+    ContextPtr context;
+    PdPtr pd;
+    CqPtr cq;
+    XrcdPtr xrcd;
+    SrqPtr srq;
+  };
+  // Call from the child, with ASSERT_NO_FATAL_FAILURE.
+  void CreateXrcSrqInChild(int domain_fd, ChildXrcSrq* out) {
+    out->context = OpenAnotherContext();
+    ASSERT_NE(out->context, nullptr);
+    ibv_context* ctx = out->context.get();
+    out->pd.reset(ibv_alloc_pd(ctx));
+    ASSERT_NE(out->pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+    out->cq.reset(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
+    ASSERT_NE(out->cq, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
+    ibv_xrcd_init_attr xattr = {};
+    xattr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    xattr.fd = domain_fd;
+    xattr.oflags = O_CREAT;
+    out->xrcd.reset(ibv_open_xrcd(ctx, &xattr));
+    ASSERT_NE(out->xrcd, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+    ibv_srq_init_attr_ex sattr = {};
+    sattr.attr.max_wr = 4;
+    sattr.attr.max_sge = 1;
+    sattr.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+    sattr.srq_type = IBV_SRQT_XRC;
+    sattr.pd = out->pd.get();
+    sattr.xrcd = out->xrcd.get();
+    sattr.cq = out->cq.get();
+    out->srq.reset(ibv_create_srq_ex(ctx, &sattr));
+    ASSERT_NE(out->srq, nullptr) << "ibv_create_srq_ex: " << ErrnoName(errno);
   }
 
   void CreateXrcSrq(ibv_xrcd* xrcd, ibv_cq* cq, SrqPtr* out) {
@@ -499,19 +536,6 @@ TEST_F(XrcQpTest, SrqDestroyDoesNotWaitForTargetQp) {
   EXPECT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
 }
 
-// A pipe whose ends close with it.
-struct Pipe {
-  int fds[2] = {-1, -1};
-  Pipe() {
-    if (pipe(fds) != 0) fds[0] = fds[1] = -1;
-  }
-  ~Pipe() {
-    for (int fd : fds) {
-      if (fd >= 0) close(fd);
-    }
-  }
-};
-
 // Rule: ibv_open_xrcd(3): an XRCD is "associated with the inode referenced by the given fd", so
 //   processes that open the same file share it (the reason XRC exists); ibv_post_send(3): remote_srqn
 //   names the XRC SRQ that receives, whichever process of the domain created it.
@@ -537,39 +561,17 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
   std::thread runner([&] {
     result = RunChecksInChild(
         [&] {
-          ContextPtr child_context = OpenAnotherContext();
-          ASSERT_NE(child_context, nullptr);
-          ibv_context* ctx = child_context.get();
-          PdPtr pd(ibv_alloc_pd(ctx));
-          ASSERT_NE(pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+          ChildXrcSrq child;
+          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
           Buffer buf;
-          ASSERT_TRUE(buf.Register(pd.get(), 4096));
-          CqPtr cq(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
-          ASSERT_NE(cq, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
-          ibv_xrcd_init_attr xattr = {};
-          xattr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-          xattr.fd = domain_fd;
-          xattr.oflags = O_CREAT;
-          XrcdPtr xrcd(ibv_open_xrcd(ctx, &xattr));
-          ASSERT_NE(xrcd, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
-          ibv_srq_init_attr_ex sattr = {};
-          sattr.attr.max_wr = 4;
-          sattr.attr.max_sge = 1;
-          sattr.comp_mask =
-              IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-          sattr.srq_type = IBV_SRQT_XRC;
-          sattr.pd = pd.get();
-          sattr.xrcd = xrcd.get();
-          sattr.cq = cq.get();
-          SrqPtr srq(ibv_create_srq_ex(ctx, &sattr));
-          ASSERT_NE(srq, nullptr) << "ibv_create_srq_ex: " << ErrnoName(errno);
+          ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
           ibv_sge sge = buf.Sge(0, 256);
-          ASSERT_EQ(PostSrqRecv(srq.get(), 51, &sge, 1), 0);
+          ASSERT_EQ(PostSrqRecv(child.srq.get(), 51, &sge, 1), 0);
           uint32_t num = 0;
-          ASSERT_EQ(ibv_get_srq_num(srq.get(), &num), 0);
+          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
           ASSERT_EQ(write(to_parent.fds[1], &num, sizeof num), static_cast<ssize_t>(sizeof num));
           ibv_wc wc = {};
-          ASSERT_TRUE(PollOneCompletion(cq.get(), &wc, kChildTimeout / 2));
+          ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 2));
           EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
           EXPECT_EQ(wc.wr_id, 51u) << DescribeWc(wc);
           EXPECT_EQ(wc.byte_len, 64u) << DescribeWc(wc);
@@ -619,32 +621,10 @@ TEST_F(XrcQpTest, SrqOwnerKilledMidMessageFailsSend) {
   std::thread runner([&] {
     RunChecksInChild(
         [&] {
-          ContextPtr child_context = OpenAnotherContext();
-          ASSERT_NE(child_context, nullptr);
-          ibv_context* ctx = child_context.get();
-          PdPtr pd(ibv_alloc_pd(ctx));
-          ASSERT_NE(pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
-          CqPtr cq(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
-          ASSERT_NE(cq, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
-          ibv_xrcd_init_attr xattr = {};
-          xattr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-          xattr.fd = domain_fd;
-          xattr.oflags = O_CREAT;
-          XrcdPtr xrcd(ibv_open_xrcd(ctx, &xattr));
-          ASSERT_NE(xrcd, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
-          ibv_srq_init_attr_ex sattr = {};
-          sattr.attr.max_wr = 4;
-          sattr.attr.max_sge = 1;
-          sattr.comp_mask =
-              IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-          sattr.srq_type = IBV_SRQT_XRC;
-          sattr.pd = pd.get();
-          sattr.xrcd = xrcd.get();
-          sattr.cq = cq.get();
-          SrqPtr srq(ibv_create_srq_ex(ctx, &sattr));
-          ASSERT_NE(srq, nullptr) << "ibv_create_srq_ex: " << ErrnoName(errno);
+          ChildXrcSrq child;
+          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
           uint32_t ids[2] = {0, static_cast<uint32_t>(getpid())};
-          ASSERT_EQ(ibv_get_srq_num(srq.get(), &ids[0]), 0);
+          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &ids[0]), 0);
           ASSERT_EQ(write(to_parent.fds[1], ids, sizeof ids), static_cast<ssize_t>(sizeof ids));
           // Killed while waiting here.
           WaitReadable(to_child.fds[0], kChildTimeout);
