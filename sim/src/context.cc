@@ -49,10 +49,11 @@ Context::~Context() {
 Result<Context*> Context::Open(Device* device) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kOpenDevice)) return Result<Context*>::Error(err);
   // Opening a device joins the fabric, so that other processes' QPs are reachable.
-  const std::string error = Fabric::Get().Attach();
+  int err = EINVAL;
+  const std::string error = Fabric::Get().Attach(&err);
   if (!error.empty()) {
     std::fprintf(stderr, "simverbs: %s\n", error.c_str());
-    return Result<Context*>::Error(EINVAL);
+    return Result<Context*>::Error(err);
   }
   // A broken fault plan (SIMVERBS_FAULTS) stops the program before it starts.
   const std::string plan_error = fault_plan::OnContextOpen(nullptr);

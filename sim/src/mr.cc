@@ -130,10 +130,21 @@ void Mr::ShareLocked(const SharedRegions::Share* acquired) {
 }
 
 void Mr::UnshareLocked() {
+  if (WithdrawLocked()) WaitUnused();
+  ReleaseLocked();
+}
+
+bool Mr::WithdrawLocked() {
+  if (!shared_ || share_pid_ != getpid()) return false;  // not shared, or the parent's publication
+  return Fabric::Get().RevokeKey(pd_->context()->device()->index(), share_rkey_);
+}
+
+void Mr::WaitUnused() const { Fabric::Get().WaitKeyUnused(pd_->context()->device()->index(), share_rkey_); }
+
+void Mr::ReleaseLocked() {
   if (!shared_) return;
   shared_ = false;
-  if (share_pid_ != getpid()) return;  // the parent's publication and objects
-  Fabric::Get().RevokeKey(pd_->context()->device()->index(), share_rkey_);
+  if (share_pid_ != getpid()) return;  // the parent's objects
   SharedRegions::Get().Release(share_object_);
 }
 
@@ -196,13 +207,21 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
 
 int Mr::Deregister() {
   Device* dev = pd_->context()->device();
+  bool wait = false;
   {
     // After this no packet can reach the memory: its keys are gone.
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     if (windows_ > 0) return EBUSY;  // a memory window is bound to it
     dev->RemoveKey(handle_.pub.lkey);
+    wait = WithdrawLocked();
+  }
+  // A peer that was writing into it finishes first, but holds up only this
+  // call: every other verb of the process goes on meanwhile.
+  if (wait) WaitUnused();
+  {
     // Nothing lands after this returns, from this process or a peer.
-    UnshareLocked();
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    ReleaseLocked();
   }
   dev->Release(Device::Kind::kMr);
   delete this;

@@ -61,9 +61,16 @@ class Mr {
   // pages (when not done yet: `share` already acquired) and publish its rkey.
   // Requires: engine lock.
   void ShareLocked(const SharedRegions::Share* share);
-  // Withdraws that: returns once no peer writes into it any more.
-  // Requires: engine lock (a peer's write does not need ours).
+  // Withdraws that: returns once no peer writes into it any more (or one has
+  // been at it too long: Fabric::WaitKeyUnused). Requires: engine lock (a
+  // peer's write does not need ours).
   void UnshareLocked();
+  // The same in steps, for ibv_dereg_mr, which waits for peers without the
+  // engine lock: WithdrawLocked (true: wait for peers), WaitUnused, then
+  // ReleaseLocked.
+  bool WithdrawLocked();
+  void WaitUnused() const;
+  void ReleaseLocked();
   static bool Shareable(unsigned access);
 
   Handle<ibv_mr, Mr> handle_;

@@ -22,6 +22,7 @@
 #include "device_list.h"
 #include "fabric/packet_ring.h"
 #include "fabric/shared_regions.h"
+#include "fabric/shm_object.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "transport/engine.h"
@@ -29,22 +30,31 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425233;  // "SIMFABR3"
-constexpr int kMaxProcs = 64;
+constexpr uint64_t kMagic = 0x53494d4641425234;  // "SIMFABR4"
+constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr uint32_t kDirSize = 8192;
 constexpr uint32_t kFirstQpn = 0x11;
 constexpr uint32_t kKeySlots = 4096;
 constexpr size_t kMaxPeerObjects = 32;  // mappings kept per peer
+// How long ibv_dereg_mr waits for a live peer that is writing into the MR
+// (a stopped one, say) before it stops waiting for it.
+constexpr uint64_t kRevokeWaitNs = 2'000'000'000;
+
+}  // namespace
 
 struct ProcSlot {
-  std::atomic<int32_t> pid;
-  uint64_t start_time;
+  // Held by the process's progress thread while it is attached (liveness, see
+  // fabric.h). Robust and process-shared.
+  pthread_mutex_t alive;
+  std::atomic<int32_t> pid;  // for messages only: liveness never looks at it
   std::atomic<uint32_t> generation;
   // The key this process is writing through right now (KeyTag), or 0: a
   // process writes into one peer MR at a time, under its engine lock.
   std::atomic<uint64_t> placing;
 };
+
+namespace {
 
 struct DirEntry {
   std::atomic<uint32_t> qpn;  // 0: free
@@ -53,19 +63,20 @@ struct DirEntry {
   std::atomic<uint64_t> pd;
 };
 
-// An MR peers may write into (Fabric::PublishKey), at its key index.
+// An MR peers may write into (Fabric::PublishKey), at its key index. The
+// fields are atomics so that a reader takes each value once.
 struct KeyEntry {
   // The rkey while published; 0 free; ClaimMark(slot) while being filled in.
   std::atomic<uint32_t> key;
-  int32_t slot;
-  uint32_t generation;
-  uint32_t object;
-  uint32_t access;
-  uint64_t object_size;
-  uint64_t object_offset;
-  uint64_t iova;
-  uint64_t length;
-  uint64_t pd;
+  std::atomic<int32_t> slot;
+  std::atomic<uint32_t> generation;
+  std::atomic<uint32_t> object;
+  std::atomic<uint32_t> access;
+  std::atomic<uint64_t> object_size;
+  std::atomic<uint64_t> object_offset;
+  std::atomic<uint64_t> iova;
+  std::atomic<uint64_t> length;
+  std::atomic<uint64_t> pd;
 };
 
 struct DeviceState {
@@ -82,51 +93,32 @@ uint64_t KeyTag(int device_index, uint32_t rkey) {
   return (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
 }
 
-// /proc/<pid>/stat field 22: the start time, to tell a reused pid apart.
-uint64_t StartTime(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+// Whether the process that holds `slot` is attached: its progress thread
+// holds the slot's robust mutex (fabric.h). A mutex we could take belonged to
+// nobody or to a thread that is gone; any other answer (EBUSY, or garbage
+// another process wrote) counts as alive.
+bool SlotAlive(ProcSlot& slot) {
+  const int rc = pthread_mutex_trylock(&slot.alive);
+  if (rc == EOWNERDEAD) pthread_mutex_consistent(&slot.alive);
+  if (rc == 0 || rc == EOWNERDEAD) {
+    pthread_mutex_unlock(&slot.alive);
+    return false;
   }
-  return 0;
+  return rc != ENOTRECOVERABLE;
 }
 
-bool Alive(int pid, uint64_t start_time) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const uint64_t now = StartTime(pid);
-  return now == 0 || start_time == 0 || now == start_time;
+void InitRobustMutex(pthread_mutex_t* mu) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(mu, &attr);
+  pthread_mutexattr_destroy(&attr);
 }
-
-bool Zombie(int pid);  // below, with the mailbox
 
 std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
 
-void* MapShared(const std::string& name, size_t size, bool create, int* err) {
-  const int fd = shm_open(name.c_str(), O_RDWR | (create ? O_CREAT | O_TRUNC : 0) | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    *err = errno;
-    return nullptr;
-  }
-  if (create && ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    *err = errno;
-    close(fd);
-    return nullptr;
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    *err = errno;
-    return nullptr;
-  }
-  return p;
-}
+std::string SegmentPrefix() { return "/simverbs-" + std::to_string(geteuid()) + "-"; }
 
 uint64_t HashFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -135,16 +127,30 @@ uint64_t HashFile(const std::string& path) {
   return std::hash<std::string>{}(ss.str());
 }
 
+// The segment's mutex. Robust: the owner may have been killed while holding
+// it. Bounded: another process may have written garbage over it.
 class SegmentLock {
  public:
-  explicit SegmentLock(pthread_mutex_t* mu) : mu_(mu) {
-    // Robust: the owner may have been killed while holding it.
-    if (pthread_mutex_lock(mu_) == EOWNERDEAD) pthread_mutex_consistent(mu_);
+  // `seconds` 0: only if it is free now.
+  explicit SegmentLock(pthread_mutex_t* mu, int seconds = 10) : mu_(mu) {
+    timespec deadline{};
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += seconds;
+    const int rc = seconds == 0 ? pthread_mutex_trylock(mu_) : pthread_mutex_timedlock(mu_, &deadline);
+    if (rc == EOWNERDEAD) pthread_mutex_consistent(mu_);
+    locked_ = rc == 0 || rc == EOWNERDEAD;
   }
-  ~SegmentLock() { pthread_mutex_unlock(mu_); }
+  ~SegmentLock() {
+    if (locked_) pthread_mutex_unlock(mu_);
+  }
+  bool locked() const { return locked_; }
+  static constexpr const char* kNotLocked =
+      "the fabric's lock has been held for 10 s (a process of this user is stuck, or wrote over the fabric's "
+      "shared memory): use another SIMVERBS_FABRIC, or end the fabric's programs and run 'simverbs clean'";
 
  private:
   pthread_mutex_t* mu_;
+  bool locked_ = false;
 };
 
 }  // namespace
@@ -161,15 +167,63 @@ struct FabricSegment {
   FaultMailbox faults;
 };
 
+namespace {
+
+// Opens the fabric segment `name`, creating it if there is none. nullptr
+// with an empty *error: it was removed meanwhile, try again.
+FabricSegment* OpenSegment(const std::string& name, std::string* error, int* err) {
+  ShmMapping m = CreateShm(name, sizeof(FabricSegment));
+  if (m.addr) {
+    auto* seg = static_cast<FabricSegment*>(m.addr);
+    seg->magic = kMagic;
+    InitRobustMutex(&seg->mutex);
+    for (ProcSlot& proc : seg->procs) InitRobustMutex(&proc.alive);
+    for (auto& d : seg->devices) {
+      d.next_qpn.store(kFirstQpn);
+      d.next_key.store(1);
+    }
+    seg->ready.store(1, std::memory_order_release);
+    return seg;
+  }
+  if (m.err != EEXIST) {
+    *error = m.error;
+    *err = m.err;
+    return nullptr;
+  }
+  // Another process created it; it reserves the whole size before it maps it,
+  // so a smaller object is not a fabric of ours.
+  m = OpenShm(name, sizeof(FabricSegment));
+  if (!m.addr) {
+    if (m.err != ENOENT) {
+      *error = m.error;
+      *err = m.err;
+    }
+    return nullptr;
+  }
+  auto* seg = static_cast<FabricSegment*>(m.addr);
+  // The creator initialises it right after mapping it (bounded: 1 s).
+  for (int i = 0; i < 1000 && !seg->ready.load(std::memory_order_acquire); ++i) usleep(1000);
+  if (seg->magic != kMagic || !seg->ready.load(std::memory_order_acquire)) {
+    munmap(seg, sizeof(FabricSegment));
+    *error = "shared memory " + ShmPath(name) +
+             " is not a fabric of this simverbs version (remove it, run 'simverbs clean', or set SIMVERBS_FABRIC)";
+    *err = EINVAL;
+    return nullptr;
+  }
+  return seg;
+}
+
+}  // namespace
+
 Fabric& Fabric::Get() {
   static Fabric* fabric = new Fabric();  // leaked: used from atexit
   return *fabric;
 }
 
-// Takes a slot in `seg` and creates our ring. Requires: the segment's mutex.
+// Takes a slot in `seg` (locking its liveness mutex: the caller is the
+// progress thread) and creates our ring. Requires: the segment's mutex.
 // On failure returns the error and leaves segment_ unset.
-std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
-                               uint64_t profile_hash) {
+std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   segment_ = seg;
   CleanDeadLocked();
   bool others = false;
@@ -177,24 +231,48 @@ std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, co
   std::string error;
   if (!others) {
     // The first process fixes the profile of the fabric.
-    seg->profile_hash = profile_hash;
-    std::snprintf(seg->profile_path, sizeof seg->profile_path, "%s", profile_path.c_str());
-  } else if (seg->profile_hash != profile_hash) {
-    error = "fabric \"" + fabric + "\" is running with profile " + seg->profile_path + ", this process asked for " +
-            profile_path + " (use the same profile, or another SIMVERBS_FABRIC)";
+    seg->profile_hash = join_profile_hash_;
+    std::snprintf(seg->profile_path, sizeof seg->profile_path, "%s", join_profile_path_.c_str());
+  } else if (seg->profile_hash != join_profile_hash_) {
+    char path[sizeof seg->profile_path];
+    std::memcpy(path, seg->profile_path, sizeof path);
+    path[sizeof path - 1] = 0;
+    error = "fabric \"" + fabric_name_ + "\" is running with profile " + path + ", this process asked for " +
+            join_profile_path_ + " (use the same profile, or another SIMVERBS_FABRIC)";
+    *err = EINVAL;
   }
   for (int i = 0; error.empty() && i < kMaxProcs && slot_ < 0; ++i) {
-    if (seg->procs[i].pid.load() == 0) slot_ = i;
+    ProcSlot& proc = seg->procs[i];
+    if (proc.pid.load() != 0) continue;
+    int rc = pthread_mutex_trylock(&proc.alive);
+    if (rc == EOWNERDEAD) rc = pthread_mutex_consistent(&proc.alive);
+    if (rc == ENOTRECOVERABLE || rc == EINVAL) {
+      // Garbage or a mutex left unrecoverable: nobody can hold a free slot's mutex.
+      InitRobustMutex(&proc.alive);
+      rc = pthread_mutex_trylock(&proc.alive);
+    }
+    if (rc == 0) slot_ = i;  // EBUSY: held, though the slot looks free; not ours to take
   }
   if (error.empty() && slot_ < 0) {
-    error = "fabric \"" + fabric + "\" has " + std::to_string(kMaxProcs) + " processes already";
+    error = "fabric \"" + fabric_name_ + "\" has " + std::to_string(kMaxProcs) +
+            " processes already, the most one fabric takes (give some programs another SIMVERBS_FABRIC)";
+    *err = ENOSPC;
   }
   if (error.empty()) {
-    int err = 0;
     ring_name_ = RingName(segment_name_, slot_);
-    void* ring_mem = MapShared(ring_name_, sizeof(PacketRing), true, &err);
-    if (!ring_mem) error = "cannot create " + ring_name_ + ": " + strerror(err);
-    if (ring_mem) ring_ = PacketRing::Init(ring_mem);
+    ShmMapping ring = CreateShm(ring_name_, sizeof(PacketRing));
+    if (!ring.addr && ring.err == EEXIST) {
+      // Left by a dead process of this slot (we hold the slot's lock now).
+      shm_unlink(ring_name_.c_str());
+      ring = CreateShm(ring_name_, sizeof(PacketRing));
+    }
+    if (ring.addr) {
+      ring_ = PacketRing::Init(ring.addr);
+    } else {
+      error = ring.error;
+      *err = ring.err;
+      pthread_mutex_unlock(&seg->procs[slot_].alive);
+    }
   }
   if (!error.empty()) {
     segment_ = nullptr;
@@ -203,101 +281,73 @@ std::string Fabric::JoinLocked(FabricSegment* seg, const std::string& fabric, co
   }
   TakeFaultStateLocked();
   ProcSlot& me = seg->procs[slot_];
-  me.start_time = StartTime(getpid());
-  me.generation.fetch_add(1);
+  generation_ = me.generation.fetch_add(1) + 1;
   me.placing.store(0);
   me.pid.store(getpid());
   return "";
 }
 
-std::string Fabric::Attach() {
+std::string Fabric::Attach(int* err) {
   std::lock_guard<std::mutex> attach_lock(attach_mu_);
   if (segment_ && attach_pid_ == getpid()) return "";
   if (segment_) {
-    // A child of fork(): the parent's attachment (its slot, ring and objects)
-    // is not ours. Forget it without touching it and join as a new process.
+    // A child of fork(): the parent's attachment (its slot, ring, peers and
+    // objects) is not ours. Forget it without touching it and join as a new
+    // process.
     ring_ = nullptr;
     slot_ = -1;
     segment_ = nullptr;
     // The thread object names the parent's thread, which does not exist here:
     // forget it without joining or detaching.
     new (&progress_) std::thread();
-    for (auto& q : backlog_) q.clear();
+    for (auto& peer : peers_) peer.release();  // the parent's (its mappings stay, unused)
+    backlogged_.clear();
     backlog_empty_ = true;
-    for (auto& r : peer_rings_) r = nullptr;
-    for (bool& p : pushed_) p = false;
   }
   const char* env = std::getenv("SIMVERBS_FABRIC");
-  const std::string fabric = env && *env ? env : "default";
-  for (char c : fabric) {
+  fabric_name_ = env && *env ? env : "default";
+  for (char c : fabric_name_) {
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      return "SIMVERBS_FABRIC=\"" + fabric + "\": use letters, digits, '-', '_' and '.' only";
+      *err = EINVAL;
+      return "SIMVERBS_FABRIC=\"" + fabric_name_ + "\": use letters, digits, '-', '_' and '.' only";
     }
   }
-  segment_name_ = "/simverbs-" + std::to_string(getuid()) + "-" + fabric;
+  segment_name_ = SegmentPrefix() + fabric_name_;
   const Profile& profile = DeviceList::Get().profile();
-  const uint64_t profile_hash = HashFile(profile.path);
+  join_profile_path_ = profile.path;
+  join_profile_hash_ = HashFile(profile.path);
+  // What dead programs of this user left on other fabrics.
+  Sweep(segment_name_);
 
-  FabricSegment* seg = nullptr;
   slot_ = -1;
-  for (int attempt = 0; attempt < 100 && !seg; ++attempt) {
-    int fd = shm_open(segment_name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    const bool creator = fd >= 0;
-    if (!creator) {
-      if (errno != EEXIST) return "cannot create the fabric's shared memory " + segment_name_ + ": " + strerror(errno);
-      fd = shm_open(segment_name_.c_str(), O_RDWR | O_CLOEXEC, 0600);
-      if (fd < 0) continue;  // removed meanwhile: try again
-    } else if (ftruncate(fd, sizeof(FabricSegment)) != 0) {
-      const int err = errno;
-      close(fd);
-      shm_unlink(segment_name_.c_str());
-      return "cannot size the fabric's shared memory " + segment_name_ + ": " + strerror(err);
-    }
-    struct stat st {};
-    // The creator sizes the segment right after creating it.
-    for (int i = 0; i < 1000 && fstat(fd, &st) == 0 && st.st_size < static_cast<off_t>(sizeof(FabricSegment)); ++i) {
-      usleep(1000);
-    }
-    void* p = st.st_size >= static_cast<off_t>(sizeof(FabricSegment)) || creator
-                  ? mmap(nullptr, sizeof(FabricSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                  : MAP_FAILED;
-    close(fd);
-    if (p == MAP_FAILED) continue;
-    auto* candidate = static_cast<FabricSegment*>(p);
-    if (creator) {
-      candidate->magic = kMagic;
-      pthread_mutexattr_t attr;
-      pthread_mutexattr_init(&attr);
-      pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-      pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-      pthread_mutex_init(&candidate->mutex, &attr);
-      for (auto& d : candidate->devices) {
-        d.next_qpn.store(kFirstQpn);
-        d.next_key.store(1);
-      }
-      candidate->ready.store(1, std::memory_order_release);
-    }
-    for (int i = 0; i < 1000 && !candidate->ready.load(std::memory_order_acquire); ++i) usleep(1000);
-    if (candidate->magic != kMagic || !candidate->ready.load()) {
-      munmap(candidate, sizeof(FabricSegment));
-      return "shared memory " + segment_name_ + " is not a simverbs fabric (remove it or set SIMVERBS_FABRIC)";
-    }
+  for (int attempt = 0; attempt < 100 && !segment_; ++attempt) {
     std::string error;
-    {
-      SegmentLock lock(&candidate->mutex);
-      if (!candidate->unlinked) error = JoinLocked(candidate, fabric, profile.path, profile_hash);
+    FabricSegment* candidate = OpenSegment(segment_name_, &error, err);
+    if (!candidate) {
+      if (!error.empty()) return error;
+      continue;  // removed meanwhile: try again
     }
-    if (!error.empty()) {
-      munmap(candidate, sizeof(FabricSegment));
-      return error;
+    // The progress thread joins: it holds our slot's liveness mutex for as
+    // long as we are attached.
+    stop_ = false;
+    std::promise<JoinResult> joined;
+    std::future<JoinResult> result = joined.get_future();
+    progress_ = std::thread([this, candidate, &joined] { ProgressThread(candidate, &joined); });
+    const JoinResult join = result.get();
+    if (segment_) break;
+    progress_.join();
+    munmap(candidate, sizeof(FabricSegment));
+    if (!join.error.empty()) {
+      *err = join.err;
+      return join.error;
     }
-    seg = segment_;
-    if (!seg) munmap(candidate, sizeof(FabricSegment));
   }
-  if (!seg) return "cannot join fabric \"" + fabric + "\"";
+  if (!segment_) {
+    *err = EAGAIN;
+    return "cannot join fabric \"" + fabric_name_ + "\" (its shared memory " + ShmPath(segment_name_) +
+           " kept disappearing)";
+  }
   attach_pid_ = getpid();
-  stop_ = false;
-  progress_ = std::thread([this] { ProgressThread(); });
   static bool registered = false;
   if (!registered) {
     registered = true;
@@ -327,12 +377,28 @@ void Fabric::ForgetQpnsLocked(int slot) {
 void Fabric::CleanDeadLocked() {
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
-    const int pid = proc.pid.load();
-    if (pid == 0 || Alive(pid, proc.start_time)) continue;
+    if (i == slot_ || proc.pid.load() == 0 || SlotAlive(proc)) continue;
     ForgetQpnsLocked(i);
     ForgetKeysLocked(i);
     shm_unlink(RingName(segment_name_, i).c_str());
     proc.pid.store(0);
+  }
+}
+
+// Requires: segment mutex held; on the progress thread, which still holds our
+// liveness mutex (so nobody takes the slot while we clean it).
+void Fabric::LeaveLocked() {
+  ForgetQpnsLocked(slot_);
+  ForgetKeysLocked(slot_);
+  shm_unlink(ring_name_.c_str());
+  segment_->procs[slot_].pid.store(0);
+  CleanDeadLocked();
+  bool last = true;
+  for (auto& proc : segment_->procs) last &= proc.pid.load() == 0;
+  if (last) {
+    // Nobody else is attached: remove the name so nothing is left behind.
+    segment_->unlinked = 1;
+    shm_unlink(segment_name_.c_str());
   }
 }
 
@@ -341,23 +407,8 @@ void Fabric::Detach() {
   stop_ = true;
   ring_->MarkPolled(0);
   ring_->Interrupt();
+  // The progress thread leaves the fabric (LeaveLocked) before it exits.
   if (progress_.joinable()) progress_.join();
-  bool last = false;
-  {
-    SegmentLock lock(&segment_->mutex);
-    ForgetQpnsLocked(slot_);
-    ForgetKeysLocked(slot_);
-    shm_unlink(ring_name_.c_str());
-    segment_->procs[slot_].pid.store(0);
-    CleanDeadLocked();
-    last = true;
-    for (auto& proc : segment_->procs) last &= proc.pid.load() == 0;
-    if (last) {
-      // Nobody else is attached: remove the name so nothing is left behind.
-      segment_->unlinked = 1;
-      shm_unlink(segment_name_.c_str());
-    }
-  }
   // Detach runs at exit, while the program's other threads may still poll
   // or post through these mappings: they stay until the process is gone.
   // The slot is not ours any more: a second Detach must not release it.
@@ -413,7 +464,7 @@ void Fabric::ForgetKeysLocked(int slot) {
   for (auto& dev : segment_->devices) {
     for (KeyEntry& k : dev.keys) {
       uint32_t key = k.key.load();
-      if (key == ClaimMark(slot) || (key != 0 && (key & 0xff) != 0xfe && k.slot == slot)) {
+      if (key == ClaimMark(slot) || (key != 0 && (key & 0xff) != 0xfe && k.slot.load() == slot)) {
         k.key.compare_exchange_strong(key, 0);
       }
     }
@@ -435,32 +486,46 @@ bool Fabric::PublishKey(int device_index, uint32_t rkey, const PublishedKey& key
   KeyEntry& k = segment_->devices[device_index].keys[(rkey >> 8) % kKeySlots];
   uint32_t expected = 0;
   if (!k.key.compare_exchange_strong(expected, ClaimMark(slot_))) return false;  // another live key's place
-  k.slot = slot_;
-  k.generation = segment_->procs[slot_].generation.load();
-  k.object = key.object;
-  k.access = key.access;
-  k.object_size = key.object_size;
-  k.object_offset = key.object_offset;
-  k.iova = key.iova;
-  k.length = key.length;
-  k.pd = key.pd;
+  k.slot.store(slot_, std::memory_order_relaxed);
+  k.generation.store(generation_, std::memory_order_relaxed);
+  k.object.store(key.object, std::memory_order_relaxed);
+  k.access.store(key.access, std::memory_order_relaxed);
+  k.object_size.store(key.object_size, std::memory_order_relaxed);
+  k.object_offset.store(key.object_offset, std::memory_order_relaxed);
+  k.iova.store(key.iova, std::memory_order_relaxed);
+  k.length.store(key.length, std::memory_order_relaxed);
+  k.pd.store(key.pd, std::memory_order_relaxed);
   k.key.store(rkey, std::memory_order_seq_cst);
   return true;
 }
 
-void Fabric::RevokeKey(int device_index, uint32_t rkey) {
-  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
+bool Fabric::RevokeKey(int device_index, uint32_t rkey) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
   KeyEntry& k = segment_->devices[device_index].keys[(rkey >> 8) % kKeySlots];
   uint32_t expected = rkey;
-  if (!k.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst)) return;
+  return k.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+}
+
+void Fabric::WaitKeyUnused(int device_index, uint32_t rkey) {
+  if (!segment_) return;
   // Dekker with PlaceWrite: a writer announces the key, then looks at it; we
   // withdrew it, now look at the announcements. A writer that got in first
-  // finishes its copy; a dead one never will.
+  // finishes its copy; a dead one never will, and a stopped one is waited for
+  // only so long.
   const uint64_t tag = KeyTag(device_index, rkey);
+  const uint64_t deadline = MonotonicNs() + kRevokeWaitNs;
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
     for (uint64_t spins = 1; proc.placing.load(std::memory_order_seq_cst) == tag; ++spins) {
-      if (spins % 4096 == 0 && !Alive(proc.pid.load(), proc.start_time)) break;
+      if (spins % 1024 == 0 && (!SlotAlive(proc) || MonotonicNs() > deadline)) {
+        if (MonotonicNs() > deadline) {
+          std::fprintf(stderr,
+                       "simverbs: ibv_dereg_mr: process %d has been writing into this MR for %llu ms (stopped?); "
+                       "deregistering it anyway\n",
+                       proc.pid.load(), static_cast<unsigned long long>(kRevokeWaitNs / 1'000'000));
+        }
+        break;
+      }
       if (spins > 64) sched_yield();
     }
   }
@@ -474,31 +539,24 @@ void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32
   e.write_type.store(write_type);
 }
 
-uint8_t* Fabric::MapPeerObject(int slot, uint32_t generation, uint32_t object, uint64_t size) {
-  std::vector<PeerObject>& objects = peer_objects_[slot];
+uint8_t* Fabric::MapPeerObject(Peer& peer, int slot, uint32_t generation, uint32_t object, uint64_t size) {
+  std::vector<PeerObject>& objects = peer.objects;
   if (!objects.empty() && objects.front().generation != generation) {
     for (const PeerObject& o : objects) munmap(o.base, o.size);  // the slot is another process's now
     objects.clear();
   }
   for (const PeerObject& o : objects) {
-    if (o.object == object && o.size >= size) return o.base;
+    if (o.object == object && o.size == size) return o.base;
   }
   if (objects.size() >= kMaxPeerObjects) {
     munmap(objects.front().base, objects.front().size);  // the one mapped longest ago
     objects.erase(objects.begin());
   }
-  const std::string name = SharedRegions::ObjectName(RingName(segment_name_, slot), object);
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return nullptr;
-  struct stat st {};
-  void* p = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) >= size) {
-    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  close(fd);
-  if (p == MAP_FAILED) return nullptr;
-  objects.push_back(PeerObject{generation, object, static_cast<uint8_t*>(p), size});
-  return static_cast<uint8_t*>(p);
+  // Exactly the size the key table gives: the writes below stay inside it.
+  const ShmMapping m = OpenShm(SharedRegions::ObjectName(RingName(segment_name_, slot), object), size);
+  if (!m.addr) return nullptr;
+  objects.push_back(PeerObject{generation, object, static_cast<uint8_t*>(m.addr), size});
+  return static_cast<uint8_t*>(m.addr);
 }
 
 int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
@@ -508,6 +566,8 @@ int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
   // Any process writes the directory: a slot out of range is nobody.
   return e.qpn.load() == qpn && slot >= 0 && slot < kMaxProcs ? slot : -1;
 }
+
+bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_->procs[slot]); }
 
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
                         uint64_t length, const std::function<void(uint8_t*)>& gather) {
@@ -521,14 +581,25 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
   placing.store(KeyTag(device_index, rkey), std::memory_order_seq_cst);
   // While we announce the key, its owner cannot withdraw it and reuse its
-  // entry: the fields below stay as they were published.
+  // entry. Another process may write the entry all the same: each field is
+  // read once, checked, and only the checked copy is used.
   bool placed = false;
-  if (k.key.load(std::memory_order_seq_cst) == rkey && k.slot == slot &&
-      k.generation == segment_->procs[slot].generation.load() && k.pd == pd &&
-      (k.access & IBV_ACCESS_REMOTE_WRITE) && va >= k.iova && length <= k.length && va - k.iova <= k.length - length &&
-      k.object_offset <= k.object_size && k.length <= k.object_size - k.object_offset) {
-    if (uint8_t* base = MapPeerObject(slot, k.generation, k.object, k.object_size)) {
-      gather(base + k.object_offset + (va - k.iova));
+  const uint32_t key = k.key.load(std::memory_order_seq_cst);
+  const int32_t key_slot = k.slot.load(std::memory_order_relaxed);
+  const uint32_t generation = k.generation.load(std::memory_order_relaxed);
+  const uint32_t object = k.object.load(std::memory_order_relaxed);
+  const uint32_t access = k.access.load(std::memory_order_relaxed);
+  const uint64_t object_size = k.object_size.load(std::memory_order_relaxed);
+  const uint64_t object_offset = k.object_offset.load(std::memory_order_relaxed);
+  const uint64_t iova = k.iova.load(std::memory_order_relaxed);
+  const uint64_t key_length = k.length.load(std::memory_order_relaxed);
+  const uint64_t key_pd = k.pd.load(std::memory_order_relaxed);
+  Peer* peer = ReachPeer(slot);
+  if (peer && key == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
+      (access & IBV_ACCESS_REMOTE_WRITE) && va >= iova && length <= key_length && va - iova <= key_length - length &&
+      object_offset <= object_size && key_length <= object_size - object_offset) {
+    if (uint8_t* base = MapPeerObject(*peer, slot, generation, object, object_size)) {
+      gather(base + object_offset + (va - iova));
       placed = true;
     }
   }
@@ -536,70 +607,91 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   return placed;
 }
 
+Fabric::Peer* Fabric::ReachPeer(int slot) {
+  std::unique_ptr<Peer>& peer = peers_[slot];
+  if (!peer) peer = std::make_unique<Peer>();
+  const uint32_t generation = segment_->procs[slot].generation.load();
+  if (peer->ring && peer->generation != generation) {
+    munmap(peer->ring, sizeof(PacketRing));  // the slot belongs to another process now
+    peer->ring = nullptr;
+    peer->pushed = false;
+    peer->backlog.clear();
+  }
+  if (!peer->ring) {
+    const ShmMapping m = OpenShm(RingName(segment_name_, slot), sizeof(PacketRing));
+    if (!m.addr) {
+      // Not there (the process left), or not ours: the packet is lost. Say why
+      // once per mapping attempt only when it is a refusal, not an absence.
+      if (m.err != ENOENT) std::fprintf(stderr, "simverbs: %s\n", m.error.c_str());
+      return nullptr;
+    }
+    peer->ring = static_cast<PacketRing*>(m.addr);
+    peer->generation = generation;
+  }
+  return peer.get();
+}
+
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   const int slot = OwnerSlot(device_index, pkt.dst_qpn);
   if (slot < 0 || slot == slot_) return false;
-  PacketRing*& ring = peer_rings_[slot];
-  const uint32_t generation = segment_->procs[slot].generation.load();
-  if (ring && peer_generation_[slot] != generation) {
-    munmap(ring, sizeof(PacketRing));  // the slot belongs to another process now
-    ring = nullptr;
-  }
-  if (!ring) {
-    int err = 0;
-    ring = static_cast<PacketRing*>(MapShared(RingName(segment_name_, slot), sizeof(PacketRing), false, &err));
-    peer_generation_[slot] = generation;
-    if (!ring) return false;
-  }
+  Peer* peer = ReachPeer(slot);
+  if (!peer) return false;
+  const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
   uint64_t pos = 0;
-  if (!backlog_[slot].empty() || !ring->Push(pkt, pkt.src_device ? pkt.src_device->index() : 0, &pos)) {
-    backlog_[slot].push_back(pkt);
-    backlog_empty_ = false;
+  if (peer->backlog.empty() && peer->ring->Push(pkt, src_device, &pos, slot_, generation_)) {
+    peer->last_pushed = pos;
+    peer->pushed = true;
     return true;
   }
-  last_pushed_[slot] = pos;
-  pushed_[slot] = true;
+  // The peer's ring is full. A datagram is dropped, as a congested fabric
+  // does; a reliable packet waits in order, within a bound (beyond it the
+  // requester's retransmission recovers it).
+  if (pkt.transport == IBV_QPT_UD || peer->backlog.size() >= kMaxBacklog) return true;
+  if (peer->backlog.empty()) backlogged_.push_back(slot);
+  peer->backlog.push_back(pkt);
+  backlog_empty_ = false;
   return true;
 }
 
 void Fabric::FlushBacklogLocked() {
   if (backlog_empty_) return;
-  bool empty = true;
-  for (int slot = 0; slot < kMaxProcs; ++slot) {
-    std::deque<Packet>& q = backlog_[slot];
-    if (q.empty()) continue;
-    const ProcSlot& proc = segment_->procs[slot];
-    if (!peer_rings_[slot] || peer_generation_[slot] != proc.generation.load() ||
-        !Alive(proc.pid.load(), proc.start_time)) {
-      q.clear();  // the peer is gone: what it did not take is lost
-      continue;
+  for (size_t i = 0; i < backlogged_.size();) {
+    const int slot = backlogged_[i];
+    Peer& peer = *peers_[slot];
+    if (peer.generation != segment_->procs[slot].generation.load() || !PeerAlive(slot)) {
+      peer.backlog.clear();  // the peer is gone: what it did not take is lost
     }
     uint64_t pos = 0;
-    while (!q.empty() && peer_rings_[slot]->Push(q.front(), q.front().src_device ? q.front().src_device->index() : 0,
-                                                 &pos)) {
-      q.pop_front();
-      last_pushed_[slot] = pos;
-      pushed_[slot] = true;
+    while (!peer.backlog.empty() && peer.ring) {
+      const Packet& front = peer.backlog.front();
+      if (!peer.ring->Push(front, front.src_device ? front.src_device->index() : 0, &pos, slot_, generation_)) break;
+      peer.backlog.pop_front();
+      peer.last_pushed = pos;
+      peer.pushed = true;
     }
-    empty &= q.empty();
+    if (peer.backlog.empty()) {
+      backlogged_[i] = backlogged_.back();
+      backlogged_.pop_back();
+    } else {
+      ++i;
+    }
   }
-  backlog_empty_ = empty;
+  backlog_empty_ = backlogged_.empty();
 }
 
 bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   const int slot = OwnerSlot(device_index, qpn);
-  if (slot < 0 || slot == slot_ || !peer_rings_[slot] || !pushed_[slot]) return false;
-  if (backlog_[slot].empty() && peer_rings_[slot]->Consumed(last_pushed_[slot])) return false;
-  const ProcSlot& proc = segment_->procs[slot];
-  return Alive(proc.pid.load(), proc.start_time);
+  if (slot < 0 || slot == slot_ || !peers_[slot]) return false;
+  const Peer& peer = *peers_[slot];
+  if (!peer.ring || !peer.pushed) return false;
+  if (peer.backlog.empty() && peer.ring->Consumed(peer.last_pushed)) return false;
+  return PeerAlive(slot);
 }
 
 bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
   const int slot = OwnerSlot(device_index, qpn);
   if (slot < 0) return false;
-  if (slot == slot_) return true;
-  const ProcSlot& proc = segment_->procs[slot];
-  return Alive(proc.pid.load(), proc.start_time) && !Zombie(proc.pid.load());
+  return slot == slot_ || PeerAlive(slot);
 }
 
 void Fabric::PollInbound() {
@@ -638,9 +730,9 @@ void Fabric::DrainInboundLocked() {
   Packet pkt;
   pkt.payload = Engine::Get().PayloadBuffer();
   while (ring_->Pop([&](const WirePacket& wp) {
-    Device* src = wp.src_device >= 0 && static_cast<size_t>(wp.src_device) < devices.size()
-                      ? devices[wp.src_device].get()
-                      : nullptr;
+    const int32_t src_device = wp.src_device;  // read once: another process wrote it
+    Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
+                                                                                       : nullptr;
     wp.ToPacket(src, &pkt);
   })) {
     Engine::Get().Transmit(std::move(pkt));
@@ -663,17 +755,39 @@ void CpuRelax() {
 
 }  // namespace
 
-void Fabric::ProgressThread() {
+void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined) {
+  {
+    JoinResult join;
+    {
+      SegmentLock lock(&seg->mutex);
+      if (!lock.locked()) {
+        join.error = SegmentLock::kNotLocked;
+        join.err = EAGAIN;
+      } else if (!seg->unlinked) {
+        join.error = JoinLocked(seg, &join.err);
+      }
+    }
+    const bool ok = segment_ != nullptr;
+    joined->set_value(join);  // `joined` is gone after this
+    if (!ok) return;
+  }
+  ProcSlot& me = segment_->procs[slot_];
+  // A producer that died between claiming a slot of our ring and publishing it.
+  const auto producer_dead = [this](int slot, uint32_t generation) {
+    ProcSlot& proc = segment_->procs[slot];
+    return proc.generation.load() != generation || !SlotAlive(proc);
+  };
   uint64_t look_until = 0;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     HandleFaults();
-    const bool worked = DrainInbound();
+    bool worked = DrainInbound();
     if (!backlog_empty_) {
       std::lock_guard<std::mutex> lock(Engine::Get().mu());
       FlushBacklogLocked();
     }
+    if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;
     // A peer streaming to a program that does not poll (a bandwidth server
     // asleep in a socket read): keep looking a moment before sleeping, so the
     // stream costs the producer no wake-up system call per burst, nor us a
@@ -694,6 +808,14 @@ void Fabric::ProgressThread() {
     const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
     ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
   }
+  // Leave while we still hold our liveness mutex: nobody can take the slot
+  // (or clean it as dead) until we are done with it.
+  {
+    // Not locked in time: the others clean our slot once we are gone.
+    SegmentLock lock(&segment_->mutex);
+    if (lock.locked()) LeaveLocked();
+  }
+  pthread_mutex_unlock(&me.alive);
 }
 
 }  // namespace simverbs
@@ -701,20 +823,6 @@ void Fabric::ProgressThread() {
 // ---- Faults from outside: the mailbox (fault/mailbox.h).
 
 namespace simverbs {
-namespace {
-
-// A process that exited without detaching (killed, or _exit) stays a zombie
-// until its parent reaps it: kill(pid, 0) still succeeds, but it will never
-// answer.
-bool Zombie(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  const size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
-}
-
-}  // namespace
 
 // Requires: segment mutex held, segment_ set.
 void Fabric::TakeFaultStateLocked() {
@@ -724,7 +832,9 @@ void Fabric::TakeFaultStateLocked() {
   for (size_t d = 0; d < devices.size() && d < FaultMailbox::kMaxDevices; ++d) {
     for (int port = 1; port <= devices[d]->port_count() && port <= FaultMailbox::kMaxPorts; ++port) {
       const int32_t state = box.port_state[d][port - 1].load();
-      if (state != 0) devices[d]->SetPortState(port, static_cast<ibv_port_state>(state));
+      if (state == IBV_PORT_DOWN || state == IBV_PORT_ACTIVE) {
+        devices[d]->SetPortState(port, static_cast<ibv_port_state>(state));
+      }
     }
   }
 }
@@ -741,7 +851,7 @@ void Fabric::HandleFaults() {
     if (request.seq.load(std::memory_order_acquire) != seq) continue;  // overwritten by a newer one
     const int delivered = HandleFaultRequest(request);
     request.delivered.fetch_add(static_cast<uint32_t>(delivered));
-    request.answered.fetch_or(uint64_t{1} << slot_, std::memory_order_release);
+    request.answered[slot_ / 64].fetch_or(uint64_t{1} << (slot_ % 64), std::memory_order_release);
   }
 }
 
@@ -749,46 +859,46 @@ FaultPost Fabric::PostFault(const std::string& fabric,
                             const std::function<std::string(const std::string&, FaultRequest*)>& fill,
                             int timeout_ms) {
   FaultPost post;
-  const std::string name = "/simverbs-" + std::to_string(getuid()) + "-" + fabric;
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  struct stat st {};
-  if (fd >= 0 && (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(FabricSegment)))) {
-    close(fd);
-    post.error = "shared memory " + name + " is not a fabric of this simverbs version";
+  const std::string name = SegmentPrefix() + fabric;
+  const ShmMapping m = OpenShm(name, sizeof(FabricSegment));
+  if (!m.addr) {
+    post.error = m.err == ENOENT ? "no fabric \"" + fabric +
+                                       "\" is running: no process has opened a simulated device with SIMVERBS_FABRIC=" +
+                                       fabric + " (start the program with 'simverbs run' and the same SIMVERBS_FABRIC, "
+                                       "or set --fabric)"
+                                 : m.error;
     return post;
   }
-  if (fd < 0) {
-    post.error = "no fabric \"" + fabric + "\" is running: no process has opened a simulated device with SIMVERBS_FABRIC=" +
-                 fabric + " (start the program with 'simverbs run' and the same SIMVERBS_FABRIC, or set --fabric)";
-    return post;
-  }
-  void* p = mmap(nullptr, sizeof(FabricSegment), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    post.error = "cannot map " + name + ": " + strerror(errno);
-    return post;
-  }
-  auto* seg = static_cast<FabricSegment*>(p);
+  auto* seg = static_cast<FabricSegment*>(m.addr);
   if (seg->magic != kMagic) {
     munmap(seg, sizeof(FabricSegment));
-    post.error = "shared memory " + name + " is not a fabric of this simverbs version";
+    post.error = "shared memory " + ShmPath(name) + " is not a fabric of this simverbs version";
     return post;
   }
-  uint64_t waiting = 0;  // process slots that must answer
+  std::vector<bool> waiting(kMaxProcs);  // process slots that must answer
+  int expected = 0;
   FaultRequest* request = nullptr;
   uint64_t seq = 0;
   {
     SegmentLock lock(&seg->mutex);
+    if (!lock.locked()) {
+      munmap(seg, sizeof(FabricSegment));
+      post.error = SegmentLock::kNotLocked;
+      return post;
+    }
     for (int i = 0; i < kMaxProcs; ++i) {
-      const int pid = seg->procs[i].pid.load();
-      if (pid != 0 && Alive(pid, seg->procs[i].start_time)) waiting |= uint64_t{1} << i;
+      waiting[i] = seg->procs[i].pid.load() != 0 && SlotAlive(seg->procs[i]);
+      expected += waiting[i];
     }
     FaultRequest fields{};
-    if (seg->unlinked || waiting == 0) {
+    if (seg->unlinked || expected == 0) {
       post.error = "no process is attached to fabric \"" + fabric +
                    "\" (its programs have ended; start them with 'simverbs run' and the same SIMVERBS_FABRIC)";
     } else {
-      post.error = fill(seg->profile_path, &fields);
+      char profile[sizeof seg->profile_path];
+      std::memcpy(profile, seg->profile_path, sizeof profile);
+      profile[sizeof profile - 1] = 0;
+      post.error = fill(profile, &fields);
     }
     if (post.error.empty()) {
       FaultMailbox& box = seg->faults;
@@ -800,7 +910,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       request->port_num = fields.port_num;
       request->object = fields.object;
       request->qpn = fields.qpn;
-      request->answered.store(0);
+      for (auto& word : request->answered) word.store(0);
       request->delivered.store(0);
       // The port state outlives the request: processes that join later see it.
       const int d = fields.device_index;
@@ -820,37 +930,127 @@ FaultPost Fabric::PostFault(const std::string& fabric,
   }
   // Wake every progress thread: each handles the request on its own.
   for (int i = 0; i < kMaxProcs; ++i) {
-    if (!(waiting & (uint64_t{1} << i))) continue;
-    int err = 0;
-    auto* ring = static_cast<PacketRing*>(MapShared(RingName(name, i), sizeof(PacketRing), false, &err));
-    if (!ring) continue;
-    ring->Interrupt();
-    munmap(ring, sizeof(PacketRing));
+    if (!waiting[i]) continue;
+    const ShmMapping ring = OpenShm(RingName(name, i), sizeof(PacketRing));
+    if (!ring.addr) continue;
+    static_cast<PacketRing*>(ring.addr)->Interrupt();
+    munmap(ring.addr, sizeof(PacketRing));
   }
   const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
-  uint64_t answered = 0;
-  while (request->seq.load(std::memory_order_acquire) == seq) {
-    answered = request->answered.load(std::memory_order_acquire) & waiting;
-    if (answered == waiting || MonotonicNs() > deadline) break;
-    // A process that exits meanwhile will never answer.
+  const auto answered = [&](int i) {
+    return (request->answered[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
+  };
+  while (request->seq.load(std::memory_order_acquire) == seq && MonotonicNs() <= deadline) {
+    bool all = true;
     for (int i = 0; i < kMaxProcs; ++i) {
-      if ((waiting & (uint64_t{1} << i)) && !(answered & (uint64_t{1} << i)) &&
-          (!Alive(seg->procs[i].pid.load(), seg->procs[i].start_time) || Zombie(seg->procs[i].pid.load()))) {
-        waiting &= ~(uint64_t{1} << i);
+      if (!waiting[i] || answered(i)) continue;
+      // A process that exits meanwhile will never answer.
+      if (!SlotAlive(seg->procs[i])) {
+        waiting[i] = false;
+      } else {
+        all = false;
       }
     }
+    if (all) break;
     usleep(1000);
   }
-  post.processes = __builtin_popcountll(waiting);  // without those that exited meanwhile
-  post.answered = __builtin_popcountll(answered);
   for (int i = 0; i < kMaxProcs; ++i) {
-    if ((waiting & ~answered) & (uint64_t{1} << i)) {
+    if (!waiting[i]) continue;
+    ++post.processes;  // without those that exited meanwhile
+    if (answered(i)) {
+      ++post.answered;
+    } else {
       post.silent += (post.silent.empty() ? "" : " ") + std::to_string(seg->procs[i].pid.load());
     }
   }
   post.delivered = request->delivered.load();
   munmap(seg, sizeof(FabricSegment));
   return post;
+}
+
+// ---- What dead programs left in /dev/shm.
+
+namespace {
+
+struct ShmEntry {
+  std::string name;  // "/simverbs-<uid>-..."
+  uint64_t size;
+};
+
+// This user's fabric objects in /dev/shm (by name and owner).
+std::vector<ShmEntry> ListOurs(const std::string& prefix) {
+  std::vector<ShmEntry> entries;
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return entries;
+  while (const dirent* d = readdir(dir)) {
+    const std::string name = "/" + std::string(d->d_name);
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    struct stat st {};
+    if (fstatat(dirfd(dir), d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (st.st_uid != geteuid()) continue;
+    entries.push_back(ShmEntry{name, static_cast<uint64_t>(st.st_size)});
+  }
+  closedir(dir);
+  return entries;
+}
+
+}  // namespace
+
+SweepReport Fabric::Sweep(const std::string& keep) {
+  SweepReport report;
+  const std::string prefix = SegmentPrefix();
+  const std::vector<ShmEntry> entries = ListOurs(prefix);
+  const auto remove = [&](const ShmEntry& e) {
+    if (shm_unlink(e.name.c_str()) == 0) {
+      report.removed.push_back(ShmPath(e.name));
+      report.bytes += e.size;
+    }
+  };
+  // Segments first: a fabric none of whose processes is alive goes whole.
+  for (const ShmEntry& e : entries) {
+    if (e.size != sizeof(FabricSegment) || e.name == keep) continue;
+    const ShmMapping m = OpenShm(e.name, sizeof(FabricSegment));
+    if (!m.addr) {
+      if (m.err != ENOENT) report.refused.push_back(m.error);
+      continue;
+    }
+    auto* seg = static_cast<FabricSegment*>(m.addr);
+    int alive = 0;
+    // Being created right now, or another version's: not ours to judge.
+    if (seg->magic == kMagic && seg->ready.load(std::memory_order_acquire)) {
+      // A fabric whose lock is taken is in use: judged another time.
+      SegmentLock lock(&seg->mutex, 0);
+      for (int i = 0; lock.locked() && i < kMaxProcs; ++i) {
+        alive += seg->procs[i].pid.load() != 0 && SlotAlive(seg->procs[i]);
+      }
+      if (lock.locked() && alive == 0 && !seg->unlinked) {
+        seg->unlinked = 1;  // a process about to join creates a new one
+        remove(e);
+      }
+    }
+    munmap(seg, sizeof(FabricSegment));
+    if (alive > 0) {
+      report.kept.push_back("\"" + e.name.substr(prefix.size()) + "\" (" + std::to_string(alive) + " process" +
+                            (alive == 1 ? "" : "es") + ")");
+    }
+  }
+  // Then rings and memory objects ("<segment>-p<slot>[-mr+<n>]") whose fabric
+  // is gone. Looked up now, not in the listing: a fabric may have been created
+  // since.
+  for (const ShmEntry& e : entries) {
+    std::string segment = e.name;
+    const size_t mr = segment.rfind("-mr+");
+    if (mr != std::string::npos) segment.resize(mr);
+    const size_t p = segment.rfind("-p");
+    if (p == std::string::npos || p + 2 == segment.size() ||
+        segment.find_first_not_of("0123456789", p + 2) != std::string::npos) {
+      continue;  // not a ring or an object of ours
+    }
+    segment.resize(p);
+    struct stat st {};
+    if (segment.size() > prefix.size() && stat(ShmPath(segment).c_str(), &st) != 0 && errno == ENOENT) remove(e);
+  }
+  return report;
 }
 
 }  // namespace simverbs

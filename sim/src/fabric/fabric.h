@@ -35,22 +35,47 @@
 // path.
 //
 // No daemon: the first process creates the segment and fixes the profile;
-// the last one to leave removes it. A process that died (SIGKILL) is found by
-// the next one to attach, which removes its ring and its directory entries;
-// its peers' packets are lost and their retry timers report
-// IBV_WC_RETRY_EXC_ERR. Its shared-memory objects are removed with its ring
-// (they are named after it: "<ring>-mr+<n>"). The table's mutex is robust, so a process killed while
-// holding it does not wedge the fabric.
+// the last one to leave removes it. The table's mutex is robust, so a process
+// killed while holding it does not wedge the fabric.
+//
+// Liveness. Each process slot has a robust, process-shared mutex that the
+// process's progress thread locks when it joins (before the slot is
+// published) and holds until it leaves. The kernel releases a robust mutex
+// when its owner thread exits, however it exits, before the process becomes a
+// zombie; the mutex lives in shared memory, so this works across PID
+// namespaces and never looks at a pid (pids are reused, and a zombie still
+// answers kill(pid, 0)). A trylock that fails with EBUSY means alive; one
+// that succeeds, or returns EOWNERDEAD, means the process is gone. It costs one
+// atomic instruction and no system call. A dead process's slot is cleaned by
+// the next process to join or leave: its ring, its directory entries, its keys
+// and its shared-memory objects ("<ring>-mr+<n>") go; its peers' packets are
+// lost and their retry timers report IBV_WC_RETRY_EXC_ERR. A fabric whose
+// last process died is removed by the next process of the same user that
+// opens a device on any fabric, or by `simverbs clean`.
+//
+// Hostile input. Every object is created O_EXCL with mode 0600 and opened only
+// after fstat shows our uid, no group/other bits and the expected size
+// (fabric/shm_object.h). Another process of the same user can still write
+// anything into them: every value read from shared memory is read once into a
+// local, checked, then used, and every wait on another process is bounded.
+//
+// Backlogs are bounded: a datagram (UD) that finds the peer's ring full is
+// dropped, as on a real fabric; a reliable packet waits in order in a backlog
+// of at most kMaxBacklog packets per peer, beyond which it is dropped and the
+// requester's retransmission recovers it.
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "fabric/fabric_limits.h"
 #include "transport/packet.h"
 
 namespace simverbs {
@@ -69,6 +94,15 @@ struct PublishedKey {
   uint64_t pd = 0;             // the PD's identity in this process
 };
 struct FaultRequest;
+struct ProcSlot;
+
+// What `simverbs clean` removed (Fabric::Sweep).
+struct SweepReport {
+  std::vector<std::string> removed;  // /dev/shm paths
+  uint64_t bytes = 0;
+  std::vector<std::string> kept;     // fabrics with live processes, "name (N processes)"
+  std::vector<std::string> refused;  // objects not ours, with why
+};
 
 // What `simverbs inject` learnt from posting a fault (Fabric::PostFault).
 struct FaultPost {
@@ -84,8 +118,9 @@ class Fabric {
   static Fabric& Get();
 
   // Joins the fabric named by SIMVERBS_FABRIC (default "default") with the
-  // current profile. Returns an empty string or an error for the user.
-  std::string Attach();
+  // current profile. Returns an empty string, or an error for the user with
+  // the errno for the verb in *err.
+  std::string Attach(int* err);
   bool attached() const { return segment_ != nullptr; }
   void Detach();
 
@@ -102,8 +137,13 @@ class Fabric {
   // Lets peers write into an MR through `rkey`; false when the key table has
   // no room at its index (the MR keeps the copying path).
   bool PublishKey(int device_index, uint32_t rkey, const PublishedKey& key);
-  // Withdraws the key; returns once no peer is still writing through it.
-  void RevokeKey(int device_index, uint32_t rkey);
+  // Withdraws the key: no peer starts writing through it from now on.
+  // Returns whether it was published.
+  bool RevokeKey(int device_index, uint32_t rkey);
+  // Returns once no peer is still writing through a revoked key (without the
+  // engine lock: a peer that is slow to finish holds up only this caller),
+  // or a live peer has been at it for kRevokeWaitNs (a stopped process).
+  void WaitKeyUnused(int device_index, uint32_t rkey);
   // What a writer checks of our QP: its PD and whether it takes WRITEs now
   // (0: no; otherwise its ibv_qp_type + 1). Requires: engine lock.
   void PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t write_type);
@@ -142,6 +182,10 @@ class Fabric {
   // have producers wake the progress thread for whatever comes next.
   void BeforeBlocking();
 
+  // Removes the fabrics of this user whose processes are all gone (and
+  // objects of fabrics that no longer exist), except `keep` (a segment name).
+  static SweepReport Sweep(const std::string& keep);
+
   // Faults from outside (fault/mailbox.h), for `simverbs inject`, which does
   // not join: opens the running fabric `fabric`, lets `fill` write the
   // request's event and target (it gets the fabric's profile path, to name
@@ -152,41 +196,60 @@ class Fabric {
                              int timeout_ms);
 
  private:
-  // Handles the mailbox requests this process has not seen (progress thread).
-  void HandleFaults();
-  // On joining: skip older requests, take the port states injected so far.
-  void TakeFaultStateLocked();
-  Fabric() = default;
-  void ProgressThread();
-  bool DrainInbound();  // false when the ring was empty
-  void CleanDeadLocked();
-  void ForgetQpnsLocked(int slot);
-  // Withdraws every key of `slot` and removes its shared-memory objects.
-  void ForgetKeysLocked(int slot);
-  // The slot of the process that owns (device, qpn) by the directory, or -1.
-  int OwnerSlot(int device_index, uint32_t qpn) const;
-  // Our mapping of a peer's object, or nullptr.
-  uint8_t* MapPeerObject(int slot, uint32_t generation, uint32_t object, uint64_t size);
-  std::string JoinLocked(FabricSegment* seg, const std::string& fabric, const std::string& profile_path,
-                         uint64_t profile_hash);
-  int slot_ = -1;
-
-  FabricSegment* segment_ = nullptr;
-  std::string segment_name_;
-  PacketRing* ring_ = nullptr;
-  std::string ring_name_;
-  PacketRing* peer_rings_[64] = {};  // mapped on first use
-  uint32_t peer_generation_[64] = {};
-  uint64_t last_pushed_[64] = {};    // position of our last packet in each peer's ring
-  bool pushed_[64] = {};
+  // What this process keeps of a peer process slot (engine lock).
   struct PeerObject {
     uint32_t generation;
     uint32_t object;
     uint8_t* base;
     uint64_t size;
   };
-  std::vector<PeerObject> peer_objects_[64];  // engine lock
-  std::deque<Packet> backlog_[64];   // engine lock
+  struct Peer {
+    PacketRing* ring = nullptr;  // mapped on first use
+    uint32_t generation = 0;     // of the slot when the ring was mapped
+    uint64_t last_pushed = 0;    // position of our last packet in its ring
+    bool pushed = false;
+    std::vector<PeerObject> objects;
+    std::deque<Packet> backlog;
+  };
+  static constexpr size_t kMaxBacklog = 16384;  // packets per peer
+
+  // Handles the mailbox requests this process has not seen (progress thread).
+  void HandleFaults();
+  // On joining: skip older requests, take the port states injected so far.
+  void TakeFaultStateLocked();
+  Fabric() = default;
+  // Joins `seg` (and holds our slot's liveness lock), reports through
+  // `joined`, then runs the progress loop until Detach; leaves the fabric.
+  struct JoinResult {
+    int err = 0;
+    std::string error;  // empty and not joined: the segment was removed, try again
+  };
+  void ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined);
+  bool DrainInbound();  // false when the ring was empty
+  void CleanDeadLocked();
+  // Our slot's entries, ring and objects go; the last process removes the fabric.
+  void LeaveLocked();
+  void ForgetQpnsLocked(int slot);
+  // Withdraws every key of `slot` and removes its shared-memory objects.
+  void ForgetKeysLocked(int slot);
+  // The slot of the process that owns (device, qpn) by the directory, or -1.
+  int OwnerSlot(int device_index, uint32_t qpn) const;
+  // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
+  Peer* ReachPeer(int slot);
+  // Our mapping of a peer's object, or nullptr.
+  uint8_t* MapPeerObject(Peer& peer, int slot, uint32_t generation, uint32_t object, uint64_t size);
+  bool PeerAlive(int slot) const;
+  std::string JoinLocked(FabricSegment* seg, int* err);
+  int slot_ = -1;
+  uint32_t generation_ = 0;  // of our slot
+
+  FabricSegment* segment_ = nullptr;
+  std::string segment_name_;
+  std::string fabric_name_;
+  PacketRing* ring_ = nullptr;
+  std::string ring_name_;
+  std::unique_ptr<Peer> peers_[kMaxFabricProcesses];  // engine lock
+  std::vector<int> backlogged_;                       // slots with a backlog (engine lock)
   // Written under the engine lock; read without it by pollers and the progress
   // thread to skip taking the lock when there is nothing to flush.
   std::atomic<bool> backlog_empty_{true};
@@ -198,6 +261,9 @@ class Fabric {
   int attach_pid_ = 0;
   std::mutex attach_mu_;  // ibv_open_device may run on several threads at once
   uint64_t faults_seen_ = 0;  // the last mailbox request handled
+  // For the join, on the progress thread.
+  std::string join_profile_path_;
+  uint64_t join_profile_hash_ = 0;
 };
 
 }  // namespace simverbs

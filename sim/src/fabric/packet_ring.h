@@ -7,10 +7,23 @@
 // Waking the owner costs a system call, so a producer wakes it only when its
 // progress thread sleeps and the owner is not in a poll loop: it polled an
 // empty CQ in the last 2 µs. Such an owner drains the ring itself.
+//
+// A producer killed between claiming a slot and publishing it would leave a
+// hole that every later packet waits behind. So a producer announces the
+// position it is about to claim in its own entry of `claims_` (by its fabric
+// slot, with its generation); the owner, finding the oldest slot claimed but
+// unpublished, asks whether that producer is dead (SkipDeadClaim) and only
+// then skips the slot. A live producer, even a stopped one, is waited for. A
+// producer publishes with a compare-and-swap, so one whose slot was skipped
+// meanwhile cannot publish into a later lap.
+//
+// Every field here can be written by any process of the same user: nothing
+// read from it is trusted (Push gives up after a bounded number of tries).
 
 #include <atomic>
 #include <cstdint>
 
+#include "fabric/fabric_limits.h"
 #include "fabric/wire_packet.h"
 
 namespace simverbs {
@@ -24,9 +37,12 @@ class PacketRing {
   // Lays out an empty ring in `memory` (of at least sizeof(PacketRing) bytes).
   static PacketRing* Init(void* memory);
 
-  // False when the ring is full (the packet is lost, as on a congested wire).
-  // On success *pos is the packet's position, for Consumed().
-  bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr);
+  // False when the ring is full (or its shared state is not believable). On
+  // success *pos is the packet's position, for Consumed(). `producer_slot`
+  // (-1: none) and `producer_generation` identify the producer for
+  // SkipDeadClaim.
+  bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, int producer_slot = -1,
+            uint32_t producer_generation = 0);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
   // Hands the oldest packet to `take` (in place: no copy of its own), then
@@ -48,6 +64,29 @@ class PacketRing {
   }
   bool Empty() const;
 
+  // The oldest slot was claimed but is not published: if `dead(slot,
+  // generation)` says its producer is gone, frees it and returns true (the
+  // packet is lost, as on a wire whose sender died mid-packet).
+  template <typename Dead>
+  bool SkipDeadClaim(Dead&& dead) {
+    const uint64_t pos = tail_.load(std::memory_order_relaxed);
+    Slot* slot = &slots_[pos % kSlots];
+    if (slot->seq.load(std::memory_order_acquire) != pos || head_.load(std::memory_order_acquire) <= pos) return false;
+    // Every producer that announces this position must be dead: a live one
+    // may be the one that won it (a dead one may have lost it and died).
+    bool claimed = false;
+    for (int i = 0; i < kMaxFabricProcesses; ++i) {
+      if (claims_[i].pos_plus_1.load(std::memory_order_acquire) != pos + 1) continue;
+      if (!dead(i, claims_[i].generation.load(std::memory_order_acquire))) return false;
+      claimed = true;
+    }
+    if (!claimed) return false;
+    uint64_t expected = pos;
+    if (!slot->seq.compare_exchange_strong(expected, pos + kSlots, std::memory_order_acq_rel)) return false;
+    tail_.store(pos + 1, std::memory_order_relaxed);
+    return true;
+  }
+
   // The progress thread's sleep: until a producer wakes it (or Interrupt is
   // called) after WakeSeq() returned `seq`, or `timeout_ms` passes (< 0: no
   // limit). Read WakeSeq before checking for work, so no wake-up is missed.
@@ -65,11 +104,16 @@ class PacketRing {
     std::atomic<uint64_t> seq;
     WirePacket pkt;
   };
+  struct Claim {
+    std::atomic<uint64_t> pos_plus_1;  // the position being claimed + 1; 0: none
+    std::atomic<uint32_t> generation;  // of the producer's fabric slot
+  };
   std::atomic<uint64_t> head_;  // next slot to write (producers)
   alignas(64) std::atomic<uint64_t> tail_;  // next slot to read (consumer)
   alignas(64) std::atomic<uint32_t> sleeping_;
   std::atomic<uint32_t> wake_seq_;
   std::atomic<uint64_t> last_poll_ns_;
+  alignas(64) Claim claims_[kMaxFabricProcesses];  // by producer slot
   alignas(64) Slot slots_[kSlots];
 };
 

@@ -21,6 +21,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "fabric/fabric_limits.h"
+
 namespace simverbs {
 
 // What an injected event is raised on.
@@ -39,7 +41,8 @@ struct FaultRequest {
   int32_t port_num;
   FaultObject object;
   uint32_t qpn;
-  std::atomic<uint64_t> answered;   // bit per process slot that has handled it
+  static constexpr int kAnswerWords = kMaxFabricProcesses / 64;
+  std::atomic<uint64_t> answered[kAnswerWords];  // bit per process slot that has handled it
   std::atomic<uint32_t> delivered;  // async events raised, over all processes
 };
 

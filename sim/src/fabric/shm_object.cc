@@ -1,0 +1,109 @@
+#include "fabric/shm_object.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace simverbs {
+namespace {
+
+std::string Octal(unsigned mode) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04o", mode & 07777);
+  return buf;
+}
+
+void* MapFd(int fd, size_t size, int* err) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    *err = errno;
+    return nullptr;
+  }
+  return p;
+}
+
+}  // namespace
+
+std::string ShmPath(const std::string& name) { return "/dev/shm" + name; }
+
+std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    *err = errno;
+    return "cannot inspect shared memory " + ShmPath(name) + ": " + strerror(errno);
+  }
+  if (st.st_uid != geteuid()) {
+    *err = EACCES;
+    return "shared memory " + ShmPath(name) + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
+           std::to_string(geteuid()) + "): another user may be trying to read this fabric's traffic; it was not used. "
+           "Remove it (rm " + ShmPath(name) + ") or set SIMVERBS_FABRIC to another name";
+  }
+  if (st.st_mode & 077) {
+    *err = EACCES;
+    return "shared memory " + ShmPath(name) + " has mode " + Octal(st.st_mode) +
+           ", which lets other users read or write it (simverbs creates 0600): it was not used. Remove it (rm " +
+           ShmPath(name) + ") or set SIMVERBS_FABRIC to another name";
+  }
+  if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != size) {
+    *err = EINVAL;
+    return "shared memory " + ShmPath(name) + " is " + std::to_string(st.st_size) + " bytes, not the " +
+           std::to_string(size) + " of this simverbs version's object: it was not used. Remove it (rm " + ShmPath(name) +
+           ", or 'simverbs clean') once no program of an older simverbs uses it";
+  }
+  return "";
+}
+
+ShmMapping CreateShm(const std::string& name, size_t size) {
+  ShmMapping m;
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    m.err = errno;
+    m.error = "cannot create shared memory " + ShmPath(name) + ": " + strerror(errno);
+    if (errno == EEXIST) m.error += " (remove it, or run 'simverbs clean')";
+    return m;
+  }
+  // The mode asked for, whatever the umask: nothing wider than 0600 either way.
+  const int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (rc != 0) {
+    m.err = rc == ENOSPC ? ENOMEM : rc;
+    m.error = "cannot reserve " + std::to_string((size + (1 << 20) - 1) >> 20) + " MiB of shared memory for " +
+              ShmPath(name) + ": " + strerror(rc) +
+              (rc == ENOSPC ? " (/dev/shm is full: free space there, 'simverbs clean' removes what dead simverbs "
+                              "programs left, or give the container a larger /dev/shm, e.g. docker run --shm-size=1g)"
+                            : "");
+    close(fd);
+    shm_unlink(name.c_str());
+    return m;
+  }
+  m.addr = MapFd(fd, size, &m.err);
+  close(fd);
+  if (!m.addr) {
+    m.error = "cannot map shared memory " + ShmPath(name) + ": " + strerror(m.err);
+    shm_unlink(name.c_str());
+  }
+  return m;
+}
+
+ShmMapping OpenShm(const std::string& name, size_t size) {
+  ShmMapping m;
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    m.err = errno;
+    m.error = "cannot open shared memory " + ShmPath(name) + ": " + strerror(errno);
+    return m;
+  }
+  m.error = CheckShmFd(fd, name, size, &m.err);
+  if (m.error.empty()) {
+    m.addr = MapFd(fd, size, &m.err);
+    if (!m.addr) m.error = "cannot map shared memory " + ShmPath(name) + ": " + strerror(m.err);
+  }
+  close(fd);
+  return m;
+}
+
+}  // namespace simverbs

@@ -1,0 +1,38 @@
+#pragma once
+
+// Shared-memory objects of the fabric, created and opened so that neither
+// another local user nor a stale or hostile object can get in.
+//
+// /dev/shm is writable by every user: another user can create a fabric's name
+// first (mode 0666) and read whatever a process that joins it sends. So an
+// object is created only if the name does not exist (O_EXCL), with mode 0600,
+// and its pages are reserved at once (posix_fallocate: a full /dev/shm fails
+// here with an error, not later with SIGBUS on a write). An existing object is
+// mapped only after fstat shows it is ours: owned by our effective uid, no
+// group or other permission bits, and exactly the size we expect.
+
+#include <cstddef>
+#include <string>
+
+namespace simverbs {
+
+struct ShmMapping {
+  void* addr = nullptr;  // nullptr on failure
+  int err = 0;           // errno for the verb that needed the object
+  std::string error;     // what went wrong, for the user: names the object and what to do
+};
+
+// "/dev/shm<name>", as the user sees it.
+std::string ShmPath(const std::string& name);
+
+// Creates `name` (it must not exist), reserves `size` bytes and maps them.
+ShmMapping CreateShm(const std::string& name, size_t size);
+
+// Maps an existing object after checking owner, mode and size (see above).
+ShmMapping OpenShm(const std::string& name, size_t size);
+
+// The owner/mode/size check of OpenShm on an open descriptor; empty when the
+// object may be used.
+std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err);
+
+}  // namespace simverbs
