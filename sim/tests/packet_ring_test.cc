@@ -73,5 +73,72 @@ TEST(PacketRingTest, PayloadLengthBeyondThePayloadAreaIsDropped) {
   EXPECT_TRUE(ring->Empty());
 }
 
+
+// A producer killed between claiming a slot and publishing it: the packets
+// behind the hole wait until the owner learns the producer is dead, then flow.
+TEST(PacketRingTest, HoleOfADeadProducerIsSkipped) {
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  constexpr int kDead = 3;
+  constexpr int kLive = 4;
+  uint64_t hole = 0;
+  ASSERT_TRUE(ring->Claim(&hole, kDead, 7));  // ... and never publishes
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, kLive, 1));
+  uint32_t len = 0;
+  const auto take = [&](const WirePacket& wp) { len = wp.payload_len; };
+  EXPECT_FALSE(ring->Pop(take)) << "the hole is in front";
+  // Not while the claimant is alive (a stopped producer finishes later).
+  EXPECT_FALSE(ring->SkipDeadClaim([](int, uint32_t) { return false; }));
+  EXPECT_FALSE(ring->Pop(take));
+  int asked = -1;
+  uint32_t asked_generation = 0;
+  EXPECT_TRUE(ring->SkipDeadClaim([&](int slot, uint32_t generation) {
+    asked = slot;
+    asked_generation = generation;
+    return true;
+  }));
+  EXPECT_EQ(asked, kDead);
+  EXPECT_EQ(asked_generation, 7u);
+  ASSERT_TRUE(ring->Pop(take)) << "the packet behind the hole";
+  EXPECT_EQ(len, 8u);
+  EXPECT_TRUE(ring->Empty());
+}
+
+// A producer taken for dead that was only slow cannot publish into the slot
+// once it was skipped (it may already belong to the next lap).
+TEST(PacketRingTest, PublishIntoASkippedSlotFails) {
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  uint64_t pos = 0;
+  ASSERT_TRUE(ring->Claim(&pos, 2, 1));
+  ASSERT_TRUE(ring->SkipDeadClaim([](int, uint32_t) { return true; }));
+  EXPECT_FALSE(ring->Publish(pos, MarkedPacket(8), 0, 2));
+  EXPECT_FALSE(ring->Pop([](const WirePacket&) {}));
+}
+
+// An empty ring, or one whose oldest slot is published, has no hole to skip.
+TEST(PacketRingTest, NothingToSkipWithoutAHole) {
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  const auto dead = [](int, uint32_t) { return true; };
+  EXPECT_FALSE(ring->SkipDeadClaim(dead));
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, 1, 1));
+  EXPECT_FALSE(ring->SkipDeadClaim(dead));
+  EXPECT_TRUE(ring->Pop([](const WirePacket&) {}));
+}
+
+// Another process may write anything into the ring: a head that every slot
+// contradicts makes Push give up (the packet waits in the sender's backlog)
+// instead of spinning for ever.
+TEST(PacketRingTest, PushGivesUpOnGarbage) {
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  // A head moved back behind a published slot: that slot's sequence is ahead
+  // of the head for good ("another producer got there first", every time).
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0));
+  std::memset(memory.bytes, 0, 8);  // head_ is the first field
+  EXPECT_FALSE(ring->Push(MarkedPacket(8), 0));
+}
+
 }  // namespace
 }  // namespace simverbs

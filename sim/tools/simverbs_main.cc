@@ -5,6 +5,7 @@
 //   simverbs record [--device D] [--stable-identity] [--stable-mac MAC] [--name N] [OUT.json]
 //                                               write a profile of a device this machine has
 //   simverbs inject EVENT [--device D] ...      raise an async event in running programs
+//   simverbs clean                              remove what dead programs left in /dev/shm
 
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "clean_command.h"
 #include "inject_command.h"
 #include "profile.h"
 #include "record.h"
@@ -154,11 +156,13 @@ int main(int argc, char** argv) {
 
   InjectOptions inject_options;
   CLI::App* inject = AddInjectCommand(app, &inject_options);
+  CLI::App* clean = AddCleanCommand(app);
 
 
   CLI11_PARSE(app, argc, argv);
   if (devices->parsed()) return Devices(profile);
   if (inject->parsed()) return RunInject(inject_options);
+  if (clean->parsed()) return RunClean();
   if (record->parsed()) {
     if (stable_identity || stable_mac_option->count() > 0) record_options.stable_mac = stable_mac;
     return simverbs::Record(record_options);

@@ -172,9 +172,8 @@ namespace {
 // Opens the fabric segment `name`, creating it if there is none. nullptr
 // with an empty *error: it was removed meanwhile, try again.
 FabricSegment* OpenSegment(const std::string& name, std::string* error, int* err) {
-  ShmMapping m = CreateShm(name, sizeof(FabricSegment));
-  if (m.addr) {
-    auto* seg = static_cast<FabricSegment*>(m.addr);
+  ShmMapping m = CreateShmInitialized(name, sizeof(FabricSegment), [](void* memory) {
+    auto* seg = static_cast<FabricSegment*>(memory);
     seg->magic = kMagic;
     InitRobustMutex(&seg->mutex);
     for (ProcSlot& proc : seg->procs) InitRobustMutex(&proc.alive);
@@ -183,15 +182,13 @@ FabricSegment* OpenSegment(const std::string& name, std::string* error, int* err
       d.next_key.store(1);
     }
     seg->ready.store(1, std::memory_order_release);
-    return seg;
-  }
+  });
+  if (m.addr) return static_cast<FabricSegment*>(m.addr);
   if (m.err != EEXIST) {
     *error = m.error;
     *err = m.err;
     return nullptr;
   }
-  // Another process created it; it reserves the whole size before it maps it,
-  // so a smaller object is not a fabric of ours.
   m = OpenShm(name, sizeof(FabricSegment));
   if (!m.addr) {
     if (m.err != ENOENT) {
@@ -201,7 +198,7 @@ FabricSegment* OpenSegment(const std::string& name, std::string* error, int* err
     return nullptr;
   }
   auto* seg = static_cast<FabricSegment*>(m.addr);
-  // The creator initialises it right after mapping it (bounded: 1 s).
+  // Without O_TMPFILE the creator initialises it after naming it (bounded: 1 s).
   for (int i = 0; i < 1000 && !seg->ready.load(std::memory_order_acquire); ++i) usleep(1000);
   if (seg->magic != kMagic || !seg->ready.load(std::memory_order_acquire)) {
     munmap(seg, sizeof(FabricSegment));
@@ -765,6 +762,13 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
         join.err = EAGAIN;
       } else if (!seg->unlinked) {
         join.error = JoinLocked(seg, &join.err);
+        bool empty = true;
+        for (const ProcSlot& proc : seg->procs) empty &= proc.pid.load() == 0;
+        if (!join.error.empty() && empty) {
+          // We could not join a fabric nobody is in (likely one we just made): leave nothing behind.
+          seg->unlinked = 1;
+          shm_unlink(segment_name_.c_str());
+        }
       }
     }
     const bool ok = segment_ != nullptr;

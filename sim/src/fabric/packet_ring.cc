@@ -44,7 +44,7 @@ PacketRing* PacketRing::Init(void* memory) {
   ring->sleeping_.store(0);
   ring->wake_seq_.store(0);
   ring->last_poll_ns_.store(0);
-  for (Claim& c : ring->claims_) {
+  for (Announcement& c : ring->claims_) {
     c.pos_plus_1.store(0);
     c.generation.store(0);
   }
@@ -54,30 +54,41 @@ PacketRing* PacketRing::Init(void* memory) {
 
 bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, int producer_slot,
                       uint32_t producer_generation) {
-  Claim* claim = producer_slot >= 0 && producer_slot < kMaxFabricProcesses ? &claims_[producer_slot] : nullptr;
+  uint64_t pos = 0;
+  if (!Claim(&pos, producer_slot, producer_generation) || !Publish(pos, pkt, src_device_index, producer_slot)) {
+    return false;
+  }
+  if (pushed_at) *pushed_at = pos;
+  return true;
+}
+
+bool PacketRing::Claim(uint64_t* claimed, int producer_slot, uint32_t producer_generation) {
+  Announcement* claim = producer_slot >= 0 && producer_slot < kMaxFabricProcesses ? &claims_[producer_slot] : nullptr;
   if (claim) claim->generation.store(producer_generation, std::memory_order_relaxed);
   uint64_t pos = head_.load(std::memory_order_relaxed);
-  Slot* slot = nullptr;
   // Another process may have written anything here: a bounded number of tries.
-  for (int tries = 0;; ++tries) {
-    if (tries == 4096) {
-      if (claim) claim->pos_plus_1.store(0, std::memory_order_release);
-      return false;
-    }
-    slot = &slots_[pos % kSlots];
-    const uint64_t seq = slot->seq.load(std::memory_order_acquire);
+  for (int tries = 0; tries < 4096; ++tries) {
+    const uint64_t seq = slots_[pos % kSlots].seq.load(std::memory_order_acquire);
     const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
     if (diff == 0) {
       // Announce before claiming: the owner must be able to tell who holds a slot.
       if (claim) claim->pos_plus_1.store(pos + 1, std::memory_order_seq_cst);
-      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst)) break;
+      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst)) {
+        *claimed = pos;
+        return true;
+      }
     } else if (diff < 0) {
-      if (claim) claim->pos_plus_1.store(0, std::memory_order_release);
-      return false;  // full
+      break;  // full
     } else {
       pos = head_.load(std::memory_order_relaxed);
     }
   }
+  if (claim) claim->pos_plus_1.store(0, std::memory_order_release);
+  return false;
+}
+
+bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot) {
+  Slot* slot = &slots_[pos % kSlots];
   slot->pkt.From(pkt, src_device_index);
   // Dekker with Sleep(): publish, then look whether the consumer sleeps. Both
   // sides use seq_cst operations rather than fences (the same instructions on
@@ -85,9 +96,10 @@ bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_
   // may have skipped the slot, taking us for dead.
   uint64_t expected = pos;
   const bool published = slot->seq.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst);
-  if (claim) claim->pos_plus_1.store(0, std::memory_order_release);
+  if (producer_slot >= 0 && producer_slot < kMaxFabricProcesses) {
+    claims_[producer_slot].pos_plus_1.store(0, std::memory_order_release);
+  }
   if (!published) return false;
-  if (pushed_at) *pushed_at = pos;
   if (sleeping_.load(std::memory_order_seq_cst) && MonotonicNs() - last_poll_ns() > kPollingWindowNs) {
     wake_seq_.fetch_add(1, std::memory_order_release);
     FutexWake(&wake_seq_);

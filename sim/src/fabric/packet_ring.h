@@ -43,6 +43,11 @@ class PacketRing {
   // SkipDeadClaim.
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, int producer_slot = -1,
             uint32_t producer_generation = 0);
+  // Push in its two steps: claims a slot (false: full), then writes and
+  // publishes the packet there (false: the owner skipped the slot meanwhile,
+  // taking the producer for dead).
+  bool Claim(uint64_t* pos, int producer_slot, uint32_t producer_generation);
+  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
   // Hands the oldest packet to `take` (in place: no copy of its own), then
@@ -104,7 +109,7 @@ class PacketRing {
     std::atomic<uint64_t> seq;
     WirePacket pkt;
   };
-  struct Claim {
+  struct Announcement {
     std::atomic<uint64_t> pos_plus_1;  // the position being claimed + 1; 0: none
     std::atomic<uint32_t> generation;  // of the producer's fabric slot
   };
@@ -113,7 +118,7 @@ class PacketRing {
   alignas(64) std::atomic<uint32_t> sleeping_;
   std::atomic<uint32_t> wake_seq_;
   std::atomic<uint64_t> last_poll_ns_;
-  alignas(64) Claim claims_[kMaxFabricProcesses];  // by producer slot
+  alignas(64) Announcement claims_[kMaxFabricProcesses];  // by producer slot
   alignas(64) Slot slots_[kSlots];
 };
 

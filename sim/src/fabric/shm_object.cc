@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 namespace simverbs {
 namespace {
@@ -41,7 +42,7 @@ std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err) {
     *err = EACCES;
     return "shared memory " + ShmPath(name) + " belongs to uid " + std::to_string(st.st_uid) + ", not to this user (uid " +
            std::to_string(geteuid()) + "): another user may be trying to read this fabric's traffic; it was not used. "
-           "Remove it (rm " + ShmPath(name) + ") or set SIMVERBS_FABRIC to another name";
+           "Set SIMVERBS_FABRIC to another name, or have its owner or root remove it (rm " + ShmPath(name) + ")";
   }
   if (st.st_mode & 077) {
     *err = EACCES;
@@ -58,16 +59,11 @@ std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err) {
   return "";
 }
 
-ShmMapping CreateShm(const std::string& name, size_t size) {
+namespace {
+
+// Reserves and maps `size` bytes of `fd`. `named`: unlink `name` on failure.
+ShmMapping ReserveAndMap(int fd, const std::string& name, size_t size, bool named) {
   ShmMapping m;
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    m.err = errno;
-    m.error = "cannot create shared memory " + ShmPath(name) + ": " + strerror(errno);
-    if (errno == EEXIST) m.error += " (remove it, or run 'simverbs clean')";
-    return m;
-  }
-  // The mode asked for, whatever the umask: nothing wider than 0600 either way.
   const int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
   if (rc != 0) {
     m.err = rc == ENOSPC ? ENOMEM : rc;
@@ -76,16 +72,50 @@ ShmMapping CreateShm(const std::string& name, size_t size) {
               (rc == ENOSPC ? " (/dev/shm is full: free space there, 'simverbs clean' removes what dead simverbs "
                               "programs left, or give the container a larger /dev/shm, e.g. docker run --shm-size=1g)"
                             : "");
-    close(fd);
-    shm_unlink(name.c_str());
+    if (named) shm_unlink(name.c_str());
     return m;
   }
   m.addr = MapFd(fd, size, &m.err);
-  close(fd);
   if (!m.addr) {
     m.error = "cannot map shared memory " + ShmPath(name) + ": " + strerror(m.err);
-    shm_unlink(name.c_str());
+    if (named) shm_unlink(name.c_str());
   }
+  return m;
+}
+
+}  // namespace
+
+ShmMapping CreateShm(const std::string& name, size_t size) {
+  // Mode 0600 (a umask can only narrow it).
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    ShmMapping m;
+    m.err = errno;
+    m.error = "cannot create shared memory " + ShmPath(name) + ": " + strerror(errno);
+    if (errno == EEXIST) m.error += " (remove it, or run 'simverbs clean')";
+    return m;
+  }
+  ShmMapping m = ReserveAndMap(fd, name, size, true);
+  close(fd);
+  return m;
+}
+
+ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std::function<void(void*)>& init) {
+  const int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return CreateShm(name, size);  // no O_TMPFILE here: named from the start
+  ShmMapping m = ReserveAndMap(fd, name, size, false);
+  if (m.addr) {
+    init(m.addr);
+    // Named now, complete. link() fails if the name exists: O_EXCL's guarantee.
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, ShmPath(name).c_str(), AT_SYMLINK_FOLLOW) != 0) {
+      m.err = errno;
+      m.error = "cannot create shared memory " + ShmPath(name) + ": " + strerror(errno);
+      munmap(m.addr, size);
+      m.addr = nullptr;
+    }
+  }
+  close(fd);
   return m;
 }
 

@@ -12,6 +12,7 @@
 // group or other permission bits, and exactly the size we expect.
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 namespace simverbs {
@@ -27,6 +28,12 @@ std::string ShmPath(const std::string& name);
 
 // Creates `name` (it must not exist), reserves `size` bytes and maps them.
 ShmMapping CreateShm(const std::string& name, size_t size);
+
+// The same, but `name` appears only once `init` has filled the object in (an
+// unnamed file, linked under the name at the end): nobody ever opens it
+// half-made, and a creator killed before the end leaves nothing behind.
+// EEXIST when the name exists by then.
+ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std::function<void(void*)>& init);
 
 // Maps an existing object after checking owner, mode and size (see above).
 ShmMapping OpenShm(const std::string& name, size_t size);
