@@ -22,6 +22,7 @@
 #include "device_list.h"
 #include "fabric/packet_ring.h"
 #include "fabric/shared_regions.h"
+#include "fabric/file_lock.h"
 #include "fabric/shm_object.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
@@ -44,9 +45,6 @@ constexpr uint64_t kRevokeWaitNs = 2'000'000'000;
 }  // namespace
 
 struct ProcSlot {
-  // Held by the process's progress thread while it is attached (liveness, see
-  // fabric.h). Robust and process-shared.
-  pthread_mutex_t alive;
   std::atomic<int32_t> pid;  // for messages only: liveness never looks at it
   std::atomic<uint32_t> generation;
   // The key this process is writing through right now (KeyTag), or 0: a
@@ -93,28 +91,14 @@ uint64_t KeyTag(int device_index, uint32_t rkey) {
   return (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
 }
 
-// Whether the process that holds `slot` is attached: its progress thread
-// holds the slot's robust mutex (fabric.h). A mutex we could take belonged to
-// nobody or to a thread that is gone; any other answer (EBUSY, or garbage
-// another process wrote) counts as alive.
-bool SlotAlive(ProcSlot& slot) {
-  const int rc = pthread_mutex_trylock(&slot.alive);
-  if (rc == EOWNERDEAD) pthread_mutex_consistent(&slot.alive);
-  if (rc == 0 || rc == EOWNERDEAD) {
-    pthread_mutex_unlock(&slot.alive);
-    return false;
-  }
-  return rc != ENOTRECOVERABLE;
-}
+// The segment file's bytes locked (fabric/file_lock.h): byte 0 is the
+// fabric's lock, byte 1 + slot the liveness of the process in that slot.
+constexpr off_t kFabricLockByte = 0;
+off_t LivenessByte(int slot) { return 1 + slot; }
 
-void InitRobustMutex(pthread_mutex_t* mu) {
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  pthread_mutex_init(mu, &attr);
-  pthread_mutexattr_destroy(&attr);
-}
+// Whether the process in `slot` is attached: it holds its liveness byte
+// (fabric.h). `fd`: our descriptor of the segment.
+bool SlotAlive(int fd, int slot) { return ByteLockedByOther(fd, LivenessByte(slot)); }
 
 std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
 
@@ -127,30 +111,23 @@ uint64_t HashFile(const std::string& path) {
   return std::hash<std::string>{}(ss.str());
 }
 
-// The segment's mutex. Robust: the owner may have been killed while holding
-// it. Bounded: another process may have written garbage over it.
+// The fabric's lock: a lock the kernel keeps on the segment file, so another
+// process can neither corrupt it nor, by dying, keep it. Bounded all the same.
 class SegmentLock {
  public:
   // `seconds` 0: only if it is free now.
-  explicit SegmentLock(pthread_mutex_t* mu, int seconds = 10) : mu_(mu) {
-    timespec deadline{};
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += seconds;
-    const int rc = seconds == 0 ? pthread_mutex_trylock(mu_) : pthread_mutex_timedlock(mu_, &deadline);
-    if (rc == EOWNERDEAD) pthread_mutex_consistent(mu_);
-    locked_ = rc == 0 || rc == EOWNERDEAD;
-  }
+  explicit SegmentLock(int fd, int seconds = 10) : fd_(fd), locked_(LockByte(fd, kFabricLockByte, seconds * 1000)) {}
   ~SegmentLock() {
-    if (locked_) pthread_mutex_unlock(mu_);
+    if (locked_) UnlockByte(fd_, kFabricLockByte);
   }
   bool locked() const { return locked_; }
   static constexpr const char* kNotLocked =
-      "the fabric's lock has been held for 10 s (a process of this user is stuck, or wrote over the fabric's "
-      "shared memory): use another SIMVERBS_FABRIC, or end the fabric's programs and run 'simverbs clean'";
+      "the fabric's lock has been held for 10 s (a process of this user is stuck holding it): use another "
+      "SIMVERBS_FABRIC, or end the fabric's programs and run 'simverbs clean'";
 
  private:
-  pthread_mutex_t* mu_;
-  bool locked_ = false;
+  int fd_;
+  bool locked_;
 };
 
 }  // namespace
@@ -161,7 +138,6 @@ struct FabricSegment {
   uint32_t unlinked;  // the last process left and removed the name
   uint64_t profile_hash;
   char profile_path[512];
-  pthread_mutex_t mutex;
   ProcSlot procs[kMaxProcs];
   DeviceState devices[kMaxDevices];
   FaultMailbox faults;
@@ -169,27 +145,27 @@ struct FabricSegment {
 
 namespace {
 
-// Opens the fabric segment `name`, creating it if there is none. nullptr
-// with an empty *error: it was removed meanwhile, try again.
-FabricSegment* OpenSegment(const std::string& name, std::string* error, int* err) {
+// Opens the fabric segment `name`, creating it if there is none, and keeps
+// its descriptor in *fd (its locks are ours while it is open). nullptr with
+// an empty *error: it was removed meanwhile, try again.
+FabricSegment* OpenSegment(const std::string& name, int* fd, std::string* error, int* err) {
   ShmMapping m = CreateShmInitialized(name, sizeof(FabricSegment), [](void* memory) {
     auto* seg = static_cast<FabricSegment*>(memory);
     seg->magic = kMagic;
-    InitRobustMutex(&seg->mutex);
-    for (ProcSlot& proc : seg->procs) InitRobustMutex(&proc.alive);
     for (auto& d : seg->devices) {
       d.next_qpn.store(kFirstQpn);
       d.next_key.store(1);
     }
     seg->ready.store(1, std::memory_order_release);
-  });
+  }, true);
+  *fd = m.fd;
   if (m.addr) return static_cast<FabricSegment*>(m.addr);
   if (m.err != EEXIST) {
     *error = m.error;
     *err = m.err;
     return nullptr;
   }
-  m = OpenShm(name, sizeof(FabricSegment));
+  m = OpenShm(name, sizeof(FabricSegment), true);
   if (!m.addr) {
     if (m.err != ENOENT) {
       *error = m.error;
@@ -197,11 +173,14 @@ FabricSegment* OpenSegment(const std::string& name, std::string* error, int* err
     }
     return nullptr;
   }
+  *fd = m.fd;
   auto* seg = static_cast<FabricSegment*>(m.addr);
   // Without O_TMPFILE the creator initialises it after naming it (bounded: 1 s).
   for (int i = 0; i < 1000 && !seg->ready.load(std::memory_order_acquire); ++i) usleep(1000);
   if (seg->magic != kMagic || !seg->ready.load(std::memory_order_acquire)) {
     munmap(seg, sizeof(FabricSegment));
+    close(*fd);
+    *fd = -1;
     *error = "shared memory " + ShmPath(name) +
              " is not a fabric of this simverbs version (remove it, run 'simverbs clean', or set SIMVERBS_FABRIC)";
     *err = EINVAL;
@@ -217,8 +196,8 @@ Fabric& Fabric::Get() {
   return *fabric;
 }
 
-// Takes a slot in `seg` (locking its liveness mutex: the caller is the
-// progress thread) and creates our ring. Requires: the segment's mutex.
+// Takes a slot in `seg` (locking its liveness byte) and creates our ring.
+// Requires: the fabric's lock.
 // On failure returns the error and leaves segment_ unset.
 std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   segment_ = seg;
@@ -239,16 +218,9 @@ std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
     *err = EINVAL;
   }
   for (int i = 0; error.empty() && i < kMaxProcs && slot_ < 0; ++i) {
-    ProcSlot& proc = seg->procs[i];
-    if (proc.pid.load() != 0) continue;
-    int rc = pthread_mutex_trylock(&proc.alive);
-    if (rc == EOWNERDEAD) rc = pthread_mutex_consistent(&proc.alive);
-    if (rc == ENOTRECOVERABLE || rc == EINVAL) {
-      // Garbage or a mutex left unrecoverable: nobody can hold a free slot's mutex.
-      InitRobustMutex(&proc.alive);
-      rc = pthread_mutex_trylock(&proc.alive);
-    }
-    if (rc == 0) slot_ = i;  // EBUSY: held, though the slot looks free; not ours to take
+    // A free slot whose liveness byte nobody holds (a slot that looks free
+    // but is held is not ours to take, whatever its pid field says).
+    if (seg->procs[i].pid.load() == 0 && LockByte(segment_fd_, LivenessByte(i), 0)) slot_ = i;
   }
   if (error.empty() && slot_ < 0) {
     error = "fabric \"" + fabric_name_ + "\" has " + std::to_string(kMaxProcs) +
@@ -268,7 +240,7 @@ std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
     } else {
       error = ring.error;
       *err = ring.err;
-      pthread_mutex_unlock(&seg->procs[slot_].alive);
+      UnlockByte(segment_fd_, LivenessByte(slot_));
     }
   }
   if (!error.empty()) {
@@ -298,6 +270,7 @@ std::string Fabric::Attach(int* err) {
     // forget it without joining or detaching.
     new (&progress_) std::thread();
     for (auto& peer : peers_) peer.release();  // the parent's (its mappings stay, unused)
+    segment_fd_ = -1;  // closed by the fork handler
     backlogged_.clear();
     backlog_empty_ = true;
   }
@@ -319,13 +292,12 @@ std::string Fabric::Attach(int* err) {
   slot_ = -1;
   for (int attempt = 0; attempt < 100 && !segment_; ++attempt) {
     std::string error;
-    FabricSegment* candidate = OpenSegment(segment_name_, &error, err);
+    FabricSegment* candidate = OpenSegment(segment_name_, &segment_fd_, &error, err);
     if (!candidate) {
       if (!error.empty()) return error;
       continue;  // removed meanwhile: try again
     }
-    // The progress thread joins: it holds our slot's liveness mutex for as
-    // long as we are attached.
+    // The progress thread joins, and leaves when we detach.
     stop_ = false;
     std::promise<JoinResult> joined;
     std::future<JoinResult> result = joined.get_future();
@@ -334,6 +306,8 @@ std::string Fabric::Attach(int* err) {
     if (segment_) break;
     progress_.join();
     munmap(candidate, sizeof(FabricSegment));
+    close(segment_fd_);
+    segment_fd_ = -1;
     if (!join.error.empty()) {
       *err = join.err;
       return join.error;
@@ -351,13 +325,20 @@ std::string Fabric::Attach(int* err) {
     std::atexit([] { Fabric::Get().Detach(); });
     // A child of fork() must not drain the parent's ring (packets for the
     // parent's QPs): it has none until it opens a device and joins itself.
-    pthread_atfork(nullptr, nullptr, [] { Fabric::Get().ring_ = nullptr; });
+    // Nor may it keep the parent's locks: the segment descriptor it inherited
+    // shares them, and would make the parent look alive after it died.
+    pthread_atfork(nullptr, nullptr, [] {
+      Fabric& fabric = Fabric::Get();
+      fabric.ring_ = nullptr;
+      if (fabric.segment_fd_ >= 0) close(fabric.segment_fd_);
+      fabric.segment_fd_ = -1;
+    });
   }
   return "";
 }
 
 // Frees every QP number that the process in `slot` owned.
-// Requires: segment mutex held.
+// Requires: the fabric's lock.
 void Fabric::ForgetQpnsLocked(int slot) {
   for (auto& dev : segment_->devices) {
     for (auto& e : dev.dir) {
@@ -370,11 +351,11 @@ void Fabric::ForgetQpnsLocked(int slot) {
   }
 }
 
-// Requires: segment mutex held.
+// Requires: the fabric's lock.
 void Fabric::CleanDeadLocked() {
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
-    if (i == slot_ || proc.pid.load() == 0 || SlotAlive(proc)) continue;
+    if (i == slot_ || proc.pid.load() == 0 || SlotAlive(segment_fd_, i)) continue;
     ForgetQpnsLocked(i);
     ForgetKeysLocked(i);
     shm_unlink(RingName(segment_name_, i).c_str());
@@ -382,8 +363,8 @@ void Fabric::CleanDeadLocked() {
   }
 }
 
-// Requires: segment mutex held; on the progress thread, which still holds our
-// liveness mutex (so nobody takes the slot while we clean it).
+// Requires: the fabric's lock. We still hold our liveness byte until the end
+// (so nobody takes the slot, or cleans it as dead, while we clean it).
 void Fabric::LeaveLocked() {
   ForgetQpnsLocked(slot_);
   ForgetKeysLocked(slot_);
@@ -397,6 +378,7 @@ void Fabric::LeaveLocked() {
     segment_->unlinked = 1;
     shm_unlink(segment_name_.c_str());
   }
+  UnlockByte(segment_fd_, LivenessByte(slot_));
 }
 
 void Fabric::Detach() {
@@ -456,7 +438,7 @@ uint32_t Fabric::AllocKeyIndex(int device_index) {
   return segment_->devices[device_index].next_key.fetch_add(1) & 0xffffff;
 }
 
-// Requires: segment mutex held.
+// Requires: the fabric's lock.
 void Fabric::ForgetKeysLocked(int slot) {
   for (auto& dev : segment_->devices) {
     for (KeyEntry& k : dev.keys) {
@@ -514,7 +496,7 @@ void Fabric::WaitKeyUnused(int device_index, uint32_t rkey) {
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
     for (uint64_t spins = 1; proc.placing.load(std::memory_order_seq_cst) == tag; ++spins) {
-      if (spins % 1024 == 0 && (!SlotAlive(proc) || MonotonicNs() > deadline)) {
+      if (spins % 1024 == 0 && (!SlotAlive(segment_fd_, i) || MonotonicNs() > deadline)) {
         if (MonotonicNs() > deadline) {
           std::fprintf(stderr,
                        "simverbs: ibv_dereg_mr: process %d has been writing into this MR for %llu ms (stopped?); "
@@ -564,7 +546,7 @@ int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
   return e.qpn.load() == qpn && slot >= 0 && slot < kMaxProcs ? slot : -1;
 }
 
-bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_->procs[slot]); }
+bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_fd_, slot); }
 
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
                         uint64_t length, const std::function<void(uint8_t*)>& gather) {
@@ -756,7 +738,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
   {
     JoinResult join;
     {
-      SegmentLock lock(&seg->mutex);
+      SegmentLock lock(segment_fd_);
       if (!lock.locked()) {
         join.error = SegmentLock::kNotLocked;
         join.err = EAGAIN;
@@ -775,11 +757,9 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     joined->set_value(join);  // `joined` is gone after this
     if (!ok) return;
   }
-  ProcSlot& me = segment_->procs[slot_];
   // A producer that died between claiming a slot of our ring and publishing it.
   const auto producer_dead = [this](int slot, uint32_t generation) {
-    ProcSlot& proc = segment_->procs[slot];
-    return proc.generation.load() != generation || !SlotAlive(proc);
+    return segment_->procs[slot].generation.load() != generation || !PeerAlive(slot);
   };
   uint64_t look_until = 0;
   for (;;) {
@@ -812,14 +792,12 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
     ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
   }
-  // Leave while we still hold our liveness mutex: nobody can take the slot
-  // (or clean it as dead) until we are done with it.
+  // Leave the fabric (LeaveLocked gives up our liveness byte last).
   {
     // Not locked in time: the others clean our slot once we are gone.
-    SegmentLock lock(&segment_->mutex);
+    SegmentLock lock(segment_fd_);
     if (lock.locked()) LeaveLocked();
   }
-  pthread_mutex_unlock(&me.alive);
 }
 
 }  // namespace simverbs
@@ -828,7 +806,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
 
 namespace simverbs {
 
-// Requires: segment mutex held, segment_ set.
+// Requires: the fabric's lock, segment_ set.
 void Fabric::TakeFaultStateLocked() {
   FaultMailbox& box = segment_->faults;
   faults_seen_ = box.last_seq.load(std::memory_order_acquire);
@@ -864,7 +842,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
                             int timeout_ms) {
   FaultPost post;
   const std::string name = SegmentPrefix() + fabric;
-  const ShmMapping m = OpenShm(name, sizeof(FabricSegment));
+  const ShmMapping m = OpenShm(name, sizeof(FabricSegment), true);
   if (!m.addr) {
     post.error = m.err == ENOENT ? "no fabric \"" + fabric +
                                        "\" is running: no process has opened a simulated device with SIMVERBS_FABRIC=" +
@@ -874,24 +852,28 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     return post;
   }
   auto* seg = static_cast<FabricSegment*>(m.addr);
-  if (seg->magic != kMagic) {
+  const int fd = m.fd;
+  const auto done = [&] {
     munmap(seg, sizeof(FabricSegment));
-    post.error = "shared memory " + ShmPath(name) + " is not a fabric of this simverbs version";
+    close(fd);
     return post;
+  };
+  if (seg->magic != kMagic) {
+    post.error = "shared memory " + ShmPath(name) + " is not a fabric of this simverbs version";
+    return done();
   }
   std::vector<bool> waiting(kMaxProcs);  // process slots that must answer
   int expected = 0;
   FaultRequest* request = nullptr;
   uint64_t seq = 0;
   {
-    SegmentLock lock(&seg->mutex);
+    SegmentLock lock(fd);
     if (!lock.locked()) {
-      munmap(seg, sizeof(FabricSegment));
       post.error = SegmentLock::kNotLocked;
-      return post;
+      return done();
     }
     for (int i = 0; i < kMaxProcs; ++i) {
-      waiting[i] = seg->procs[i].pid.load() != 0 && SlotAlive(seg->procs[i]);
+      waiting[i] = seg->procs[i].pid.load() != 0 && SlotAlive(fd, i);
       expected += waiting[i];
     }
     FaultRequest fields{};
@@ -928,10 +910,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       box.last_seq.store(seq, std::memory_order_release);
     }
   }
-  if (!post.error.empty()) {
-    munmap(seg, sizeof(FabricSegment));
-    return post;
-  }
+  if (!post.error.empty()) return done();
   // Wake every progress thread: each handles the request on its own.
   for (int i = 0; i < kMaxProcs; ++i) {
     if (!waiting[i]) continue;
@@ -949,7 +928,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     for (int i = 0; i < kMaxProcs; ++i) {
       if (!waiting[i] || answered(i)) continue;
       // A process that exits meanwhile will never answer.
-      if (!SlotAlive(seg->procs[i])) {
+      if (!SlotAlive(fd, i)) {
         waiting[i] = false;
       } else {
         all = false;
@@ -968,8 +947,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     }
   }
   post.delivered = request->delivered.load();
-  munmap(seg, sizeof(FabricSegment));
-  return post;
+  return done();
 }
 
 // ---- What dead programs left in /dev/shm.
@@ -1013,7 +991,7 @@ SweepReport Fabric::Sweep(const std::string& keep) {
   // Segments first: a fabric none of whose processes is alive goes whole.
   for (const ShmEntry& e : entries) {
     if (e.size != sizeof(FabricSegment) || e.name == keep) continue;
-    const ShmMapping m = OpenShm(e.name, sizeof(FabricSegment));
+    const ShmMapping m = OpenShm(e.name, sizeof(FabricSegment), true);
     if (!m.addr) {
       if (m.err != ENOENT) report.refused.push_back(m.error);
       continue;
@@ -1023,9 +1001,9 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     // Being created right now, or another version's: not ours to judge.
     if (seg->magic == kMagic && seg->ready.load(std::memory_order_acquire)) {
       // A fabric whose lock is taken is in use: judged another time.
-      SegmentLock lock(&seg->mutex, 0);
+      SegmentLock lock(m.fd, 0);
       for (int i = 0; lock.locked() && i < kMaxProcs; ++i) {
-        alive += seg->procs[i].pid.load() != 0 && SlotAlive(seg->procs[i]);
+        alive += seg->procs[i].pid.load() != 0 && SlotAlive(m.fd, i);
       }
       if (lock.locked() && alive == 0 && !seg->unlinked) {
         seg->unlinked = 1;  // a process about to join creates a new one
@@ -1033,6 +1011,7 @@ SweepReport Fabric::Sweep(const std::string& keep) {
       }
     }
     munmap(seg, sizeof(FabricSegment));
+    close(m.fd);
     if (alive > 0) {
       report.kept.push_back("\"" + e.name.substr(prefix.size()) + "\" (" + std::to_string(alive) + " process" +
                             (alive == 1 ? "" : "es") + ")");

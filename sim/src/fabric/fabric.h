@@ -35,18 +35,18 @@
 // path.
 //
 // No daemon: the first process creates the segment and fixes the profile;
-// the last one to leave removes it. The table's mutex is robust, so a process
-// killed while holding it does not wedge the fabric.
+// the last one to leave removes it.
 //
-// Liveness. Each process slot has a robust, process-shared mutex that the
-// process's progress thread locks when it joins (before the slot is
-// published) and holds until it leaves. The kernel releases a robust mutex
-// when its owner thread exits, however it exits, before the process becomes a
-// zombie; the mutex lives in shared memory, so this works across PID
-// namespaces and never looks at a pid (pids are reused, and a zombie still
-// answers kill(pid, 0)). A trylock that fails with EBUSY means alive; one
-// that succeeds, or returns EOWNERDEAD, means the process is gone. It costs one
-// atomic instruction and no system call. A dead process's slot is cleaned by
+// Liveness. Each process holds, while attached, a lock the kernel keeps on
+// one byte of the segment file (an open-file-description lock, F_OFD_SETLK:
+// fabric/file_lock.h); the fabric's own lock is another byte of it. The kernel
+// releases such a lock when the process exits or is killed, before it becomes
+// a zombie; it names no pid, so it works across PID namespaces, and no write
+// into shared memory can forge or corrupt it. Asking (F_OFD_GETLK) costs a
+// system call: it is done on slow paths only. A child of fork() closes the
+// descriptor it inherited, so it does not keep its parent alive. (A program
+// that closes every descriptor it does not know, while attached, drops its
+// lock and is taken for dead.) A dead process's slot is cleaned by
 // the next process to join or leave: its ring, its directory entries, its keys
 // and its shared-memory objects ("<ring>-mr+<n>") go; its peers' packets are
 // lost and their retry timers report IBV_WC_RETRY_EXC_ERR. A fabric whose
@@ -218,7 +218,7 @@ class Fabric {
   // On joining: skip older requests, take the port states injected so far.
   void TakeFaultStateLocked();
   Fabric() = default;
-  // Joins `seg` (and holds our slot's liveness lock), reports through
+  // Joins `seg` (and takes our slot's liveness lock), reports through
   // `joined`, then runs the progress loop until Detach; leaves the fabric.
   struct JoinResult {
     int err = 0;
@@ -244,6 +244,7 @@ class Fabric {
   uint32_t generation_ = 0;  // of our slot
 
   FabricSegment* segment_ = nullptr;
+  int segment_fd_ = -1;  // open while attached: our locks (see Liveness above)
   std::string segment_name_;
   std::string fabric_name_;
   PacketRing* ring_ = nullptr;

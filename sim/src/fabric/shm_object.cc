@@ -85,7 +85,7 @@ ShmMapping ReserveAndMap(int fd, const std::string& name, size_t size, bool name
 
 }  // namespace
 
-ShmMapping CreateShm(const std::string& name, size_t size) {
+ShmMapping CreateShm(const std::string& name, size_t size, bool keep_fd) {
   // Mode 0600 (a umask can only narrow it).
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -96,13 +96,23 @@ ShmMapping CreateShm(const std::string& name, size_t size) {
     return m;
   }
   ShmMapping m = ReserveAndMap(fd, name, size, true);
-  close(fd);
+  if (m.addr && keep_fd) {
+    m.fd = fd;
+  } else {
+    close(fd);
+  }
   return m;
 }
 
-ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std::function<void(void*)>& init) {
+ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std::function<void(void*)>& init,
+                                bool keep_fd) {
   const int fd = open("/dev/shm", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return CreateShm(name, size);  // no O_TMPFILE here: named from the start
+  if (fd < 0) {
+    // No O_TMPFILE here: named from the start.
+    ShmMapping m = CreateShm(name, size, keep_fd);
+    if (m.addr) init(m.addr);
+    return m;
+  }
   ShmMapping m = ReserveAndMap(fd, name, size, false);
   if (m.addr) {
     init(m.addr);
@@ -115,11 +125,15 @@ ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std:
       m.addr = nullptr;
     }
   }
-  close(fd);
+  if (m.addr && keep_fd) {
+    m.fd = fd;
+  } else {
+    close(fd);
+  }
   return m;
 }
 
-ShmMapping OpenShm(const std::string& name, size_t size) {
+ShmMapping OpenShm(const std::string& name, size_t size, bool keep_fd) {
   ShmMapping m;
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
@@ -132,7 +146,11 @@ ShmMapping OpenShm(const std::string& name, size_t size) {
     m.addr = MapFd(fd, size, &m.err);
     if (!m.addr) m.error = "cannot map shared memory " + ShmPath(name) + ": " + strerror(m.err);
   }
-  close(fd);
+  if (m.addr && keep_fd) {
+    m.fd = fd;
+  } else {
+    close(fd);
+  }
   return m;
 }
 

@@ -19,6 +19,7 @@ namespace simverbs {
 
 struct ShmMapping {
   void* addr = nullptr;  // nullptr on failure
+  int fd = -1;           // the open object, when asked to keep it (O_CLOEXEC); the caller closes it
   int err = 0;           // errno for the verb that needed the object
   std::string error;     // what went wrong, for the user: names the object and what to do
 };
@@ -27,16 +28,17 @@ struct ShmMapping {
 std::string ShmPath(const std::string& name);
 
 // Creates `name` (it must not exist), reserves `size` bytes and maps them.
-ShmMapping CreateShm(const std::string& name, size_t size);
+ShmMapping CreateShm(const std::string& name, size_t size, bool keep_fd = false);
 
 // The same, but `name` appears only once `init` has filled the object in (an
 // unnamed file, linked under the name at the end): nobody ever opens it
 // half-made, and a creator killed before the end leaves nothing behind.
 // EEXIST when the name exists by then.
-ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std::function<void(void*)>& init);
+ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std::function<void(void*)>& init,
+                                bool keep_fd = false);
 
 // Maps an existing object after checking owner, mode and size (see above).
-ShmMapping OpenShm(const std::string& name, size_t size);
+ShmMapping OpenShm(const std::string& name, size_t size, bool keep_fd = false);
 
 // The owner/mode/size check of OpenShm on an open descriptor; empty when the
 // object may be used.
