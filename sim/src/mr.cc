@@ -120,7 +120,7 @@ int Mr::CheckAccess(unsigned access) {
   return 0;
 }
 
-Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
+Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access, uint32_t key_index)
     : pd_(pd), iova_(iova), access_(access) {
   handle_.Bind(this);
   ibv_mr& m = handle_.pub;
@@ -129,7 +129,7 @@ Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
   m.addr = addr;
   m.length = length;
   m.lkey = 0;
-  AssignKeys();
+  AssignKeys(key_index);
   pd->AddUser();
 }
 
@@ -160,11 +160,12 @@ Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t 
   return mr->Translate(va, len) ? mr : nullptr;
 }
 
-// Requires: engine lock (the device's key table changes).
-void Mr::AssignKeys() {
+void Mr::AssignKeys(uint32_t index) {
   Device* dev = pd_->context()->device();
-  if (handle_.pub.lkey) dev->RemoveKey(handle_.pub.lkey);
-  const uint32_t index = dev->NewKeyIndex();
+  if (handle_.pub.lkey) {
+    dev->RemoveKey(handle_.pub.lkey);
+    dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);
+  }
   handle_.pub.lkey = (index << 8) | 0x01;
   handle_.pub.rkey = handle_.pub.lkey;
   handle_.pub.handle = index;
@@ -217,14 +218,20 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   const ibv_device_attr& attr = pd->context()->device()->profile().attr_ex.orig_attr;
   if (length > attr.max_mr_size) return Result<Mr*>::Error(EINVAL);
   if (int err = CheckMapped(addr, length, access)) return Result<Mr*>::Error(err);
-  if (!pd->context()->device()->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  Device* dev = pd->context()->device();
+  if (!dev->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  const uint32_t key_index = dev->NewKeyIndex();
+  if (key_index == 0) {
+    dev->Release(Device::Kind::kMr);
+    return Result<Mr*>::Error(ENOMEM);
+  }
   // Re-backed before the MR has keys, so no packet can write into the pages
   // while their content moves.
   SharedRegions::Share share;
   const bool shared = Shareable(access) && SharedRegions::Get().Acquire(Fabric::Get().object_prefix(), addr, length,
                                                                       &share);
-  Mr* mr = new Mr(pd, addr, length, iova, access);
+  Mr* mr = new Mr(pd, addr, length, iova, access, key_index);
   if (shared) mr->ShareLocked(&share);
   return mr;
 }
@@ -257,6 +264,11 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   // Under the engine lock: no packet writes into the pages while a change of
   // translation moves their content.
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  const uint32_t key_index = pd_->context()->device()->NewKeyIndex();
+  if (key_index == 0) {
+    errno = ENOMEM;
+    return IBV_REREG_MR_ERR_CMD;
+  }
   UnshareLocked();
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -271,7 +283,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     m.pd = pd->ibv();
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
-  AssignKeys();
+  AssignKeys(key_index);
   ShareLocked(nullptr);
   return 0;
 }
@@ -283,6 +295,7 @@ int Mr::Deregister() {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     if (windows_ > 0) return EBUSY;  // a memory window is bound to it
     dev->RemoveKey(handle_.pub.lkey);
+    dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);
     // Nothing lands after this returns, from this process or a peer.
     UnshareLocked();
   }
