@@ -144,9 +144,9 @@ class Qp {
   // peer's memory and sent as one placed packet (fabric/fabric.h). False:
   // nothing was sent, take the copying path. Requires: engine lock.
   bool PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
-  // Copies the WQE's data (inline, or its SGEs, already checked) to `out`
-  // (wqe.length bytes). Requires: engine lock.
-  void GatherLocked(const SendWqe& wqe, uint8_t* out) const;
+  // Copies bytes [offset, offset + length) of the WQE's message (inline, or
+  // its SGEs, already checked) to `out`. Requires: engine lock.
+  void GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const;
 
   // qp_xrc.cc
   static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);

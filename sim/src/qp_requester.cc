@@ -264,7 +264,13 @@ void Qp::ExecuteLocked(size_t index) {
     }
   }
   const uint32_t mtu = PathMtuBytes();
-  if (type() == IBV_QPT_UD && wqe.length > mtu) {
+  // A message longer than the port's max_msg_sz completes with a Local Length
+  // Error (IBTA, completion status "Local Length Error"), before any of it is
+  // read. rxe 6.1 does not check it for user QPs (rdma-core 44
+  // providers/rxe/rxe.c: post_one_send sums the SGEs into an unsigned int with
+  // no limit; kernel drivers/infiniband/sw/rxe/rxe_req.c: rxe_requester sends
+  // what the WQE says), a deviation of fixtures/backends/rxe-6.1.json.
+  if (wqe.length > device()->PortAttr(attr_.port_num).max_msg_sz || (type() == IBV_QPT_UD && wqe.length > mtu)) {
     FailSendLocked(wqe, IBV_WC_LOC_LEN_ERR);
     return;
   }
@@ -276,13 +282,6 @@ void Qp::ExecuteLocked(size_t index) {
       PlaceWriteLocked(wqe, av, dst_qpn, mtu)) {
     return;
   }
-  // Gather the local data.
-  std::vector<uint8_t> data;
-  if (wqe.is_inline || !reads_into_local) {
-    data.resize(wqe.length);
-    GatherLocked(wqe, data.data());
-  }
-
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
     Packet p = NewPacket(av, dst_qpn);
     p.op = wqe.opcode;
@@ -304,20 +303,23 @@ void Qp::ExecuteLocked(size_t index) {
     return;
   }
 
-  // SEND and WRITE: segmented by the path MTU; a zero-length message is one packet.
-  size_t offset = 0;
+  // SEND and WRITE: segmented by the path MTU; a zero-length message is one
+  // packet. Each packet gathers its own bytes: the message is never copied
+  // whole (it may be as long as max_msg_sz).
+  const uint64_t total = wqe.length;
+  uint64_t offset = 0;
   do {
-    const size_t chunk = std::min<size_t>(mtu, data.size() - offset);
+    const uint64_t chunk = std::min<uint64_t>(mtu, total - offset);
     Packet p = NewPacket(av, dst_qpn);
     p.op = wqe.opcode;
     p.first = offset == 0;
-    p.last = offset + chunk == data.size();
+    p.last = offset + chunk == total;
     p.psn = next_psn_;
     next_psn_ = (next_psn_ + 1) & kPsnMask;
     p.solicited = wqe.solicited && p.last;
     p.remote_addr = wqe.remote_addr;
     p.rkey = wqe.rkey;
-    p.dma_length = data.size();
+    p.dma_length = total;
     p.imm_data = wqe.imm_data;
     p.xrc_srqn = wqe.xrc_srqn;
     if (type() == IBV_QPT_UD) {
@@ -325,14 +327,15 @@ void Qp::ExecuteLocked(size_t index) {
       p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
     }
     p.payload = Engine::Get().PayloadBuffer();
-    p.payload.assign(data.begin() + offset, data.begin() + offset + chunk);
+    p.payload.resize(chunk);
+    GatherLocked(wqe, offset, chunk, p.payload.data());
     wqe.last_psn = p.psn;
     offset += chunk;
     Engine::Get().Transmit(std::move(p));
     // Answered or failed meanwhile; or an RNR or sequence NAK rewound the
     // send queue, which sends the message again from its first packet.
     if (state() != sending_state || wqe.acked || next_psn_ != ((wqe.last_psn + 1) & kPsnMask)) return;
-  } while (offset < data.size());
+  } while (offset < total);
 
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
@@ -342,7 +345,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
-  const auto gather = [&](uint8_t* out) { GatherLocked(wqe, out); };
+  const auto gather = [&](uint8_t* out) { GatherLocked(wqe, 0, wqe.length, out); };
   if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length, gather)) {
     return false;
   }
@@ -364,16 +367,23 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   return true;
 }
 
-void Qp::GatherLocked(const SendWqe& wqe, uint8_t* out) const {
+void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const {
+  if (length == 0) return;
   if (wqe.is_inline) {
-    if (!wqe.inline_data.empty()) std::memcpy(out, wqe.inline_data.data(), wqe.inline_data.size());
+    std::memcpy(out, wqe.inline_data.data() + offset, length);
     return;
   }
+  uint64_t pos = 0;  // where the current SGE starts in the message
   for (const ibv_sge& sge : wqe.sges) {
-    // Checked by ExecuteLocked, under the same lock.
-    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
-    if (sge.length) std::memcpy(out, mr->Translate(sge.addr, sge.length), sge.length);
-    out += sge.length;
+    const uint64_t start = std::max(offset, pos);
+    const uint64_t end = std::min(offset + length, pos + sge.length);
+    if (start < end) {
+      // Checked by ExecuteLocked, under the same lock.
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+      std::memcpy(out + (start - offset), mr->Translate(sge.addr + (start - pos), end - start), end - start);
+    }
+    pos += sge.length;
+    if (pos >= offset + length) break;
   }
 }
 
