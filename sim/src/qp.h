@@ -127,6 +127,8 @@ class Qp {
 
   // qp_requester.cc
   int CheckSendWr(const ibv_send_wr& wr) const;
+  // The WQE of a checked WR. May throw std::bad_alloc (PostSend: ENOMEM).
+  SendWqe MakeSendWqe(const ibv_send_wr& wr) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
   bool AwaitingAckLocked() const;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "ah.h"
 #include "context.h"
@@ -100,6 +101,47 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
   return 0;
 }
 
+SendWqe Qp::MakeSendWqe(const ibv_send_wr& wr) const {
+  SendWqe wqe;
+  wqe.wr_id = wr.wr_id;
+  wqe.opcode = wr.opcode;
+  wqe.signaled = init_.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
+  wqe.solicited = wr.send_flags & IBV_SEND_SOLICITED;
+  wqe.fence = wr.send_flags & IBV_SEND_FENCE;
+  wqe.is_inline = wr.send_flags & IBV_SEND_INLINE;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    const ibv_sge& sge = wr.sg_list[i];
+    wqe.length += sge.length;
+    if (wqe.is_inline) {
+      // Inline data is copied now: the caller may reuse the buffer at once.
+      const auto* p = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sge.addr));
+      wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
+    } else {
+      wqe.sges.push_back(sge);
+    }
+  }
+  wqe.imm_data = wr.imm_data;  // or invalidate_rkey (same union)
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    wqe.mw = wr.bind_mw.mw;
+    wqe.rkey = wr.bind_mw.rkey;
+    wqe.bind_info = wr.bind_mw.bind_info;
+  } else if (IsAtomic(wr.opcode)) {
+    wqe.remote_addr = wr.wr.atomic.remote_addr;
+    wqe.rkey = wr.wr.atomic.rkey;
+    wqe.compare_add = wr.wr.atomic.compare_add;
+    wqe.swap = wr.wr.atomic.swap;
+  } else if (type() == IBV_QPT_UD) {
+    wqe.av = Ah::From(wr.wr.ud.ah)->av();
+    wqe.remote_qpn = wr.wr.ud.remote_qpn;
+    wqe.remote_qkey = wr.wr.ud.remote_qkey;
+  } else {
+    wqe.remote_addr = wr.wr.rdma.remote_addr;
+    wqe.rkey = wr.wr.rdma.rkey;
+  }
+  if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn;
+  return wqe;
+}
+
 int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   const ibv_qp_state s = state();
@@ -118,45 +160,16 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       break;
     }
-    SendWqe wqe;
-    wqe.wr_id = wr->wr_id;
-    wqe.opcode = wr->opcode;
-    wqe.signaled = init_.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-    wqe.solicited = wr->send_flags & IBV_SEND_SOLICITED;
-    wqe.fence = wr->send_flags & IBV_SEND_FENCE;
-    wqe.is_inline = wr->send_flags & IBV_SEND_INLINE;
-    for (int i = 0; i < wr->num_sge; ++i) {
-      const ibv_sge& sge = wr->sg_list[i];
-      wqe.length += sge.length;
-      if (wqe.is_inline) {
-        // Inline data is copied now: the caller may reuse the buffer at once.
-        const auto* p = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sge.addr));
-        wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
-      } else {
-        wqe.sges.push_back(sge);
-      }
+    try {
+      sq_.push_back(MakeSendWqe(*wr));
+    } catch (const std::bad_alloc&) {
+      // No memory to hold the WR: refused as by a full queue (ENOMEM), the
+      // WRs before it posted.
+      err = ENOMEM;
+      if (bad_wr) *bad_wr = wr;
+      break;
     }
-    wqe.imm_data = wr->imm_data;  // or invalidate_rkey (same union)
-    if (wr->opcode == IBV_WR_BIND_MW) {
-      wqe.mw = wr->bind_mw.mw;
-      wqe.rkey = wr->bind_mw.rkey;
-      wqe.bind_info = wr->bind_mw.bind_info;
-    } else if (IsAtomic(wr->opcode)) {
-      wqe.remote_addr = wr->wr.atomic.remote_addr;
-      wqe.rkey = wr->wr.atomic.rkey;
-      wqe.compare_add = wr->wr.atomic.compare_add;
-      wqe.swap = wr->wr.atomic.swap;
-    } else if (type() == IBV_QPT_UD) {
-      wqe.av = Ah::From(wr->wr.ud.ah)->av();
-      wqe.remote_qpn = wr->wr.ud.remote_qpn;
-      wqe.remote_qkey = wr->wr.ud.remote_qkey;
-    } else {
-      wqe.remote_addr = wr->wr.rdma.remote_addr;
-      wqe.rkey = wr->wr.rdma.rkey;
-    }
-    if (fail_countdown_ > 0 && --fail_countdown_ == 0) wqe.injected = fail_status_;
-    if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr->qp_type.xrc.remote_srqn;
-    sq_.push_back(std::move(wqe));
+    if (fail_countdown_ > 0 && --fail_countdown_ == 0) sq_.back().injected = fail_status_;
   }
   if (s == IBV_QPS_ERR || s == IBV_QPS_SQE) {
     // A QP in error completes every new WR with a flush error.
@@ -211,7 +224,14 @@ void Qp::ProgressLocked() {
                                      sq_[next_to_send_].before_sqd)) &&
          !rnr_wait_ && next_to_send_ < sq_.size()) {
     const size_t index = next_to_send_++;
-    ExecuteLocked(index);
+    try {
+      ExecuteLocked(index);
+    } catch (const std::bad_alloc&) {
+      // No memory to make its packets: the WR fails as a local QP operation
+      // error would (RC to ERR), instead of unwinding out of the progress
+      // loop with the queue half updated.
+      FailSendLocked(sq_[index], IBV_WC_LOC_QP_OP_ERR);
+    }
   }
   executing_ = !outer;
   CompleteAckedLocked();

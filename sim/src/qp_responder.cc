@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "context.h"
 #include "cq.h"
@@ -418,13 +419,19 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     }
     RecvWqe wqe;
     wqe.wr_id = wr->wr_id;
-    wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-    for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
-    if (state() == IBV_QPS_ERR) {
-      CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
-    } else {
-      rq_.push_back(std::move(wqe));
+    try {
+      wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
+      if (state() != IBV_QPS_ERR) {
+        rq_.push_back(std::move(wqe));
+        continue;
+      }
+    } catch (const std::bad_alloc&) {
+      // No memory to hold the WR: refused as by a full queue.
+      if (bad_wr) *bad_wr = wr;
+      return ENOMEM;
     }
+    CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
   }
   return 0;
 }
