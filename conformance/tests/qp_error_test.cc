@@ -10,8 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -20,6 +20,7 @@
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/verbs_matchers.h"
 
 namespace conformance {
 namespace {
@@ -255,6 +256,34 @@ TEST_F(QpErrorTest, AtomicFails_BadRkey) {
       AtomicWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, remote_.addr(), BadKey(remote_.rkey()), 1, 0), &wc));
   EXPECT_EQ(wc.wr_id, 1u);
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (atomic operations, responder checks): the remote address of an atomic
+//   must be 8-byte aligned; a misaligned one is NAKed as an invalid request (IBV_WC_REM_INV_REQ_ERR
+//   at the requester). Where it is caught is the provider's choice (MisalignedAtomicFailsAtPost):
+//   rxe's provider refuses it at post time, ibv_post_send(3) EINVAL "Invalid value provided in wr",
+//   with the WR in *bad_wr.
+// Checks: a FETCH_AND_ADD to remote_addr + 4 either completes with IBV_WC_REM_INV_REQ_ERR or, when
+//   the backend answers that it fails at post, returns EINVAL with *bad_wr set and never completes;
+//   either way the remote memory is untouched.
+TEST_F(QpErrorTest, MisalignedAtomicFollowsBackend) {
+  SKIP_IF(!HasAtomics()) << "(atomic_cap is IBV_ATOMIC_NONE)";
+  ASSERT_TRUE(MakePair());
+  remote_.FillPattern(2);
+  ibv_sge sge = local_.Sge(0, 8);
+  ibv_send_wr wr = AtomicWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, remote_.addr(4), remote_.rkey(), 1, 0);
+  if (Backend().Answer("MisalignedAtomicFailsAtPost", false)) {
+    ibv_send_wr* bad = nullptr;
+    EXPECT_THAT(ibv_post_send(a_.get(), &wr, &bad), ReturnsErrno(EINVAL));
+    EXPECT_EQ(bad, &wr);
+    EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "the refused WR completed";
+  } else {
+    ibv_wc wc = {};
+    ASSERT_NO_FATAL_FAILURE(PostAndComplete(wr, &wc));
+    EXPECT_EQ(wc.wr_id, 1u);
+    EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+  }
+  EXPECT_EQ(remote_.Bytes(0, 16), Pattern(2, 16)) << "the misaligned atomic changed the remote memory";
 }
 
 // Rule: ibv_modify_qp(3): qp_access_flags is the "Mask of enabled remote access operations";

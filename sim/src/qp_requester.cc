@@ -90,6 +90,14 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
   if ((wr.send_flags & IBV_SEND_INLINE) && length > attr_.cap.max_inline_data) return EINVAL;
   if (IsAtomic(wr.opcode) && length != 8) return EINVAL;
+  // Misaligned atomics are the responder's to refuse (NAK invalid request),
+  // unless the profile's provider checks them at post time as rxe does
+  // (rdma-core 44 providers/rxe/rxe.c validate_send_wr: remote_addr & 0x7
+  // gives EINVAL; the kernel's rxe_verbs.c validate_send_wr does the same
+  // for kernel QPs).
+  if (IsAtomic(wr.opcode) && (wr.wr.atomic.remote_addr & 7) && device()->behaviour().misaligned_atomic_post_error) {
+    return EINVAL;
+  }
   if (wr.opcode == IBV_WR_BIND_MW) {
     const Mw* mw = Mw::From(wr.bind_mw.mw);
     if (!mw || mw->context() != ctx_) return EINVAL;

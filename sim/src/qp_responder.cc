@@ -237,6 +237,9 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     }
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      // IBTA (atomic operations): the virtual address must be 8-byte aligned;
+      // a misaligned one is an invalid request, NAKed (rxe_resp.c as well:
+      // RESPST_ERR_MISALIGNED_ATOMIC answers AETH_NAK_INVALID_REQ).
       if (pkt.remote_addr % 8 != 0) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
         return;
