@@ -208,6 +208,7 @@ class Qp {
   // Responder state of the message being received.
   uint32_t epsn_ = 0;
   bool recv_in_progress_ = false;
+  bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;
   RecvWqe recv_wqe_;
   uint64_t recv_offset_ = 0;

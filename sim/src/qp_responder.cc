@@ -117,11 +117,17 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         return;
       }
     }
-  } else if (pkt.first) {
-    epsn_ = pkt.psn;  // UC resynchronises on every first packet
-  } else if (pkt.psn != epsn_ || !recv_in_progress_) {
-    recv_in_progress_ = false;  // a lost middle packet: UC drops the message
-    return;
+  } else {
+    // UC: a middle or last packet continues the message whose packets so far
+    // were taken; the flag is set again only when this one is.
+    const bool continues = uc_message_;
+    uc_message_ = false;
+    if (pkt.first) {
+      epsn_ = pkt.psn;  // UC resynchronises on every first packet
+    } else if (pkt.psn != epsn_ || !continues || (ConsumesRecv(pkt.op) && !recv_in_progress_)) {
+      recv_in_progress_ = false;  // a lost or refused packet: UC drops the rest of the message
+      return;
+    }
   }
 
   // Is the QP enabled for this operation (qp_access_flags)? Class C invalid request.
@@ -270,6 +276,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       return;
   }
   epsn_ = (pkt.psn + pkt.psn_count) & 0xffffff;
+  if (!rc) uc_message_ = !pkt.last;
 
   if (pkt.last && pkt.op == IBV_WR_SEND_WITH_INV) {
     // The IETH names one of this QP's type 2 windows; anything else is an
