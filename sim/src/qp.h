@@ -146,6 +146,10 @@ class Qp {
   // peer's memory and sent as one placed packet (fabric/fabric.h). False:
   // nothing was sent, take the copying path. Requires: engine lock.
   bool PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
+  // Whether sq_[index] may be placed now: only when no earlier message can
+  // still be refused or is still to be processed by the responder (see
+  // qp_requester.cc). Requires: engine lock.
+  bool MayPlaceLocked(size_t index);
   // Copies bytes [offset, offset + length) of the WQE's message (inline, or
   // its SGEs, already checked) to `out`. Requires: engine lock.
   void GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const;
@@ -202,6 +206,10 @@ class Qp {
   int retries_left_ = 0;
   bool executing_ = false;
   bool rnr_wait_ = false;   // an RNR NAK holds the SQ until the RNR timer fires  // inside ProgressLocked: sq_ entries must not be retired
+  // UC: a message went out on the copying path and may still wait in the
+  // peer's ring (its WQE completed when it was sent): until that ring has
+  // taken it, WRITEs are not placed.
+  bool copy_unsettled_ = false;
   int rnr_retries_left_ = 0;
 
   std::deque<RecvWqe> rq_;

@@ -306,10 +306,12 @@ void Qp::ExecuteLocked(size_t index) {
   const uint32_t dst_qpn = type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
   wqe.first_psn = next_psn_;
   wqe.transmitted = true;
-  if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+  wqe.placed = false;
+  if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && MayPlaceLocked(index) &&
       PlaceWriteLocked(wqe, av, dst_qpn, mtu)) {
     return;
   }
+  if (type() == IBV_QPT_UC) copy_unsettled_ = true;
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
     Packet p = NewPacket(av, dst_qpn);
     p.op = wqe.opcode;
@@ -369,6 +371,33 @@ void Qp::ExecuteLocked(size_t index) {
   if (!Reliable()) wqe.acked = true;
 }
 
+// A placed WRITE's data lands when the requester executes it, before the
+// responder has seen the PSNs in front of it; the responder would only have
+// accepted it after every earlier message (IBTA ch. 9: a responder executes
+// requests in PSN order). So the
+// requester places it only when nothing in front of it can still be refused
+// or is still unprocessed: every earlier WQE of the send queue is acked (RC:
+// answered by the responder), or was itself placed whole (its data is in for
+// the same reason). Otherwise the WRITE takes the copying path, behind the
+// rest, where the responder checks it in order: after a NAK or an RNR NAK it
+// is dropped or resent with the messages before it, and never lands ahead of
+// them.
+// UC has no ACKs: its WQEs are acked once on the wire and leave the queue. A
+// UC responder drops a bad message and goes on (no error state), so a later
+// WRITE may land whatever happened to earlier ones; only the order must hold,
+// so a message sent on the copying path holds back placement until the
+// peer's ring has taken it.
+bool Qp::MayPlaceLocked(size_t index) {
+  for (size_t i = 0; i < index; ++i) {
+    if (!sq_[i].acked && !sq_[i].placed) return false;
+  }
+  if (copy_unsettled_) {
+    if (Fabric::Get().DeliveryPending(RemoteDeviceIndex(), attr_.dest_qp_num)) return false;
+    copy_unsettled_ = false;
+  }
+  return true;
+}
+
 bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Route(av);
@@ -389,6 +418,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   p.rkey = wqe.rkey;
   p.dma_length = wqe.length;
   p.imm_data = wqe.imm_data;
+  wqe.placed = true;
   Engine::Get().Transmit(std::move(p));
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
@@ -518,6 +548,7 @@ void Qp::RewindLocked(size_t index) {
   next_psn_ = sq_[index].first_psn;
   for (size_t i = index; i < sq_.size(); ++i) {
     sq_[i].transmitted = false;
+    sq_[i].placed = false;
     sq_[i].read_data.clear();
   }
 }
