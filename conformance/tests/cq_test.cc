@@ -2,23 +2,42 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <vector>
 
 #include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/verbs_test.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
 
 class CqTest : public VerbsTest {};
+
+// The bytes of address space the process has mapped (/proc/self/statm, in
+// pages), or 0 when that cannot be read.
+size_t AddressSpaceInUse() {
+  char buf[128] = {};
+  const int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  return static_cast<size_t>(std::strtoull(buf, nullptr, 10)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
 
 // Rule: ibv_create_cq(3): "creates a completion queue (CQ) with at least cqe entries ... The
 //   pointer cq_context will be used to set user context pointer of the CQ structure. The
@@ -43,6 +62,54 @@ TEST_F(CqTest, CreateSucceeds_MaxCqe) {
   auto call = CaptureErrno([&] { return ibv_create_cq(context(), max_cqe, nullptr, nullptr, 0); });
   ASSERT_THAT(call, ReturnsObject());
   EXPECT_GE(call.ptr->cqe, max_cqe);
+}
+
+// Rule: ibv_create_cq(3): "returns a pointer to the CQ, or NULL if the request fails"; a CQ's ring
+//   is memory of the process (the provider's buffer, or the kernel's queue mapped into it), so when
+//   the process may map nothing more (setrlimit(2) RLIMIT_AS) the request fails with ENOMEM and the
+//   program goes on.
+// Checks: in a child whose RLIMIT_AS is lowered to the address space it already has, CQs of
+//   max_cqe entries are created until one fails (at most 64, so heap already free is used up): that
+//   ibv_create_cq returns NULL with errno ENOMEM, and the child lives to report it.
+TEST_F(CqTest, CreateFails_AddressSpaceExhausted) {
+  const int max_cqe = device_attr().max_cqe;
+  constexpr size_t kTries = 64;
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        rlimit saved = {};
+        ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+        const size_t in_use = AddressSpaceInUse();
+        ASSERT_GT(in_use, 0u);
+        std::vector<ibv_cq*> made;
+        made.reserve(kTries);
+        rlimit tight = saved;
+        tight.rlim_cur = in_use;
+        ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+        int err = 0;
+        bool failed = false;
+        while (!failed && made.size() < kTries) {
+          errno = 0;
+          ibv_cq* cq = ibv_create_cq(context.get(), max_cqe, nullptr, nullptr, 0);
+          if (cq) {
+            made.push_back(cq);
+          } else {
+            failed = true;
+            err = errno;
+          }
+        }
+        // Reporting a check allocates: the limit goes first.
+        setrlimit(RLIMIT_AS, &saved);
+        for (ibv_cq* cq : made) EXPECT_EQ(ibv_destroy_cq(cq), 0);
+        EXPECT_TRUE(failed) << made.size() << " CQs of " << max_cqe << " entries were created with RLIMIT_AS at "
+                            << in_use << " bytes";
+        if (failed) {
+          EXPECT_EQ(err, ENOMEM) << ErrnoName(err);
+        }
+      },
+      kChildTimeout, "ibv_create_cq with RLIMIT_AS at the address space in use");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_create_cq(3): "creates a completion queue (CQ) with at least cqe entries"; IBTA Vol 1

@@ -6,12 +6,18 @@
 // one.
 
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <infiniband/verbs.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,7 +38,75 @@ struct Target {
   uint32_t qpn = 0;
   uint32_t rkey = 0;
   uint64_t addr = 0;
+  pid_t pid = 0;  // the child process
 };
+
+// The bytes at p, read while another process may be writing them.
+std::vector<uint8_t> Read(const uint8_t* p, size_t length) {
+  std::vector<uint8_t> bytes(length);
+  for (size_t i = 0; i < length; ++i) bytes[i] = __atomic_load_n(p + i, __ATOMIC_ACQUIRE);
+  return bytes;
+}
+
+// [p, p + want.size()) holds `want` within `timeout` (polled, bounded).
+bool HoldsWithin(const uint8_t* p, const std::vector<uint8_t>& want, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (Read(p, want.size()) != want) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// [p, p + length) is still zero after `window` (a bounded wait for a
+// negative: it cannot prove "never", only "not within this window").
+bool StaysZero(const uint8_t* p, size_t length, std::chrono::milliseconds window) {
+  const std::vector<uint8_t> zero(length, 0);
+  const auto until = std::chrono::steady_clock::now() + window;
+  do {
+    if (Read(p, length) != zero) return false;
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < until);
+  return true;
+}
+
+// Every thread of `pid` is stopped (SIGSTOP takes effect when each thread next
+// enters the kernel, after kill() returned), within `timeout` (polled).
+bool StoppedWithin(pid_t pid, std::chrono::milliseconds timeout) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    bool all = true;
+    bool any = false;
+    if (DIR* dir = opendir(tasks.c_str())) {
+      while (const dirent* d = readdir(dir)) {
+        if (d->d_name[0] == '.') continue;
+        std::ifstream stat(tasks + "/" + d->d_name + "/stat");
+        std::string line;
+        std::getline(stat, line);
+        const size_t paren = line.rfind(") ");
+        if (paren == std::string::npos || paren + 2 >= line.size()) continue;
+        any = true;
+        const char state = line[paren + 2];
+        all &= state == 'T' || state == 't';
+      }
+      closedir(dir);
+    }
+    if (any && all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::yield();
+  }
+}
+
+// The bytes at `addr` in process `pid` (process_vm_readv(2): the test may read
+// the memory of its own child), or an empty vector when that is refused.
+std::vector<uint8_t> ReadOf(pid_t pid, uint64_t addr, size_t length) {
+  std::vector<uint8_t> bytes(length);
+  iovec local = {bytes.data(), length};
+  iovec remote = {reinterpret_cast<void*>(static_cast<uintptr_t>(addr)), length};
+  if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(length)) return {};
+  return bytes;
+}
 
 class CrossProcessWriteTest : public QpTest {
  protected:
@@ -42,16 +116,30 @@ class CrossProcessWriteTest : public QpTest {
     ASSERT_TRUE(src_.Register(pd(), kLength));
   }
 
+  // What the child's body works with: its buffer and MR, its QP and that
+  // QP's receive CQ, and the pipe ends to wait for and to tell the parent.
+  struct Child {
+    uint8_t* buf;
+    ibv_mr* mr;
+    ibv_qp* qp;
+    ibv_cq* recv_cq;
+    int from_parent;
+    int to_parent;
+  };
+
   // The child: opens its own context, registers kLength bytes of fresh
-  // anonymous memory with `access`, connects an RC QP (`qp_access`) to a_, posts one
-  // receive, tells the parent, then runs `body` with the buffer and its MR.
+  // anonymous memory with `access`, connects a QP of `type` (`qp_access`) to a_, posts one
+  // receive (wr_id 7, the first 64 bytes; unless `post_recv` is false), tells the
+  // parent, then runs `body`.
   // The parent creates a_ only after the fork (a child that inherited a copy
   // of it would answer that copy), connects it to the child's QP and runs
   // `parent` with the child's target. Each side gets the pipe ends to wait
   // for the other.
-  void RunWithChild(unsigned access, unsigned qp_access,
-                    const std::function<void(uint8_t*, ibv_mr*, ibv_cq*, int from_parent, int to_parent)>& body,
-                    const std::function<void(const Target&, int to_child, int from_child)>& parent) {
+  void RunWithChild(unsigned access, unsigned qp_access, const std::function<void(const Child&)>& body,
+                    const std::function<void(const Target&, int to_child, int from_child)>& parent,
+                    bool post_recv = true, ibv_qp_type type = IBV_QPT_RC) {
+    EndConfig config;
+    config.type = type;
     Pipe to_parent;
     Pipe to_child;
     ASSERT_GE(to_parent.fds[0], 0);
@@ -66,13 +154,13 @@ class CrossProcessWriteTest : public QpTest {
             PdPtr pd(ibv_alloc_pd(context.get()));
             ASSERT_NE(pd, nullptr);
             QpEnd end;
-            ASSERT_TRUE(CreateEndOn(context.get(), pd.get(), &end, EndConfig{}));
+            ASSERT_TRUE(CreateEndOn(context.get(), pd.get(), &end, config));
             void* mem = mmap(nullptr, kLength, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             ASSERT_NE(mem, MAP_FAILED);
             auto* buf = static_cast<uint8_t*>(mem);
             ibv_mr* mr = ibv_reg_mr(pd.get(), buf, kLength, static_cast<int>(access));
             ASSERT_NE(mr, nullptr);
-            const Target target{end.qp_num(), mr->rkey, reinterpret_cast<uintptr_t>(buf)};
+            const Target target{end.qp_num(), mr->rkey, reinterpret_cast<uintptr_t>(buf), getpid()};
             ASSERT_EQ(write(to_parent.fds[1], &target, sizeof target), static_cast<ssize_t>(sizeof target));
             uint32_t parent_qpn = 0;
             ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
@@ -80,10 +168,12 @@ class CrossProcessWriteTest : public QpTest {
             ConnectParams params;
             params.access = qp_access;
             ASSERT_TRUE(BringUp(end.get(), port(), parent_qpn, address, params));
-            ibv_sge rsge = {reinterpret_cast<uintptr_t>(buf), 64, mr->lkey};
-            ASSERT_EQ(PostRecv(end.get(), 7, &rsge, 1), 0);
+            if (post_recv) {
+              ibv_sge rsge = {reinterpret_cast<uintptr_t>(buf), 64, mr->lkey};
+              ASSERT_EQ(PostRecv(end.get(), 7, &rsge, 1), 0);
+            }
             ASSERT_EQ(write(to_parent.fds[1], "r", 1), 1);
-            body(buf, mr, end.recv_cq.get(), to_child.fds[0], to_parent.fds[1]);
+            body(Child{buf, mr, end.get(), end.recv_cq.get(), to_child.fds[0], to_parent.fds[1]});
           },
           kChildTimeout, "the responder in a child process");
     });
@@ -92,7 +182,7 @@ class CrossProcessWriteTest : public QpTest {
         WaitReadable(to_parent.fds[0], kChildTimeout) &&
         read(to_parent.fds[0], &target, sizeof target) == static_cast<ssize_t>(sizeof target);
     bool child_ready = false;
-    if (got_target && CreateEnd(&a_) && BringUp(a_.get(), port(), target.qpn, address, ConnectParams{})) {
+    if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, ConnectParams{})) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
       child_ready = write(to_child.fds[1], &qpn, sizeof qpn) == static_cast<ssize_t>(sizeof qpn) &&
@@ -119,9 +209,9 @@ class CrossProcessWriteTest : public QpTest {
   void ExpectWriteRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
     RunWithChild(
         access, qp_access,
-        [](uint8_t* buf, ibv_mr*, ibv_cq*, int from_parent, int) {
-          ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
-          EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 0));
+        [](const Child& c) {
+          ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+          EXPECT_EQ(std::vector<uint8_t>(c.buf, c.buf + kLength), std::vector<uint8_t>(kLength, 0));
         },
         [&](const Target& target, int to_child, int) {
           src_.FillPattern(4);
@@ -142,12 +232,12 @@ class CrossProcessWriteTest : public QpTest {
 TEST_F(CrossProcessWriteTest, WriteLandsInAnotherProcess) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
-      [](uint8_t* buf, ibv_mr*, ibv_cq* recv_cq, int, int) {
+      [](const Child& c) {
         ibv_wc wc = {};
-        ASSERT_TRUE(PollOneCompletion(recv_cq, &wc, kChildTimeout / 2));
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
         // The SEND put the same first 64 bytes again.
-        EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), Pattern(3, kLength));
+        EXPECT_EQ(std::vector<uint8_t>(c.buf, c.buf + kLength), Pattern(3, kLength));
       },
       [&](const Target& target, int, int) {
         src_.FillPattern(3);
@@ -188,17 +278,17 @@ TEST_F(CrossProcessWriteTest, WriteToQpWithoutRemoteWriteFails) {
 TEST_F(CrossProcessWriteTest, WriteAfterDeregistrationDoesNotLand) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
-      [](uint8_t* buf, ibv_mr* mr, ibv_cq*, int from_parent, int to_parent) {
+      [](const Child& c) {
         char step = 0;
-        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
-        ASSERT_EQ(read(from_parent, &step, 1), 1);
-        MrPtr keep(ibv_reg_mr(mr->pd, buf, kLength, static_cast<int>(kFullMrAccess)));
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        MrPtr keep(ibv_reg_mr(c.mr->pd, c.buf, kLength, static_cast<int>(kFullMrAccess)));
         ASSERT_NE(keep, nullptr);
-        ASSERT_EQ(ibv_dereg_mr(mr), 0);
-        ASSERT_EQ(write(to_parent, "d", 1), 1);
-        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
-        ASSERT_EQ(read(from_parent, &step, 1), 1);
-        EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), Pattern(5, kLength));
+        ASSERT_EQ(ibv_dereg_mr(c.mr), 0);
+        ASSERT_EQ(write(c.to_parent, "d", 1), 1);
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        EXPECT_EQ(std::vector<uint8_t>(c.buf, c.buf + kLength), Pattern(5, kLength));
       },
       [&](const Target& target, int to_child, int from_child) {
         src_.FillPattern(5);
@@ -213,6 +303,212 @@ TEST_F(CrossProcessWriteTest, WriteAfterDeregistrationDoesNotLand) {
         EXPECT_EQ(second.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(second);
         EXPECT_EQ(write(to_child, "c", 1), 1);
       });
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder): requests are executed in PSN order, and a remote access error
+//   (class C: NAK Remote Access Error) puts an RC responder in the error state, where it executes
+//   nothing more; the requester completes that WR with IBV_WC_REM_ACCESS_ERR and flushes the WRs
+//   behind it (IBV_WC_WR_FLUSH_ERR), which never reach the remote memory.
+// Checks: two WRITEs posted in one list into the child's buffer, the first (64 bytes) through an
+//   R_Key that names no MR, the second (4 KiB) through the MR's own: they complete with
+//   IBV_WC_REM_ACCESS_ERR and IBV_WC_WR_FLUSH_ERR, in order, and the child's buffer is still all
+//   zero.
+TEST_F(CrossProcessWriteTest, WriteBehindRemoteAccessErrorDoesNotLand) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_EQ(Read(c.buf, kLength), std::vector<uint8_t>(kLength, 0)) << "the flushed WRITE landed";
+      },
+      [&](const Target& target, int to_child, int) {
+        src_.FillPattern(7);
+        ibv_sge sges[2] = {src_.Sge(0, 64), src_.Sge(4096, 4096)};
+        ibv_send_wr wrs[2] = {
+            RdmaWr(1, IBV_WR_RDMA_WRITE, &sges[0], 1, target.addr, target.rkey ^ 0x80),
+            RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, target.addr + 4096, target.rkey),
+        };
+        wrs[0].next = &wrs[1];
+        ibv_send_wr* bad = nullptr;
+        // The child is stopped while the WRs are posted, so the second is sent before the
+        // responder has seen the first, as on a wire where the NAK takes a round trip (a
+        // kernel or hardware responder does not stop with the process).
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        const int posted = ibv_post_send(a_.get(), wrs, &bad);
+        ASSERT_EQ(kill(target.pid, SIGCONT), 0);
+        EXPECT_TRUE(stopped) << "the child did not stop";
+        ASSERT_EQ(posted, 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
+        if (wcs.size() == 2) {
+          EXPECT_EQ(wcs[0].wr_id, 1u);
+          EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wcs[0]);
+          EXPECT_EQ(wcs[1].wr_id, 2u);
+          EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[1]);
+        }
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
+// Rule: IBTA Vol 1 ch. 9 (unreliable connection): a UC responder silently drops a request it
+//   refuses (an R_Key violation: no NAK, no error state) and goes on with the next message; the
+//   requester completes every WR once sent.
+// Checks: two UC WRITEs posted in one list into the child's buffer, the first (64 bytes) through an
+//   R_Key that names no MR, the second (4 KiB) through the MR's own, both complete with success; the
+//   second's bytes arrive at the child and the first 64 bytes stay zero.
+TEST_F(CrossProcessWriteTest, UcWriteBehindDroppedWriteLands) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        const std::vector<uint8_t> pattern = Pattern(9, kLength);
+        const std::vector<uint8_t> want(pattern.begin() + 4096, pattern.begin() + 8192);
+        EXPECT_TRUE(HoldsWithin(c.buf + 4096, want, kChildTimeout / 2)) << "the second WRITE never landed";
+        EXPECT_EQ(Read(c.buf, 64), std::vector<uint8_t>(64, 0)) << "the dropped WRITE landed";
+      },
+      [&](const Target& target, int to_child, int) {
+        src_.FillPattern(9);
+        ibv_sge sges[2] = {src_.Sge(0, 64), src_.Sge(4096, 4096)};
+        ibv_send_wr wrs[2] = {
+            RdmaWr(1, IBV_WR_RDMA_WRITE, &sges[0], 1, target.addr, target.rkey ^ 0x80),
+            RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, target.addr + 4096, target.rkey),
+        };
+        wrs[0].next = &wrs[1];
+        ibv_send_wr* bad = nullptr;
+        // As in WriteBehindRemoteAccessErrorDoesNotLand: the second is sent before the
+        // responder has seen the first.
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        const int posted = ibv_post_send(a_.get(), wrs, &bad);
+        ASSERT_EQ(kill(target.pid, SIGCONT), 0);
+        EXPECT_TRUE(stopped) << "the child did not stop";
+        ASSERT_EQ(posted, 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
+        for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      /*post_recv=*/true, IBV_QPT_UC);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (Unreliable Connection): the responder takes the messages of a connection
+//   in order, so the memory of a WRITE is written before that of a WRITE posted after it.
+// Checks: the child has a second MR of 64 bytes inside a heap buffer; with the child stopped, two UC
+//   WRITEs are posted in one list, 64 bytes into that MR, then 4 KiB into the page-aligned buffer;
+//   while the child is stopped, whenever the child's memory (read with process_vm_readv) holds the
+//   second WRITE's bytes it also holds the first's; after the child resumes both arrive.
+TEST_F(CrossProcessWriteTest, UcWritesLandInOrder) {
+  struct Second {
+    uint64_t addr = 0;
+    uint32_t rkey = 0;
+  };
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        // Shares its pages with other heap data: a peer cannot write into it directly.
+        std::vector<uint8_t> heap(256, 0);
+        MrPtr mr(ibv_reg_mr(c.mr->pd, heap.data() + 16, 64, static_cast<int>(kFullMrAccess)));
+        ASSERT_NE(mr, nullptr);
+        const Second second{reinterpret_cast<uintptr_t>(heap.data() + 16), mr->rkey};
+        ASSERT_EQ(write(c.to_parent, &second, sizeof second), static_cast<ssize_t>(sizeof second));
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        const std::vector<uint8_t> pattern = Pattern(10, kLength);
+        EXPECT_TRUE(HoldsWithin(heap.data() + 16, std::vector<uint8_t>(pattern.begin(), pattern.begin() + 64),
+                                kChildTimeout / 2))
+            << "the first WRITE never landed";
+        EXPECT_TRUE(HoldsWithin(c.buf + 4096, std::vector<uint8_t>(pattern.begin() + 4096, pattern.begin() + 8192),
+                                kChildTimeout / 2))
+            << "the second WRITE never landed";
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        Second second;
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &second, sizeof second), static_cast<ssize_t>(sizeof second));
+        if (ReadOf(target.pid, target.addr, 1).empty()) {
+          EXPECT_EQ(write(to_child, "x", 1), 1);
+          GTEST_SKIP() << "skipped: process_vm_readv of the child is refused here";
+        }
+        src_.FillPattern(10);
+        const std::vector<uint8_t> pattern = Pattern(10, kLength);
+        ibv_sge sges[2] = {src_.Sge(0, 64), src_.Sge(4096, 4096)};
+        ibv_send_wr wrs[2] = {
+            RdmaWr(1, IBV_WR_RDMA_WRITE, &sges[0], 1, second.addr, second.rkey),
+            RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, target.addr + 4096, target.rkey),
+        };
+        wrs[0].next = &wrs[1];
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        const int posted = ibv_post_send(a_.get(), wrs, &bad);
+        // The later WRITE first: if its bytes are there, the earlier's must be too.
+        const std::vector<uint8_t> later = ReadOf(target.pid, target.addr + 4096, 4096);
+        const std::vector<uint8_t> earlier = ReadOf(target.pid, second.addr, 64);
+        ASSERT_EQ(kill(target.pid, SIGCONT), 0);
+        EXPECT_TRUE(stopped) << "the child did not stop";
+        ASSERT_EQ(posted, 0);
+        if (later == std::vector<uint8_t>(pattern.begin() + 4096, pattern.begin() + 8192)) {
+          EXPECT_EQ(earlier, std::vector<uint8_t>(pattern.begin(), pattern.begin() + 64))
+              << "the second WRITE landed before the first";
+        }
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
+        for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      /*post_recv=*/true, IBV_QPT_UC);
+}
+
+// Rule: IBTA Vol 1 9.7.5.2.8 (RNR NAK) and ch. 9 (responder): a SEND that finds no receive is
+//   answered with an RNR NAK and nothing behind it is executed; the requester sends again from that
+//   SEND when the RNR timer expires (rnr_retry 7: for ever), and the responder executes requests in
+//   PSN order, so a WRITE posted behind the SEND lands only once the SEND was accepted.
+// Checks: the child has no receive posted; the parent posts a SEND and then a WRITE of 4 KiB into
+//   the child's buffer; the WRITE's bytes stay zero for 200 ms (a bounded wait for a negative); the
+//   child posts its receive, the SEND's receive completes with success and then the WRITE's bytes
+//   arrive; both WRs complete with success at the parent, in order.
+TEST_F(CrossProcessWriteTest, WriteBehindRnrNakedSendWaitsForIt) {
+  constexpr size_t kWriteOffset = 4096;
+  constexpr size_t kWriteLength = 4096;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        const uint8_t* written = c.buf + kWriteOffset;
+        EXPECT_TRUE(StaysZero(written, kWriteLength, kBlockWindow))
+            << "the WRITE landed while the SEND in front of it could not be accepted";
+        ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf), 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 7, &rsge, 1), 0);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        const std::vector<uint8_t> pattern = Pattern(8, kLength);
+        const std::vector<uint8_t> want(pattern.begin() + kWriteOffset, pattern.begin() + kWriteOffset + kWriteLength);
+        EXPECT_TRUE(HoldsWithin(written, want, kChildTimeout / 2)) << "the WRITE never landed";
+      },
+      [&](const Target& target, int to_child, int) {
+        src_.FillPattern(8);
+        ibv_sge send_sge = src_.Sge(0, 64);
+        ibv_sge write_sge = src_.Sge(kWriteOffset, kWriteLength);
+        ibv_send_wr wrs[2] = {
+            SendWr(1, &send_sge, 1),
+            RdmaWr(2, IBV_WR_RDMA_WRITE, &write_sge, 1, target.addr + kWriteOffset, target.rkey),
+        };
+        wrs[0].next = &wrs[1];
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(a_.get(), wrs, &bad), 0);
+        EXPECT_EQ(write(to_child, "p", 1), 1);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
+        if (wcs.size() == 2) {
+          EXPECT_EQ(wcs[0].wr_id, 1u);
+          EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << DescribeWc(wcs[0]);
+          EXPECT_EQ(wcs[1].wr_id, 2u);
+          EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS) << DescribeWc(wcs[1]);
+        }
+      },
+      /*post_recv=*/false);
 }
 
 // Rule: ibv_is_fork_initialized(3): IBV_FORK_UNNEEDED means the kernel copies registered pages for

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -38,6 +39,26 @@ class PageBuffer {
   };
   size_t size_;
   std::unique_ptr<char, Free> data_;
+};
+
+// Fresh anonymous pages mapped with `prot`, unmapped with the object.
+class Mapping {
+ public:
+  Mapping(size_t pages, int prot) : size_(pages * static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
+    void* p = mmap(nullptr, size_, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  ~Mapping() {
+    if (data_) munmap(data_, size_);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_;
+  char* data_ = nullptr;
 };
 
 class PdMrTest : public VerbsTest {
@@ -142,6 +163,59 @@ TEST_F(PdMrTest, RegMrSucceeds_RemoteReadOnly) {
   EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), 0); }), ReturnsObject());
 }
 
+// Rule: drivers/infiniband/core/umem.c ib_umem_get(): the pages of a user MR are pinned at
+//   registration, with FOLL_WRITE when the access lets the HCA write (ib_access_writable: local
+//   write, remote write, remote atomic, MW bind); pin_user_pages fails with EFAULT on pages mapped
+//   without PROT_WRITE, and ibv_reg_mr(3) "returns ... NULL if the request fails".
+// Checks: on PROT_READ pages, ibv_reg_mr with LOCAL_WRITE, with LOCAL_WRITE | REMOTE_WRITE and with
+//   LOCAL_WRITE | REMOTE_ATOMIC each returns NULL with errno EFAULT; the same pages register with
+//   REMOTE_READ (nothing writes there).
+TEST_F(PdMrTest, RegMrFails_WritableAccessOnReadOnlyMemory) {
+  Mapping pages(2, PROT_READ);
+  ASSERT_NE(pages.data(), nullptr) << ErrnoName(errno);
+  for (int access : {int{IBV_ACCESS_LOCAL_WRITE}, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), pages.data(), pages.size(), access); }),
+                ReturnsNullWithErrno(EFAULT));
+  }
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), pages.data(), pages.size(), IBV_ACCESS_REMOTE_READ); }),
+              ReturnsObject());
+}
+
+// Rule: drivers/infiniband/core/umem.c ib_umem_get(): a writable registration pins with FOLL_WRITE,
+//   which fails with EFAULT on pages the process may not access at all (PROT_NONE).
+// Checks: ibv_reg_mr of PROT_NONE pages with LOCAL_WRITE returns NULL with errno EFAULT.
+TEST_F(PdMrTest, RegMrFails_ProtNoneMemory) {
+  Mapping pages(2, PROT_NONE);
+  ASSERT_NE(pages.data(), nullptr) << ErrnoName(errno);
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), pages.data(), pages.size(), IBV_ACCESS_LOCAL_WRITE); }),
+              ReturnsNullWithErrno(EFAULT));
+}
+
+// Rule: drivers/infiniband/core/umem.c ib_umem_get() (kernel >= 6.2, "RDMA/umem: remove FOLL_FORCE
+//   usage"): a read-only registration pins without FOLL_WRITE, which needs readable pages: EFAULT
+//   on PROT_NONE. (6.1 still pinned read-only MRs with FOLL_WRITE | FOLL_FORCE, which takes
+//   private PROT_NONE pages: the simulator, which reads the memory itself, keeps the 6.2 rule.)
+// Checks: ibv_reg_mr of PROT_NONE pages with access 0 (local read only) returns NULL with errno
+//   EFAULT.
+TEST_F(PdMrTest, RegMrFails_ReadOnlyAccessOnProtNoneMemory) {
+  SKIP_IF(!Sim()) << "(kernels before 6.2 pin private PROT_NONE pages for a read-only MR)";
+  Mapping pages(2, PROT_NONE);
+  ASSERT_NE(pages.data(), nullptr) << ErrnoName(errno);
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), pages.data(), pages.size(), 0); }),
+              ReturnsNullWithErrno(EFAULT));
+}
+
+// Rule: drivers/infiniband/core/umem.c ib_umem_get(): "npages == 0" gives EINVAL, npages being
+//   the pages from the one holding addr up to the page end after addr + length
+//   (ib_umem_num_pages): none for length 0 at a page boundary.
+// Checks: ibv_reg_mr of length 0 at a page-aligned address returns NULL with errno EINVAL.
+TEST_F(PdMrTest, RegMrFails_ZeroLength) {
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), 0, IBV_ACCESS_LOCAL_WRITE); }),
+              ReturnsNullWithErrno(EINVAL));
+}
+
 // Rule: ibv_reg_mr(3): "ibv_reg_mr_iova() is the same as the normal reg_mr, except that the user
 //   is allowed to specify the virtual base address of the MR when accessed through a lkey or
 //   rkey."
@@ -201,6 +275,46 @@ TEST_F(PdMrTest, ReregMrFails_TranslationWithZeroLength) {
   EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, buffer_.data(), 0, 0), IBV_REREG_MR_ERR_INPUT);
   EXPECT_EQ(mr->addr, buffer_.data());
   EXPECT_EQ(mr->length, buffer_.size());
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_rereg_mr(3): "IBV_REREG_MR_ERR_CMD - MR shouldn't be used, command error" (libibverbs
+//   returns it when the provider's command fails, errno says why); the kernel pins the new range
+//   as a registration does (drivers/infiniband/core/umem.c ib_umem_get: EFAULT for a writable
+//   access on PROT_READ pages).
+// Checks: CHANGE_TRANSLATION of a LOCAL_WRITE MR onto PROT_READ pages returns IBV_REREG_MR_ERR_CMD
+//   with errno EFAULT, and the MR can still be deregistered.
+TEST_F(PdMrTest, ReregMrFails_TranslationToReadOnlyMemory) {
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
+  Mapping pages(2, PROT_READ);
+  ASSERT_NE(pages.data(), nullptr) << ErrnoName(errno);
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  auto call = CaptureErrno([&] {
+    return ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, pages.data(), pages.size(), 0);
+  });
+  EXPECT_EQ(call.rc, IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(call.err, EFAULT) << ErrnoName(call.err);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_rereg_mr(3): IBV_REREG_MR_CHANGE_ACCESS changes the access flags; the simulator holds
+//   the MR's memory to what a registration with the new access could pin (ib_umem_get: writable
+//   access needs writable pages). Providers that change the access in place (mlx5's UMR path
+//   keeps the old pin) may accept it, so this is the simulator's rule.
+// Checks: a read-only MR on PROT_READ pages cannot be given LOCAL_WRITE: IBV_REREG_MR_ERR_CMD with
+//   errno EFAULT; the MR can still be deregistered.
+TEST_F(PdMrTest, ReregMrFails_WritableAccessOnReadOnlyMemory) {
+  SKIP_IF(!Sim()) << "(providers may change the access of the pinned pages in place)";
+  Mapping pages(2, PROT_READ);
+  ASSERT_NE(pages.data(), nullptr) << ErrnoName(errno);
+  ibv_mr* mr = ibv_reg_mr(pd(), pages.data(), pages.size(), 0);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  auto call = CaptureErrno([&] {
+    return ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE);
+  });
+  EXPECT_EQ(call.rc, IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(call.err, EFAULT) << ErrnoName(call.err);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
 

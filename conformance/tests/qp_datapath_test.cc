@@ -714,6 +714,31 @@ TEST_F(QpDatapathTest, UcWriteLands) {
   EXPECT_EQ(dst_.Bytes(100, 300), src_.Bytes(0, 300));
 }
 
+// Rule: IBTA Vol 1 ch. 9 (Unreliable Connection): a message longer than the path MTU travels as
+//   first, middle and last packets, which the responder takes in order into the one WRITE.
+// Checks: on a UC pair with a 1024-byte path MTU, a 4 KiB WRITE completes with success, and once a
+//   SEND posted after it has arrived, all 4 KiB are in the remote MR.
+TEST_F(QpDatapathTest, UcWriteLands_MultiPacket) {
+  EndConfig config;
+  config.type = IBV_QPT_UC;
+  ConnectParams params;
+  params.path_mtu = IBV_MTU_1024;
+  ASSERT_TRUE(MakePair(config, params));
+  ibv_sge rsge = dst_.Sge(8192, 16);
+  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+  ibv_sge sge = src_.Sge(0, 4096);
+  ASSERT_EQ(PostOne(a_.get(), RdmaWr(2, IBV_WR_RDMA_WRITE, &sge, 1, dst_.addr(0), dst_.rkey())), 0);
+  ibv_sge marker = src_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(3, &marker, 1)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(dst_.Bytes(0, 4096), src_.Bytes(0, 4096));
+}
+
 // Rule: ibv_post_recv(3): for a UD QP "the actual data of the incoming message will start at an offset of 40
 //   bytes"; ibv_poll_cq(3): IBV_WC_GRH "GRH is present (valid only for UD QPs)", src_qp the "Source QP number
 //   (remote QP number)"; IBTA Vol 1 ch. 11 (Poll for Completion): a UD receive's length includes the 40-byte

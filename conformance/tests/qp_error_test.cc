@@ -6,9 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -17,6 +20,7 @@
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/verbs_matchers.h"
 
 namespace conformance {
 namespace {
@@ -254,6 +258,34 @@ TEST_F(QpErrorTest, AtomicFails_BadRkey) {
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
 }
 
+// Rule: IBTA Vol 1 ch. 9 (atomic operations, responder checks): the remote address of an atomic
+//   must be 8-byte aligned; a misaligned one is NAKed as an invalid request (IBV_WC_REM_INV_REQ_ERR
+//   at the requester). Where it is caught is the provider's choice (MisalignedAtomicFailsAtPost):
+//   rxe's provider refuses it at post time, ibv_post_send(3) EINVAL "Invalid value provided in wr",
+//   with the WR in *bad_wr.
+// Checks: a FETCH_AND_ADD to remote_addr + 4 either completes with IBV_WC_REM_INV_REQ_ERR or, when
+//   the backend answers that it fails at post, returns EINVAL with *bad_wr set and never completes;
+//   either way the remote memory is untouched.
+TEST_F(QpErrorTest, MisalignedAtomicFollowsBackend) {
+  SKIP_IF(!HasAtomics()) << "(atomic_cap is IBV_ATOMIC_NONE)";
+  ASSERT_TRUE(MakePair());
+  remote_.FillPattern(2);
+  ibv_sge sge = local_.Sge(0, 8);
+  ibv_send_wr wr = AtomicWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, remote_.addr(4), remote_.rkey(), 1, 0);
+  if (Backend().Answer("MisalignedAtomicFailsAtPost", false)) {
+    ibv_send_wr* bad = nullptr;
+    EXPECT_THAT(ibv_post_send(a_.get(), &wr, &bad), ReturnsErrno(EINVAL));
+    EXPECT_EQ(bad, &wr);
+    EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "the refused WR completed";
+  } else {
+    ibv_wc wc = {};
+    ASSERT_NO_FATAL_FAILURE(PostAndComplete(wr, &wc));
+    EXPECT_EQ(wc.wr_id, 1u);
+    EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+  }
+  EXPECT_EQ(remote_.Bytes(0, 16), Pattern(2, 16)) << "the misaligned atomic changed the remote memory";
+}
+
 // Rule: ibv_modify_qp(3): qp_access_flags is the "Mask of enabled remote access operations";
 //   IBTA Vol 1 ch. 9 (responder checks): an RDMA WRITE to a QP that has not enabled it is an invalid request
 //   (NAK Invalid Request, IBV_WC_REM_INV_REQ_ERR at the requester).
@@ -351,6 +383,39 @@ TEST_F(QpErrorTest, SendFails_RemoteRecvTooSmall) {
   ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc));
   EXPECT_EQ(wc.wr_id, 1u);
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 ch. 10/11 (work completion status "Local Length Error"): a send WR whose message is
+//   longer than the port's maximum message size (ibv_query_port(3): max_msg_sz, "Max message size")
+//   completes with IBV_WC_LOC_LEN_ERR; nothing of it is sent.
+// Checks: a SEND of max_msg_sz + 1 bytes (up to 16 SGEs over one untouched, registered mapping)
+//   is accepted by ibv_post_send, completes with IBV_WC_LOC_LEN_ERR, and the peer's posted receive
+//   gets nothing.
+TEST_F(QpErrorTest, SendFails_LongerThanMaxMsgSz) {
+  const uint64_t max_msg = port_attr().max_msg_sz;
+  const uint32_t sges = static_cast<uint32_t>(std::min(device_attr().max_sge, 16));
+  ASSERT_GE(sges, 1u);
+  const uint64_t per_sge = (max_msg + 1 + sges - 1) / sges;
+  ASSERT_LE(per_sge, uint64_t{UINT32_MAX}) << "max_msg_sz " << max_msg;
+  // Reserved address space only: nothing reads these pages unless the SEND goes out.
+  void* mem = mmap(nullptr, per_sge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED) << ErrnoName(errno);
+  MrPtr mr(ibv_reg_mr(pd(), mem, per_sge, 0));
+  ASSERT_NE(mr, nullptr) << "ibv_reg_mr of " << per_sge << " bytes: " << ErrnoName(errno);
+  EndConfig config;
+  config.caps.max_send_sge = sges;
+  ASSERT_TRUE(MakePair(config));
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
+  std::vector<ibv_sge> sg(sges, ibv_sge{reinterpret_cast<uintptr_t>(mem), static_cast<uint32_t>(per_sge), mr->lkey});
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, sg.data(), static_cast<int>(sges)), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << DescribeWc(wc) << " (message of " << sges * per_sge
+                                           << " bytes, max_msg_sz " << max_msg << ")";
+  EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get(), kQuietWindow)) << "the receive took part of the message";
+  mr.reset();
+  munmap(mem, per_sge);
 }
 
 // Rule: ibv_modify_qp(3): rnr_retry is the "RNR retry" count; IBTA Vol 1 9.7.5.2.8: with no receive

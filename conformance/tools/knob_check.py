@@ -27,6 +27,7 @@ KNOBS = [
     ("rereg_mr_no_flags", "cmd", "PdMrTest.ReregMrFails_NoFlags"),
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),
+    ("misaligned_atomic", "einval", "QpErrorTest.MisalignedAtomicFollowsBackend"),
     ("spurious_comp_events", True, "CqArmTest.ArmWithUnpolledCompletionGivesNoEvent"),
     ("srq_order", "any", "SrqTest.ReceivesTakenInPostingOrder"),
     ("qp_number_reuse", True, "QpCreateTest.DestroyedQpNumberNotReusedAtOnce"),

@@ -4,7 +4,9 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
+#include "abi/c_api.h"
 #include "comp_channel.h"
 #include "context.h"
 #include "device.h"
@@ -64,7 +66,14 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
   if (!ctx->device()->Reserve(Device::Kind::kCq)) return Result<Cq*>::Error(ENOMEM);
   Params sized = p;
   sized.cqe = ActualSize(ctx->device(), p.cqe);
-  return new Cq(ctx, sized);
+  try {
+    return new Cq(ctx, sized);
+  } catch (const std::bad_alloc&) {
+    // No memory for the ring (a large cqe, a limited address space): the
+    // verb fails with ENOMEM and the CQ is not counted.
+    ctx->device()->Release(Device::Kind::kCq);
+    return Result<Cq*>::Error(ENOMEM);
+  }
 }
 
 int Cq::Destroy() {
@@ -334,14 +343,12 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   if (!cq || (attr && attr->comp_mask)) return EINVAL;
   // As ibv_poll_cq: packets from other processes are handled by whoever polls.
   Fabric::Get().PollInbound();
-  cq->poll_mu_.lock();
+  std::unique_lock<std::mutex> poll_lock(cq->poll_mu_);  // kept on success, until end_poll
   std::lock_guard<std::mutex> lock(cq->mu_);
-  if (cq->error_ || cq->count_ == 0) {
-    cq->poll_mu_.unlock();
-    return cq->error_ ? EINVAL : ENOENT;
-  }
+  if (cq->error_ || cq->count_ == 0) return cq->error_ ? EINVAL : ENOENT;
   cq->LoadCurrentLocked();
   Fabric::Get().PollFoundWork();
+  poll_lock.release();
   return 0;
 }
 
@@ -368,9 +375,11 @@ const ibv_wc& Cq::Current(ibv_cq_ex* ibcq) { return From(ibcq)->current_; }
 
 void Cq::InstallExOps() {
   ibv_cq_ex& c = handle_.pub;
-  c.start_poll = StartPoll;
-  c.next_poll = NextPoll;
-  c.end_poll = EndPoll;
+  // Called by programs (ibv_start_poll ...): guarded as C entry points
+  // (abi/c_api.h). The read_* functions only copy a field.
+  c.start_poll = Guard<StartPoll, OnThrow::kErrno>::Call;
+  c.next_poll = Guard<NextPoll, OnThrow::kErrno>::Call;
+  c.end_poll = Guard<EndPoll, OnThrow::kNothing>::Call;
   c.read_opcode = [](ibv_cq_ex* cq) { return Current(cq).opcode; };
   c.read_vendor_err = [](ibv_cq_ex* cq) { return Current(cq).vendor_err; };
   c.read_byte_len = [](ibv_cq_ex* cq) { return Current(cq).byte_len; };

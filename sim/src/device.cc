@@ -122,8 +122,12 @@ void Device::ReleaseQpn(uint32_t qpn) {
 }
 
 uint32_t Device::NewKeyIndex() {
-  if (Fabric::Get().attached()) return Fabric::Get().AllocKeyIndex(index_);
-  return next_key_index_.fetch_add(1) & 0xffffff;
+  return key_indexes_.Allocate([this] {
+    if (Fabric::Get().attached()) {
+      if (const uint32_t index = Fabric::Get().AllocKeyIndex(index_)) return index;
+    }
+    return next_key_index_++;
+  });
 }
 
 void Device::AddQp(Qp* qp) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "handle.h"
+#include "key_indexes.h"
 #include "profile.h"
 
 namespace simverbs {
@@ -69,7 +70,11 @@ class Device {
   void ForEachQp(Fn fn) const {
     for (const auto& entry : qps_) fn(entry.second);
   }
+  // A memory key index (key_indexes.h) no live MR or window of the device
+  // holds, or 0 when none is left; ReleaseKeyIndex when its holder goes.
+  // Requires: engine lock.
   uint32_t NewKeyIndex();
+  void ReleaseKeyIndex(uint32_t index) { key_indexes_.Release(index); }
   void AddWindowKey(uint32_t key, Mw* mw) { window_keys_[key] = mw; }
   void RemoveWindowKey(uint32_t key) { window_keys_.erase(key); }
   Mw* FindWindow(uint32_t key) const {
@@ -116,8 +121,9 @@ class Device {
   std::unordered_map<uint32_t, Mr*> keys_;  // engine lock
   std::unordered_map<uint32_t, Mw*> window_keys_;  // engine lock
   // Keys are an index in the upper 24 bits and a key byte below it, as on
-  // mlx HCAs; a new translation or binding changes the key byte.
-  std::atomic<uint32_t> next_key_index_{1};
+  // mlx HCAs; a new binding changes the key byte.
+  uint32_t next_key_index_ = 1;  // engine lock; off a fabric
+  KeyIndexes key_indexes_;       // engine lock
   std::atomic<int> counts_[static_cast<int>(Kind::kCount)] = {};
 };
 

@@ -1,10 +1,13 @@
 #include "mr.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 #include "context.h"
 #include "device.h"
@@ -22,17 +25,88 @@ constexpr unsigned kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRI
                                   IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING |
                                   IBV_ACCESS_OPTIONAL_RANGE;
 
-// The kernel pins the pages at registration and fails with EFAULT when they
-// are not mapped; msync reports unmapped pages as ENOMEM without touching them.
-int CheckMapped(void* addr, size_t length) {
-  if (length == 0) return 0;
-  if (addr == nullptr) return EFAULT;
+// Access that lets the HCA write into the pages: the kernel pins those with
+// FOLL_WRITE (include/rdma/ib_verbs.h: ib_access_writable).
+constexpr unsigned kWritableAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
+
+// Whether the mappings of /proc/self/maps cover [start, end) without a gap,
+// readable, and writable too when `writable`. The file is read once and
+// parsed as it streams (no allocation); the memory itself is never touched.
+// -1: the file cannot be read.
+int ReadMapsCover(uintptr_t start, uintptr_t end, bool writable) {
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[4096];
+  size_t have = 0;
+  uintptr_t covered = start;  // [start, covered) is mapped as needed
+  int result = EFAULT;        // the file ended before `end` was covered
+  bool done = false;
+  while (!done) {
+    const ssize_t n = read(fd, buf + have, sizeof buf - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+    size_t line = 0;
+    for (size_t i = 0; i < have && !done; ++i) {
+      if (buf[i] != '\n') continue;
+      // "start-end perms offset dev inode path", addresses in hex.
+      char* p = buf + line;
+      buf[i] = '\0';
+      line = i + 1;
+      char* dash = nullptr;
+      const uintptr_t lo = std::strtoull(p, &dash, 16);
+      if (*dash != '-') continue;
+      char* space = nullptr;
+      const uintptr_t hi = std::strtoull(dash + 1, &space, 16);
+      if (*space != ' ' || hi <= covered) continue;
+      if (lo > covered || space[1] != 'r' || (writable && space[2] != 'w')) {
+        result = EFAULT;  // a hole, or pages the kernel could not pin this way
+        done = true;
+      } else {
+        covered = hi;
+        if (covered >= end) {
+          result = 0;
+          done = true;
+        }
+      }
+    }
+    // Keep the partial last line; a line longer than the buffer (a very long
+    // path) is cut, which loses nothing: only its first fields matter.
+    if (line == 0 && have == sizeof buf) line = have;
+    std::memmove(buf, buf + line, have - line);
+    have -= line;
+  }
+  close(fd);
+  return result;
+}
+
+// The kernel pins an MR's pages when it is registered, in
+// drivers/infiniband/core/umem.c: ib_umem_get (6.1):
+// - EINVAL when addr + length overflows, or when the range touches no page
+//   (npages == ib_umem_num_pages(), counted from the page of addr to the page
+//   end after addr + length: 0 only for a zero length at a page boundary);
+// - pin_user_pages_fast() with FOLL_WRITE when the access is writable
+//   (ib_access_writable), which fails with EFAULT on pages mapped without
+//   PROT_WRITE, and on holes. Read-only access in 6.1 pins with
+//   FOLL_WRITE | FOLL_FORCE, which takes private PROT_NONE pages too; 6.2
+//   dropped FOLL_FORCE ("RDMA/umem: remove FOLL_FORCE usage"), so those fail
+//   with EFAULT as well. The simulator reads and writes the memory itself, so
+//   it takes the 6.2 rule: every page must be readable, and writable for a
+//   writable access (a later receive into PROT_READ memory would fault).
+int CheckMapped(const void* addr, size_t length, unsigned access) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(addr) + length;
-  if (end < start) return EINVAL;
-  if (msync(reinterpret_cast<void*>(start), end - start, MS_ASYNC) != 0) return EFAULT;
-  return 0;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = begin + length;
+  if (end < begin || ((end + page - 1) & ~(page - 1)) < end) return EINVAL;
+  const uintptr_t first = begin & ~(page - 1);
+  const uintptr_t last = (end + page - 1) & ~(page - 1);
+  if (last == first) return EINVAL;  // no page: ib_umem_get's npages == 0
+  const int cover = ReadMapsCover(first, last, access & kWritableAccess);
+  if (cover >= 0) return cover;
+  // No /proc: at least refuse holes (msync reports them as ENOMEM without
+  // touching the pages).
+  return msync(reinterpret_cast<void*>(first), last - first, MS_ASYNC) == 0 ? 0 : EFAULT;
 }
 
 }  // namespace
@@ -46,7 +120,7 @@ int Mr::CheckAccess(unsigned access) {
   return 0;
 }
 
-Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
+Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access, uint32_t key_index)
     : pd_(pd), iova_(iova), access_(access) {
   handle_.Bind(this);
   ibv_mr& m = handle_.pub;
@@ -55,7 +129,7 @@ Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access)
   m.addr = addr;
   m.length = length;
   m.lkey = 0;
-  AssignKeys();
+  AssignKeys(key_index);
   pd->AddUser();
 }
 
@@ -86,11 +160,12 @@ Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t 
   return mr->Translate(va, len) ? mr : nullptr;
 }
 
-// Requires: engine lock (the device's key table changes).
-void Mr::AssignKeys() {
+void Mr::AssignKeys(uint32_t index) {
   Device* dev = pd_->context()->device();
-  if (handle_.pub.lkey) dev->RemoveKey(handle_.pub.lkey);
-  const uint32_t index = dev->NewKeyIndex();
+  if (handle_.pub.lkey) {
+    dev->RemoveKey(handle_.pub.lkey);
+    dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);
+  }
   handle_.pub.lkey = (index << 8) | 0x01;
   handle_.pub.rkey = handle_.pub.lkey;
   handle_.pub.handle = index;
@@ -153,15 +228,21 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   if (int err = CheckAccess(access)) return Result<Mr*>::Error(err);
   const ibv_device_attr& attr = pd->context()->device()->profile().attr_ex.orig_attr;
   if (length > attr.max_mr_size) return Result<Mr*>::Error(EINVAL);
-  if (int err = CheckMapped(addr, length)) return Result<Mr*>::Error(err);
-  if (!pd->context()->device()->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  if (int err = CheckMapped(addr, length, access)) return Result<Mr*>::Error(err);
+  Device* dev = pd->context()->device();
+  if (!dev->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  const uint32_t key_index = dev->NewKeyIndex();
+  if (key_index == 0) {
+    dev->Release(Device::Kind::kMr);
+    return Result<Mr*>::Error(ENOMEM);
+  }
   // Re-backed before the MR has keys, so no packet can write into the pages
   // while their content moves.
   SharedRegions::Share share;
   const bool shared = Shareable(access) && SharedRegions::Get().Acquire(Fabric::Get().object_prefix(), addr, length,
                                                                       &share);
-  Mr* mr = new Mr(pd, addr, length, iova, access);
+  Mr* mr = new Mr(pd, addr, length, iova, access, key_index);
   if (shared) mr->ShareLocked(&share);
   return mr;
 }
@@ -179,13 +260,26 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context()) return IBV_REREG_MR_ERR_INPUT;
-  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-    if (CheckMapped(addr, length)) return IBV_REREG_MR_ERR_DONT_FORK_NEW;
+  if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
+    // The new range, or the old one under a new access, must be usable as a
+    // registration is (CheckMapped): the kernel's ib_umem_get fails, and
+    // libibverbs reports a failed command with its errno.
+    const bool moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+    if (int err = CheckMapped(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length,
+                              (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_)) {
+      errno = err;
+      return IBV_REREG_MR_ERR_CMD;
+    }
   }
   // Every check passed: apply all changes together so a failure loses nothing.
   // Under the engine lock: no packet writes into the pages while a change of
   // translation moves their content.
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  const uint32_t key_index = pd_->context()->device()->NewKeyIndex();
+  if (key_index == 0) {
+    errno = ENOMEM;
+    return IBV_REREG_MR_ERR_CMD;
+  }
   UnshareLocked();
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -200,7 +294,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     m.pd = pd->ibv();
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
-  AssignKeys();
+  AssignKeys(key_index);
   ShareLocked(nullptr);
   return 0;
 }
@@ -213,6 +307,7 @@ int Mr::Deregister() {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     if (windows_ > 0) return EBUSY;  // a memory window is bound to it
     dev->RemoveKey(handle_.pub.lkey);
+    dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);
     wait = WithdrawLocked();
   }
   // A peer that was writing into it finishes first, but holds up only this

@@ -54,9 +54,11 @@ class Mr {
   static int CheckAccess(unsigned access);
 
  private:
-  Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access, uint32_t key_index);
   ~Mr();
-  void AssignKeys();
+  // Gives the MR the keys of `key_index` (from Device::NewKeyIndex) and
+  // frees the index of its old keys. Requires: engine lock.
+  void AssignKeys(uint32_t key_index);
   // Peers may write into this MR directly (fabric/fabric.h): re-back its
   // pages (when not done yet: `share` already acquired) and publish its rkey.
   // Requires: engine lock.

@@ -16,13 +16,13 @@ constexpr unsigned kWindowAccess = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WR
                                    IBV_ACCESS_ZERO_BASED;
 }
 
-Mw::Mw(Pd* pd, ibv_mw_type type) : ctx_(pd->context()), pd_(pd) {
+Mw::Mw(Pd* pd, ibv_mw_type type, uint32_t key_index) : ctx_(pd->context()), pd_(pd) {
   handle_.Bind(this);
   ibv_mw& m = handle_.pub;
   m.context = ctx_->ibv();
   m.pd = pd->ibv();
   m.type = type;
-  m.rkey = (ctx_->device()->NewKeyIndex() << 8) | 0x01;
+  m.rkey = (key_index << 8) | 0x01;
   m.handle = m.rkey >> 8;
   key_ = m.rkey;
   pd->AddUser();
@@ -44,7 +44,12 @@ Result<Mw*> Mw::Alloc(Pd* pd, ibv_mw_type type) {
   if (!supported) return Result<Mw*>::Error(EOPNOTSUPP);
   if (!dev->Reserve(Device::Kind::kMw)) return Result<Mw*>::Error(ENOMEM);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  Mw* mw = new Mw(pd, type);
+  const uint32_t key_index = dev->NewKeyIndex();
+  if (key_index == 0) {
+    dev->Release(Device::Kind::kMw);
+    return Result<Mw*>::Error(ENOMEM);
+  }
+  Mw* mw = new Mw(pd, type, key_index);
   dev->AddWindowKey(mw->key_, mw);
   return mw;
 }
@@ -55,6 +60,7 @@ int Mw::Dealloc() {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     UnbindLocked();
     dev->RemoveWindowKey(key_);
+    dev->ReleaseKeyIndex(key_ >> 8);
   }
   dev->Release(Device::Kind::kMw);
   delete this;

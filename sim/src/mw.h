@@ -48,7 +48,7 @@ class Mw {
   static int BindOp(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 
  private:
-  Mw(Pd* pd, ibv_mw_type type);
+  Mw(Pd* pd, ibv_mw_type type, uint32_t key_index);
   ~Mw();
   void UnbindLocked();
 

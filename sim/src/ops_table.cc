@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <type_traits>
 
+#include "abi/c_api.h"
 #include "cq.h"
 #include "mw.h"
 #include "qp.h"
@@ -109,25 +110,28 @@ void InstallOps(verbs_context* v) {
   SIMVERBS_STUB(v->open_xrcd);
   SIMVERBS_STUB(v->close_xrcd);
 
-  // What the simulator implements.
-  o._compat_query_device = QueryDeviceOp;
-  o._compat_query_port = reinterpret_cast<decltype(o._compat_query_port)>(QueryPortCompatOp);
-  v->query_port = QueryPortOp;
-  v->query_device_ex = QueryDeviceExOp;
-  o.poll_cq = Cq::PollOp;
-  o.req_notify_cq = Cq::ReqNotifyOp;
-  v->create_cq_ex = Cq::CreateExOp;
-  v->create_qp_ex = Qp::CreateExOp;
-  o.post_srq_recv = Srq::PostRecvOp;
-  o.post_send = Qp::PostSendOp;
-  o.alloc_mw = Mw::AllocOp;
-  o.dealloc_mw = Mw::DeallocOp;
-  o.bind_mw = Mw::BindOp;
-  o.post_recv = Qp::PostRecvOp;
-  v->open_xrcd = Xrcd::OpenOp;
-  v->close_xrcd = Xrcd::CloseOp;
-  v->create_srq_ex = Srq::CreateExOp;
-  v->get_srq_num = Srq::GetSrqNumOp;
+  // What the simulator implements, each behind a guard: programs call these
+  // through verbs.h's inline functions, so they are C entry points too
+  // (abi/c_api.h).
+  o._compat_query_device = Guard<QueryDeviceOp, OnThrow::kErrno>::Call;
+  o._compat_query_port =
+      reinterpret_cast<decltype(o._compat_query_port)>(Guard<QueryPortCompatOp, OnThrow::kErrno>::Call);
+  v->query_port = Guard<QueryPortOp, OnThrow::kErrno>::Call;
+  v->query_device_ex = Guard<QueryDeviceExOp, OnThrow::kErrno>::Call;
+  o.poll_cq = Guard<Cq::PollOp, OnThrow::kNegativeErrno>::Call;
+  o.req_notify_cq = Guard<Cq::ReqNotifyOp, OnThrow::kErrno>::Call;
+  v->create_cq_ex = Guard<Cq::CreateExOp, OnThrow::kNullErrno>::Call;
+  v->create_qp_ex = Guard<Qp::CreateExOp, OnThrow::kNullErrno>::Call;
+  o.post_srq_recv = GuardPost<Srq::PostRecvOp>::Call;
+  o.post_send = GuardPost<Qp::PostSendOp>::Call;
+  o.alloc_mw = Guard<Mw::AllocOp, OnThrow::kNullErrno>::Call;
+  o.dealloc_mw = Guard<Mw::DeallocOp, OnThrow::kErrno>::Call;
+  o.bind_mw = Guard<Mw::BindOp, OnThrow::kErrno>::Call;
+  o.post_recv = GuardPost<Qp::PostRecvOp>::Call;
+  v->open_xrcd = Guard<Xrcd::OpenOp, OnThrow::kNullErrno>::Call;
+  v->close_xrcd = Guard<Xrcd::CloseOp, OnThrow::kErrno>::Call;
+  v->create_srq_ex = Guard<Srq::CreateExOp, OnThrow::kNullErrno>::Call;
+  v->get_srq_num = Guard<Srq::GetSrqNumOp, OnThrow::kErrno>::Call;
 }
 
 }  // namespace simverbs

@@ -325,6 +325,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("recv_wc_grh", false)) {
     b.recv_wc_grh_always = r.Choice<bool>("recv_wc_grh", {{"ud", false}, {"always", true}});
   }
+  if (r.Find("misaligned_atomic", false)) {
+    b.misaligned_atomic_post_error = r.Choice<bool>("misaligned_atomic", {{"nak", false}, {"einval", true}});
+  }
   if (r.Find("cq_size", false)) {
     b.cq_size_pow2_minus_one = r.Choice<bool>("cq_size", {{"exact", false}, {"pow2-1", true}});
   }

@@ -67,6 +67,10 @@ struct Behaviour {
   // IBV_WC_GRH in a receive completion: only for UD with a GRH (ibv_poll_cq(3)),
   // or in every successful receive completion (rxe: do_complete).
   bool recv_wc_grh_always = false;
+  // An atomic whose remote_addr is not 8-byte aligned: the responder NAKs it
+  // as an invalid request (IBTA; IBV_WC_REM_INV_REQ_ERR at the requester), or
+  // ibv_post_send refuses it with EINVAL (rxe: validate_send_wr).
+  bool misaligned_atomic_post_error = false;
   // Adversarial but legal choices, each taken by the seeded scheduler:
   // ibv_req_notify_cq on a CQ that holds unpolled completions may fire an event
   // at once (the completions were already there: the event is "spurious" to a

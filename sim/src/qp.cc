@@ -251,6 +251,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     rq_.clear();
     next_to_send_ = 0;
     recv_in_progress_ = false;
+    uc_message_ = false;
     rnr_wait_ = false;
     comm_established_ = false;
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored

@@ -127,6 +127,8 @@ class Qp {
 
   // qp_requester.cc
   int CheckSendWr(const ibv_send_wr& wr) const;
+  // The WQE of a checked WR. May throw std::bad_alloc (PostSend: ENOMEM).
+  SendWqe MakeSendWqe(const ibv_send_wr& wr) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
   bool AwaitingAckLocked() const;
@@ -144,9 +146,13 @@ class Qp {
   // peer's memory and sent as one placed packet (fabric/fabric.h). False:
   // nothing was sent, take the copying path. Requires: engine lock.
   bool PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
-  // Copies the WQE's data (inline, or its SGEs, already checked) to `out`
-  // (wqe.length bytes). Requires: engine lock.
-  void GatherLocked(const SendWqe& wqe, uint8_t* out) const;
+  // Whether sq_[index] may be placed now: only when no earlier message can
+  // still be refused or is still to be processed by the responder (see
+  // qp_requester.cc). Requires: engine lock.
+  bool MayPlaceLocked(size_t index);
+  // Copies bytes [offset, offset + length) of the WQE's message (inline, or
+  // its SGEs, already checked) to `out`. Requires: engine lock.
+  void GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const;
 
   // qp_xrc.cc
   static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);
@@ -200,12 +206,17 @@ class Qp {
   int retries_left_ = 0;
   bool executing_ = false;
   bool rnr_wait_ = false;   // an RNR NAK holds the SQ until the RNR timer fires  // inside ProgressLocked: sq_ entries must not be retired
+  // UC: a message went out on the copying path and may still wait in the
+  // peer's ring (its WQE completed when it was sent): until that ring has
+  // taken it, WRITEs are not placed.
+  bool copy_unsettled_ = false;
   int rnr_retries_left_ = 0;
 
   std::deque<RecvWqe> rq_;
   // Responder state of the message being received.
   uint32_t epsn_ = 0;
   bool recv_in_progress_ = false;
+  bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;
   RecvWqe recv_wqe_;
   uint64_t recv_offset_ = 0;

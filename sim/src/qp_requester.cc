@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "ah.h"
 #include "context.h"
@@ -89,6 +90,14 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
   if ((wr.send_flags & IBV_SEND_INLINE) && length > attr_.cap.max_inline_data) return EINVAL;
   if (IsAtomic(wr.opcode) && length != 8) return EINVAL;
+  // Misaligned atomics are the responder's to refuse (NAK invalid request),
+  // unless the profile's provider checks them at post time as rxe does
+  // (rdma-core 44 providers/rxe/rxe.c validate_send_wr: remote_addr & 0x7
+  // gives EINVAL; the kernel's rxe_verbs.c validate_send_wr does the same
+  // for kernel QPs).
+  if (IsAtomic(wr.opcode) && (wr.wr.atomic.remote_addr & 7) && device()->behaviour().misaligned_atomic_post_error) {
+    return EINVAL;
+  }
   if (wr.opcode == IBV_WR_BIND_MW) {
     const Mw* mw = Mw::From(wr.bind_mw.mw);
     if (!mw || mw->context() != ctx_) return EINVAL;
@@ -98,6 +107,47 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
     if (!ah || ah->context() != ctx_) return EINVAL;
   }
   return 0;
+}
+
+SendWqe Qp::MakeSendWqe(const ibv_send_wr& wr) const {
+  SendWqe wqe;
+  wqe.wr_id = wr.wr_id;
+  wqe.opcode = wr.opcode;
+  wqe.signaled = init_.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
+  wqe.solicited = wr.send_flags & IBV_SEND_SOLICITED;
+  wqe.fence = wr.send_flags & IBV_SEND_FENCE;
+  wqe.is_inline = wr.send_flags & IBV_SEND_INLINE;
+  for (int i = 0; i < wr.num_sge; ++i) {
+    const ibv_sge& sge = wr.sg_list[i];
+    wqe.length += sge.length;
+    if (wqe.is_inline) {
+      // Inline data is copied now: the caller may reuse the buffer at once.
+      const auto* p = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sge.addr));
+      wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
+    } else {
+      wqe.sges.push_back(sge);
+    }
+  }
+  wqe.imm_data = wr.imm_data;  // or invalidate_rkey (same union)
+  if (wr.opcode == IBV_WR_BIND_MW) {
+    wqe.mw = wr.bind_mw.mw;
+    wqe.rkey = wr.bind_mw.rkey;
+    wqe.bind_info = wr.bind_mw.bind_info;
+  } else if (IsAtomic(wr.opcode)) {
+    wqe.remote_addr = wr.wr.atomic.remote_addr;
+    wqe.rkey = wr.wr.atomic.rkey;
+    wqe.compare_add = wr.wr.atomic.compare_add;
+    wqe.swap = wr.wr.atomic.swap;
+  } else if (type() == IBV_QPT_UD) {
+    wqe.av = Ah::From(wr.wr.ud.ah)->av();
+    wqe.remote_qpn = wr.wr.ud.remote_qpn;
+    wqe.remote_qkey = wr.wr.ud.remote_qkey;
+  } else {
+    wqe.remote_addr = wr.wr.rdma.remote_addr;
+    wqe.rkey = wr.wr.rdma.rkey;
+  }
+  if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn;
+  return wqe;
 }
 
 int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -118,45 +168,16 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       break;
     }
-    SendWqe wqe;
-    wqe.wr_id = wr->wr_id;
-    wqe.opcode = wr->opcode;
-    wqe.signaled = init_.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
-    wqe.solicited = wr->send_flags & IBV_SEND_SOLICITED;
-    wqe.fence = wr->send_flags & IBV_SEND_FENCE;
-    wqe.is_inline = wr->send_flags & IBV_SEND_INLINE;
-    for (int i = 0; i < wr->num_sge; ++i) {
-      const ibv_sge& sge = wr->sg_list[i];
-      wqe.length += sge.length;
-      if (wqe.is_inline) {
-        // Inline data is copied now: the caller may reuse the buffer at once.
-        const auto* p = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(sge.addr));
-        wqe.inline_data.insert(wqe.inline_data.end(), p, p + sge.length);
-      } else {
-        wqe.sges.push_back(sge);
-      }
+    try {
+      sq_.push_back(MakeSendWqe(*wr));
+    } catch (const std::bad_alloc&) {
+      // No memory to hold the WR: refused as by a full queue (ENOMEM), the
+      // WRs before it posted.
+      err = ENOMEM;
+      if (bad_wr) *bad_wr = wr;
+      break;
     }
-    wqe.imm_data = wr->imm_data;  // or invalidate_rkey (same union)
-    if (wr->opcode == IBV_WR_BIND_MW) {
-      wqe.mw = wr->bind_mw.mw;
-      wqe.rkey = wr->bind_mw.rkey;
-      wqe.bind_info = wr->bind_mw.bind_info;
-    } else if (IsAtomic(wr->opcode)) {
-      wqe.remote_addr = wr->wr.atomic.remote_addr;
-      wqe.rkey = wr->wr.atomic.rkey;
-      wqe.compare_add = wr->wr.atomic.compare_add;
-      wqe.swap = wr->wr.atomic.swap;
-    } else if (type() == IBV_QPT_UD) {
-      wqe.av = Ah::From(wr->wr.ud.ah)->av();
-      wqe.remote_qpn = wr->wr.ud.remote_qpn;
-      wqe.remote_qkey = wr->wr.ud.remote_qkey;
-    } else {
-      wqe.remote_addr = wr->wr.rdma.remote_addr;
-      wqe.rkey = wr->wr.rdma.rkey;
-    }
-    if (fail_countdown_ > 0 && --fail_countdown_ == 0) wqe.injected = fail_status_;
-    if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr->qp_type.xrc.remote_srqn;
-    sq_.push_back(std::move(wqe));
+    if (fail_countdown_ > 0 && --fail_countdown_ == 0) sq_.back().injected = fail_status_;
   }
   if (s == IBV_QPS_ERR || s == IBV_QPS_SQE) {
     // A QP in error completes every new WR with a flush error.
@@ -211,7 +232,14 @@ void Qp::ProgressLocked() {
                                      sq_[next_to_send_].before_sqd)) &&
          !rnr_wait_ && next_to_send_ < sq_.size()) {
     const size_t index = next_to_send_++;
-    ExecuteLocked(index);
+    try {
+      ExecuteLocked(index);
+    } catch (const std::bad_alloc&) {
+      // No memory to make its packets: the WR fails as a local QP operation
+      // error would (RC to ERR), instead of unwinding out of the progress
+      // loop with the queue half updated.
+      FailSendLocked(sq_[index], IBV_WC_LOC_QP_OP_ERR);
+    }
   }
   executing_ = !outer;
   CompleteAckedLocked();
@@ -264,7 +292,13 @@ void Qp::ExecuteLocked(size_t index) {
     }
   }
   const uint32_t mtu = PathMtuBytes();
-  if (type() == IBV_QPT_UD && wqe.length > mtu) {
+  // A message longer than the port's max_msg_sz completes with a Local Length
+  // Error (IBTA, completion status "Local Length Error"), before any of it is
+  // read. rxe 6.1 does not check it for user QPs (rdma-core 44
+  // providers/rxe/rxe.c: post_one_send sums the SGEs into an unsigned int with
+  // no limit; kernel drivers/infiniband/sw/rxe/rxe_req.c: rxe_requester sends
+  // what the WQE says), a deviation of fixtures/backends/rxe-6.1.json.
+  if (wqe.length > device()->PortAttr(attr_.port_num).max_msg_sz || (type() == IBV_QPT_UD && wqe.length > mtu)) {
     FailSendLocked(wqe, IBV_WC_LOC_LEN_ERR);
     return;
   }
@@ -272,17 +306,12 @@ void Qp::ExecuteLocked(size_t index) {
   const uint32_t dst_qpn = type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
   wqe.first_psn = next_psn_;
   wqe.transmitted = true;
-  if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+  wqe.placed = false;
+  if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && MayPlaceLocked(index) &&
       PlaceWriteLocked(wqe, av, dst_qpn, mtu)) {
     return;
   }
-  // Gather the local data.
-  std::vector<uint8_t> data;
-  if (wqe.is_inline || !reads_into_local) {
-    data.resize(wqe.length);
-    GatherLocked(wqe, data.data());
-  }
-
+  if (type() == IBV_QPT_UC) copy_unsettled_ = true;
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
     Packet p = NewPacket(av, dst_qpn);
     p.op = wqe.opcode;
@@ -304,20 +333,23 @@ void Qp::ExecuteLocked(size_t index) {
     return;
   }
 
-  // SEND and WRITE: segmented by the path MTU; a zero-length message is one packet.
-  size_t offset = 0;
+  // SEND and WRITE: segmented by the path MTU; a zero-length message is one
+  // packet. Each packet gathers its own bytes: the message is never copied
+  // whole (it may be as long as max_msg_sz).
+  const uint64_t total = wqe.length;
+  uint64_t offset = 0;
   do {
-    const size_t chunk = std::min<size_t>(mtu, data.size() - offset);
+    const uint64_t chunk = std::min<uint64_t>(mtu, total - offset);
     Packet p = NewPacket(av, dst_qpn);
     p.op = wqe.opcode;
     p.first = offset == 0;
-    p.last = offset + chunk == data.size();
+    p.last = offset + chunk == total;
     p.psn = next_psn_;
     next_psn_ = (next_psn_ + 1) & kPsnMask;
     p.solicited = wqe.solicited && p.last;
     p.remote_addr = wqe.remote_addr;
     p.rkey = wqe.rkey;
-    p.dma_length = data.size();
+    p.dma_length = total;
     p.imm_data = wqe.imm_data;
     p.xrc_srqn = wqe.xrc_srqn;
     if (type() == IBV_QPT_UD) {
@@ -325,24 +357,52 @@ void Qp::ExecuteLocked(size_t index) {
       p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
     }
     p.payload = Engine::Get().PayloadBuffer();
-    p.payload.assign(data.begin() + offset, data.begin() + offset + chunk);
+    p.payload.resize(chunk);
+    GatherLocked(wqe, offset, chunk, p.payload.data());
     wqe.last_psn = p.psn;
     offset += chunk;
     Engine::Get().Transmit(std::move(p));
     // Answered or failed meanwhile; or an RNR or sequence NAK rewound the
     // send queue, which sends the message again from its first packet.
     if (state() != sending_state || wqe.acked || next_psn_ != ((wqe.last_psn + 1) & kPsnMask)) return;
-  } while (offset < data.size());
+  } while (offset < total);
 
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
+}
+
+// A placed WRITE's data lands when the requester executes it, before the
+// responder has seen the PSNs in front of it; the responder would only have
+// accepted it after every earlier message (IBTA ch. 9: a responder executes
+// requests in PSN order). So the
+// requester places it only when nothing in front of it can still be refused
+// or is still unprocessed: every earlier WQE of the send queue is acked (RC:
+// answered by the responder), or was itself placed whole (its data is in for
+// the same reason). Otherwise the WRITE takes the copying path, behind the
+// rest, where the responder checks it in order: after a NAK or an RNR NAK it
+// is dropped or resent with the messages before it, and never lands ahead of
+// them.
+// UC has no ACKs: its WQEs are acked once on the wire and leave the queue. A
+// UC responder drops a bad message and goes on (no error state), so a later
+// WRITE may land whatever happened to earlier ones; only the order must hold,
+// so a message sent on the copying path holds back placement until the
+// peer's ring has taken it.
+bool Qp::MayPlaceLocked(size_t index) {
+  for (size_t i = 0; i < index; ++i) {
+    if (!sq_[i].acked && !sq_[i].placed) return false;
+  }
+  if (copy_unsettled_) {
+    if (Fabric::Get().DeliveryPending(RemoteDeviceIndex(), attr_.dest_qp_num)) return false;
+    copy_unsettled_ = false;
+  }
+  return true;
 }
 
 bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
-  const auto gather = [&](uint8_t* out) { GatherLocked(wqe, out); };
+  const auto gather = [&](uint8_t* out) { GatherLocked(wqe, 0, wqe.length, out); };
   if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length, gather)) {
     return false;
   }
@@ -358,22 +418,30 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   p.rkey = wqe.rkey;
   p.dma_length = wqe.length;
   p.imm_data = wqe.imm_data;
+  wqe.placed = true;
   Engine::Get().Transmit(std::move(p));
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
   return true;
 }
 
-void Qp::GatherLocked(const SendWqe& wqe, uint8_t* out) const {
+void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const {
+  if (length == 0) return;
   if (wqe.is_inline) {
-    if (!wqe.inline_data.empty()) std::memcpy(out, wqe.inline_data.data(), wqe.inline_data.size());
+    std::memcpy(out, wqe.inline_data.data() + offset, length);
     return;
   }
+  uint64_t pos = 0;  // where the current SGE starts in the message
   for (const ibv_sge& sge : wqe.sges) {
-    // Checked by ExecuteLocked, under the same lock.
-    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
-    if (sge.length) std::memcpy(out, mr->Translate(sge.addr, sge.length), sge.length);
-    out += sge.length;
+    const uint64_t start = std::max(offset, pos);
+    const uint64_t end = std::min(offset + length, pos + sge.length);
+    if (start < end) {
+      // Checked by ExecuteLocked, under the same lock.
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+      std::memcpy(out + (start - offset), mr->Translate(sge.addr + (start - pos), end - start), end - start);
+    }
+    pos += sge.length;
+    if (pos >= offset + length) break;
   }
 }
 
@@ -480,6 +548,7 @@ void Qp::RewindLocked(size_t index) {
   next_psn_ = sq_[index].first_psn;
   for (size_t i = index; i < sq_.size(); ++i) {
     sq_[i].transmitted = false;
+    sq_[i].placed = false;
     sq_[i].read_data.clear();
   }
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "context.h"
 #include "cq.h"
@@ -116,11 +117,17 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         return;
       }
     }
-  } else if (pkt.first) {
-    epsn_ = pkt.psn;  // UC resynchronises on every first packet
-  } else if (pkt.psn != epsn_ || !recv_in_progress_) {
-    recv_in_progress_ = false;  // a lost middle packet: UC drops the message
-    return;
+  } else {
+    // UC: a middle or last packet continues the message whose packets so far
+    // were taken; the flag is set again only when this one is.
+    const bool continues = uc_message_;
+    uc_message_ = false;
+    if (pkt.first) {
+      epsn_ = pkt.psn;  // UC resynchronises on every first packet
+    } else if (pkt.psn != epsn_ || !continues || (ConsumesRecv(pkt.op) && !recv_in_progress_)) {
+      recv_in_progress_ = false;  // a lost or refused packet: UC drops the rest of the message
+      return;
+    }
   }
 
   // Is the QP enabled for this operation (qp_access_flags)? Class C invalid request.
@@ -236,6 +243,9 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     }
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_ATOMIC_FETCH_AND_ADD: {
+      // IBTA (atomic operations): the virtual address must be 8-byte aligned;
+      // a misaligned one is an invalid request, NAKed (rxe_resp.c as well:
+      // RESPST_ERR_MISALIGNED_ATOMIC answers AETH_NAK_INVALID_REQ).
       if (pkt.remote_addr % 8 != 0) {
         ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
         return;
@@ -266,6 +276,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       return;
   }
   epsn_ = (pkt.psn + pkt.psn_count) & 0xffffff;
+  if (!rc) uc_message_ = !pkt.last;
 
   if (pkt.last && pkt.op == IBV_WR_SEND_WITH_INV) {
     // The IETH names one of this QP's type 2 windows; anything else is an
@@ -418,13 +429,19 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     }
     RecvWqe wqe;
     wqe.wr_id = wr->wr_id;
-    wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-    for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
-    if (state() == IBV_QPS_ERR) {
-      CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
-    } else {
-      rq_.push_back(std::move(wqe));
+    try {
+      wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
+      if (state() != IBV_QPS_ERR) {
+        rq_.push_back(std::move(wqe));
+        continue;
+      }
+    } catch (const std::bad_alloc&) {
+      // No memory to hold the WR: refused as by a full queue.
+      if (bad_wr) *bad_wr = wr;
+      return ENOMEM;
     }
+    CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
   }
   return 0;
 }

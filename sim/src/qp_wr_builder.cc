@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "abi/c_api.h"
 #include "fault/fault_plan.h"
 #include "qp.h"
 
@@ -32,6 +33,19 @@ QpWrBuilder::Entry* Last(ibv_qp_ex* q) {
 
 void Unsupported(ibv_qp_ex* q) { B(q).error_ = EOPNOTSUPP; }
 
+// The builder calls return nothing, and programs call them through the
+// ibv_qp_ex function pointers (C entry points, abi/c_api.h): a failure of one
+// (std::bad_alloc as it copies an SGE list or inline data) is kept, and
+// wr_complete returns it, as it does an unsupported call's.
+template <typename Fn>
+void Recording(ibv_qp_ex* q, Fn&& fn) noexcept {
+  try {
+    fn();
+  } catch (...) {
+    B(q).error_ = ErrnoOfCurrentException();
+  }
+}
+
 }  // namespace
 
 void QpWrBuilder::Install(ibv_qp_ex* q) {
@@ -41,28 +55,30 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
     b.error_ = 0;
   };
   q->wr_complete = [](ibv_qp_ex* qp) {
-    QpWrBuilder& b = B(qp);
-    int err = b.error_;
-    if (!err && !b.entries_.empty()) {
-      for (size_t i = 0; i < b.entries_.size(); ++i) {
-        Entry& e = b.entries_[i];
-        e.wr.next = i + 1 < b.entries_.size() ? &b.entries_[i + 1].wr : nullptr;
-        if (!e.inline_data.empty() || (e.wr.send_flags & IBV_SEND_INLINE)) {
-          e.wr.send_flags |= IBV_SEND_INLINE;
-          e.sges.assign(1, ibv_sge{reinterpret_cast<uintptr_t>(e.inline_data.data()),
-                                   static_cast<uint32_t>(e.inline_data.size()), 0});
+    return Guarded<OnThrow::kErrno>([&] {
+      QpWrBuilder& b = B(qp);
+      int err = b.error_;
+      if (!err && !b.entries_.empty()) {
+        for (size_t i = 0; i < b.entries_.size(); ++i) {
+          Entry& e = b.entries_[i];
+          e.wr.next = i + 1 < b.entries_.size() ? &b.entries_[i + 1].wr : nullptr;
+          if (!e.inline_data.empty() || (e.wr.send_flags & IBV_SEND_INLINE)) {
+            e.wr.send_flags |= IBV_SEND_INLINE;
+            e.sges.assign(1, ibv_sge{reinterpret_cast<uintptr_t>(e.inline_data.data()),
+                                     static_cast<uint32_t>(e.inline_data.size()), 0});
+          }
+          e.wr.sg_list = e.sges.data();
+          e.wr.num_sge = static_cast<int>(e.sges.size());
         }
-        e.wr.sg_list = e.sges.data();
-        e.wr.num_sge = static_cast<int>(e.sges.size());
+        ibv_send_wr* bad = nullptr;
+        Qp* target = Qp::From(&qp->qp_base);
+        fault_plan::OnWrComplete(target);
+        err = target->PostSend(&b.entries_[0].wr, &bad);
       }
-      ibv_send_wr* bad = nullptr;
-      Qp* target = Qp::From(&qp->qp_base);
-      fault_plan::OnWrComplete(target);
-      err = target->PostSend(&b.entries_[0].wr, &bad);
-    }
-    b.entries_.clear();
-    b.error_ = 0;
-    return err;
+      b.entries_.clear();
+      b.error_ = 0;
+      return err;
+    });
   };
   q->wr_abort = [](ibv_qp_ex* qp) {
     QpWrBuilder& b = B(qp);
@@ -70,82 +86,112 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
     b.error_ = 0;
   };
 
-  q->wr_send = [](ibv_qp_ex* qp) { NewWr(qp, IBV_WR_SEND); };
-  q->wr_send_imm = [](ibv_qp_ex* qp, __be32 imm) { NewWr(qp, IBV_WR_SEND_WITH_IMM).imm_data = imm; };
+  q->wr_send = [](ibv_qp_ex* qp) { Recording(qp, [&] { NewWr(qp, IBV_WR_SEND); }); };
+  q->wr_send_imm = [](ibv_qp_ex* qp, __be32 imm) {
+    Recording(qp, [&] { NewWr(qp, IBV_WR_SEND_WITH_IMM).imm_data = imm; });
+  };
   q->wr_rdma_write = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) {
-    ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_WRITE);
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.rdma.remote_addr = addr;
+    Recording(qp, [&] {
+      ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_WRITE);
+      wr.wr.rdma.rkey = rkey;
+      wr.wr.rdma.remote_addr = addr;
+    });
   };
   q->wr_rdma_write_imm = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, __be32 imm) {
-    ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_WRITE_WITH_IMM);
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.rdma.remote_addr = addr;
-    wr.imm_data = imm;
+    Recording(qp, [&] {
+      ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_WRITE_WITH_IMM);
+      wr.wr.rdma.rkey = rkey;
+      wr.wr.rdma.remote_addr = addr;
+      wr.imm_data = imm;
+    });
   };
   q->wr_rdma_read = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr) {
-    ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_READ);
-    wr.wr.rdma.rkey = rkey;
-    wr.wr.rdma.remote_addr = addr;
+    Recording(qp, [&] {
+      ibv_send_wr& wr = NewWr(qp, IBV_WR_RDMA_READ);
+      wr.wr.rdma.rkey = rkey;
+      wr.wr.rdma.remote_addr = addr;
+    });
   };
   q->wr_atomic_cmp_swp = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
-    ibv_send_wr& wr = NewWr(qp, IBV_WR_ATOMIC_CMP_AND_SWP);
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.remote_addr = addr;
-    wr.wr.atomic.compare_add = compare;
-    wr.wr.atomic.swap = swap;
+    Recording(qp, [&] {
+      ibv_send_wr& wr = NewWr(qp, IBV_WR_ATOMIC_CMP_AND_SWP);
+      wr.wr.atomic.rkey = rkey;
+      wr.wr.atomic.remote_addr = addr;
+      wr.wr.atomic.compare_add = compare;
+      wr.wr.atomic.swap = swap;
+    });
   };
   q->wr_atomic_fetch_add = [](ibv_qp_ex* qp, uint32_t rkey, uint64_t addr, uint64_t add) {
-    ibv_send_wr& wr = NewWr(qp, IBV_WR_ATOMIC_FETCH_AND_ADD);
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.remote_addr = addr;
-    wr.wr.atomic.compare_add = add;
+    Recording(qp, [&] {
+      ibv_send_wr& wr = NewWr(qp, IBV_WR_ATOMIC_FETCH_AND_ADD);
+      wr.wr.atomic.rkey = rkey;
+      wr.wr.atomic.remote_addr = addr;
+      wr.wr.atomic.compare_add = add;
+    });
   };
   q->wr_bind_mw = [](ibv_qp_ex* qp, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
-    ibv_send_wr& wr = NewWr(qp, IBV_WR_BIND_MW);
-    wr.bind_mw.mw = mw;
-    wr.bind_mw.rkey = rkey;
-    if (info) wr.bind_mw.bind_info = *info;
+    Recording(qp, [&] {
+      ibv_send_wr& wr = NewWr(qp, IBV_WR_BIND_MW);
+      wr.bind_mw.mw = mw;
+      wr.bind_mw.rkey = rkey;
+      if (info) wr.bind_mw.bind_info = *info;
+    });
   };
-  q->wr_local_inv = [](ibv_qp_ex* qp, uint32_t rkey) { NewWr(qp, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; };
-  q->wr_send_inv = [](ibv_qp_ex* qp, uint32_t rkey) { NewWr(qp, IBV_WR_SEND_WITH_INV).invalidate_rkey = rkey; };
+  q->wr_local_inv = [](ibv_qp_ex* qp, uint32_t rkey) {
+    Recording(qp, [&] { NewWr(qp, IBV_WR_LOCAL_INV).invalidate_rkey = rkey; });
+  };
+  q->wr_send_inv = [](ibv_qp_ex* qp, uint32_t rkey) {
+    Recording(qp, [&] { NewWr(qp, IBV_WR_SEND_WITH_INV).invalidate_rkey = rkey; });
+  };
   // TSO and atomic write are not simulated.
   q->wr_send_tso = [](ibv_qp_ex* qp, void*, uint16_t, uint16_t) { Unsupported(qp); };
   q->wr_set_xrc_srqn = [](ibv_qp_ex* qp, uint32_t remote_srqn) {
-    if (Entry* e = Last(qp)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+    Recording(qp, [&] {
+      if (Entry* e = Last(qp)) e->wr.qp_type.xrc.remote_srqn = remote_srqn;
+    });
   };
   q->wr_atomic_write = [](ibv_qp_ex* qp, uint32_t, uint64_t, const void*) { Unsupported(qp); };
 
   q->wr_set_ud_addr = [](ibv_qp_ex* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
-    if (Entry* e = Last(qp)) {
-      e->wr.wr.ud.ah = ah;
-      e->wr.wr.ud.remote_qpn = remote_qpn;
-      e->wr.wr.ud.remote_qkey = remote_qkey;
-    }
+    Recording(qp, [&] {
+      if (Entry* e = Last(qp)) {
+        e->wr.wr.ud.ah = ah;
+        e->wr.wr.ud.remote_qpn = remote_qpn;
+        e->wr.wr.ud.remote_qkey = remote_qkey;
+      }
+    });
   };
   q->wr_set_sge = [](ibv_qp_ex* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
-    if (Entry* e = Last(qp)) e->sges.assign(1, ibv_sge{addr, length, lkey});
+    Recording(qp, [&] {
+      if (Entry* e = Last(qp)) e->sges.assign(1, ibv_sge{addr, length, lkey});
+    });
   };
   q->wr_set_sge_list = [](ibv_qp_ex* qp, size_t num_sge, const ibv_sge* sg_list) {
-    if (Entry* e = Last(qp)) e->sges.assign(sg_list, sg_list + num_sge);
+    Recording(qp, [&] {
+      if (Entry* e = Last(qp)) e->sges.assign(sg_list, sg_list + num_sge);
+    });
   };
   // Inline data is copied at once: the caller may reuse its buffer right away.
   q->wr_set_inline_data = [](ibv_qp_ex* qp, void* addr, size_t length) {
-    if (Entry* e = Last(qp)) {
-      const auto* p = static_cast<const uint8_t*>(addr);
-      e->inline_data.assign(p, p + length);
-      e->wr.send_flags |= IBV_SEND_INLINE;
-    }
+    Recording(qp, [&] {
+      if (Entry* e = Last(qp)) {
+        const auto* p = static_cast<const uint8_t*>(addr);
+        e->inline_data.assign(p, p + length);
+        e->wr.send_flags |= IBV_SEND_INLINE;
+      }
+    });
   };
   q->wr_set_inline_data_list = [](ibv_qp_ex* qp, size_t num_buf, const ibv_data_buf* buf_list) {
-    if (Entry* e = Last(qp)) {
-      e->inline_data.clear();
-      for (size_t i = 0; i < num_buf; ++i) {
-        const auto* p = static_cast<const uint8_t*>(buf_list[i].addr);
-        e->inline_data.insert(e->inline_data.end(), p, p + buf_list[i].length);
+    Recording(qp, [&] {
+      if (Entry* e = Last(qp)) {
+        e->inline_data.clear();
+        for (size_t i = 0; i < num_buf; ++i) {
+          const auto* p = static_cast<const uint8_t*>(buf_list[i].addr);
+          e->inline_data.insert(e->inline_data.end(), p, p + buf_list[i].length);
+        }
+        e->wr.send_flags |= IBV_SEND_INLINE;
       }
-      e->wr.send_flags |= IBV_SEND_INLINE;
-    }
+    });
   };
 }
 

@@ -1,6 +1,7 @@
 #include "srq.h"
 
 #include <atomic>
+#include <new>
 #include <unordered_map>
 
 #include "context.h"
@@ -184,7 +185,13 @@ int Srq::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       return err;
     }
-    wqes_.push_back(Wqe{wr->wr_id, std::vector<ibv_sge>(wr->sg_list, wr->sg_list + wr->num_sge)});
+    try {
+      wqes_.push_back(Wqe{wr->wr_id, std::vector<ibv_sge>(wr->sg_list, wr->sg_list + wr->num_sge)});
+    } catch (const std::bad_alloc&) {
+      // No memory to hold the WR: refused as by a full queue.
+      if (bad_wr) *bad_wr = wr;
+      return ENOMEM;
+    }
   }
   return 0;
 }

@@ -60,6 +60,9 @@ struct SendWqe {
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;
   bool transmitted = false;
+  // Its whole data was put in the peer's memory by the requester itself
+  // (one-copy WRITE, Qp::PlaceWriteLocked) in its latest transmission.
+  bool placed = false;
   bool acked = false;      // done on the wire (ACKed, answered, or failed)
   bool completed = false;  // its CQE (if any) has been generated
   bool before_sqd = false; // sent before RTS→SQD: may still be resent while draining

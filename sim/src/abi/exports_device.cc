@@ -23,15 +23,17 @@
 using namespace simverbs;
 
 SIMVERBS_EXPORT_1_1(ibv_get_device_list) ibv_device** sv_ibv_get_device_list(int* num_devices) {
-  const auto& devices = DeviceList::Get().devices();
-  auto** list = static_cast<ibv_device**>(std::calloc(devices.size() + 1, sizeof(ibv_device*)));
-  if (!list) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  for (size_t i = 0; i < devices.size(); ++i) list[i] = devices[i]->ibv();
-  if (num_devices) *num_devices = static_cast<int>(devices.size());
-  return list;
+  return Guarded<OnThrow::kNullErrno>([&]() -> ibv_device** {
+    const auto& devices = DeviceList::Get().devices();
+    auto** list = static_cast<ibv_device**>(std::calloc(devices.size() + 1, sizeof(ibv_device*)));
+    if (!list) {
+      errno = ENOMEM;
+      return nullptr;
+    }
+    for (size_t i = 0; i < devices.size(); ++i) list[i] = devices[i]->ibv();
+    if (num_devices) *num_devices = static_cast<int>(devices.size());
+    return list;
+  });
 }
 
 SIMVERBS_EXPORT_1_1(ibv_free_device_list) void sv_ibv_free_device_list(ibv_device** list) { std::free(list); }
@@ -60,21 +62,25 @@ SIMVERBS_EXPORT int ibv_get_device_index(ibv_device* device) {
 }
 
 SIMVERBS_EXPORT_1_1(ibv_open_device) ibv_context* sv_ibv_open_device(ibv_device* device) {
-  Device* d = Device::From(device);
-  if (!d) {
-    errno = ENODEV;
-    return nullptr;
-  }
-  Result<Context*> r = Context::Open(d);
-  Context* c = PointerOrErrno(r);
-  return c ? c->ibv() : nullptr;
+  return Guarded<OnThrow::kNullErrno>([&]() -> ibv_context* {
+    Device* d = Device::From(device);
+    if (!d) {
+      errno = ENODEV;
+      return nullptr;
+    }
+    Result<Context*> r = Context::Open(d);
+    Context* c = PointerOrErrno(r);
+    return c ? c->ibv() : nullptr;
+  });
 }
 
 SIMVERBS_EXPORT_1_1(ibv_close_device) int sv_ibv_close_device(ibv_context* context) {
-  Context* c = Context::From(context);
-  if (!c) return MinusOneOrZero(EINVAL);
-  c->Close();
-  return 0;
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    Context* c = Context::From(context);
+    if (!c) return MinusOneOrZero(EINVAL);
+    c->Close();
+    return 0;
+  });
 }
 
 SIMVERBS_EXPORT ibv_context* ibv_import_device(int /*cmd_fd*/) {
@@ -84,39 +90,55 @@ SIMVERBS_EXPORT ibv_context* ibv_import_device(int /*cmd_fd*/) {
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_device) int sv_ibv_query_device(ibv_context* context, ibv_device_attr* device_attr) {
-  return QueryDeviceOp(context, device_attr);
+  return Guarded<OnThrow::kErrno>([&]() -> int {
+    return QueryDeviceOp(context, device_attr);
+  });
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_port) int sv_ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* port_attr) {
-  return QueryPortCompatOp(context, port_num, port_attr);
+  return Guarded<OnThrow::kErrno>([&]() -> int {
+    return QueryPortCompatOp(context, port_num, port_attr);
+  });
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_gid) int sv_ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
-  return MinusOneOrZero(QueryGid(context, port_num, index, gid));
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    return MinusOneOrZero(QueryGid(context, port_num, index, gid));
+  });
 }
 
 SIMVERBS_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
                                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  return QueryGidEx(context, port_num, gid_index, entry, flags, entry_size);
+  return Guarded<OnThrow::kErrno>([&]() -> int {
+    return QueryGidEx(context, port_num, gid_index, entry, flags, entry_size);
+  });
 }
 
 SIMVERBS_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
                                              uint32_t flags, size_t entry_size) {
-  return QueryGidTable(context, entries, max_entries, flags, entry_size);
+  return Guarded<OnThrow::kNegativeErrno>([&]() -> ssize_t {
+    return QueryGidTable(context, entries, max_entries, flags, entry_size);
+  });
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_pkey) int sv_ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
-  return MinusOneOrZero(QueryPkey(context, port_num, index, pkey));
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    return MinusOneOrZero(QueryPkey(context, port_num, index, pkey));
+  });
 }
 
 SIMVERBS_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
-  const int r = GetPkeyIndex(context, port_num, pkey);
-  return r >= 0 ? r : MinusOneOrZero(-r);
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    const int r = GetPkeyIndex(context, port_num, pkey);
+    return r >= 0 ? r : MinusOneOrZero(-r);
+  });
 }
 
 // rdma-core private, but ibv_devinfo and pyverbs call it.
 SIMVERBS_EXPORT int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
-  return MinusOneOrZero(QueryGidType(context, port_num, index, type));
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    return MinusOneOrZero(QueryGidType(context, port_num, index, type));
+  });
 }
 
 // ---- sysfs: simulated devices answer from the profile; other paths are read
@@ -128,44 +150,48 @@ SIMVERBS_EXPORT const char* ibv_get_sysfs_path(void) {
 }
 
 SIMVERBS_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
-  char scratch[256];
-  if (const char* value = SysfsValue(dir, file, scratch, sizeof scratch)) {
-    if (size == 0) return -1;
-    std::snprintf(buf, size, "%s", value);
-    size_t len = std::strlen(buf);
-    if (len > 0 && buf[len - 1] == '\n') buf[--len] = '\0';
-    return static_cast<int>(len);
-  }
-  char path[512];
-  std::snprintf(path, sizeof path, "%s/%s", dir, file);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  const ssize_t len = read(fd, buf, size);
-  close(fd);
-  if (len <= 0 || static_cast<size_t>(len) == size) return -1;
-  buf[len] = '\0';
-  ssize_t n = len;
-  if (buf[n - 1] == '\n') buf[--n] = '\0';
-  return static_cast<int>(n);
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    char scratch[256];
+    if (const char* value = SysfsValue(dir, file, scratch, sizeof scratch)) {
+      if (size == 0) return -1;
+      std::snprintf(buf, size, "%s", value);
+      size_t len = std::strlen(buf);
+      if (len > 0 && buf[len - 1] == '\n') buf[--len] = '\0';
+      return static_cast<int>(len);
+    }
+    char path[512];
+    std::snprintf(path, sizeof path, "%s/%s", dir, file);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const ssize_t len = read(fd, buf, size);
+    close(fd);
+    if (len <= 0 || static_cast<size_t>(len) == size) return -1;
+    buf[len] = '\0';
+    ssize_t n = len;
+    if (buf[n - 1] == '\n') buf[--n] = '\0';
+    return static_cast<int>(n);
+  });
 }
 
 // ---- async events
 
 SIMVERBS_EXPORT_1_1(ibv_get_async_event) int sv_ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  Context* c = Context::From(context);
-  if (!c || !event) return MinusOneOrZero(EINVAL);
-  QueuedEvent ev;
-  if (int err = c->async_events().Pop(&ev)) return MinusOneOrZero(err);
-  std::memset(event, 0, sizeof *event);
-  event->event_type = ev.type;
-  switch (ElementOf(ev.type)) {
-    case EventElement::kCq: event->element.cq = static_cast<ibv_cq*>(ev.element); break;
-    case EventElement::kQp: event->element.qp = static_cast<ibv_qp*>(ev.element); break;
-    case EventElement::kSrq: event->element.srq = static_cast<ibv_srq*>(ev.element); break;
-    case EventElement::kWq: event->element.wq = static_cast<ibv_wq*>(ev.element); break;
-    default: event->element.port_num = ev.port_num; break;
-  }
-  return 0;
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+    Context* c = Context::From(context);
+    if (!c || !event) return MinusOneOrZero(EINVAL);
+    QueuedEvent ev;
+    if (int err = c->async_events().Pop(&ev)) return MinusOneOrZero(err);
+    std::memset(event, 0, sizeof *event);
+    event->event_type = ev.type;
+    switch (ElementOf(ev.type)) {
+      case EventElement::kCq: event->element.cq = static_cast<ibv_cq*>(ev.element); break;
+      case EventElement::kQp: event->element.qp = static_cast<ibv_qp*>(ev.element); break;
+      case EventElement::kSrq: event->element.srq = static_cast<ibv_srq*>(ev.element); break;
+      case EventElement::kWq: event->element.wq = static_cast<ibv_wq*>(ev.element); break;
+      default: event->element.port_num = ev.port_num; break;
+    }
+    return 0;
+  });
 }
 
 // As libibverbs: count the ack on the object's public counter and wake a
