@@ -6,10 +6,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
@@ -327,6 +330,43 @@ TEST_F(PdMrTest, DeregMrSucceeds) {
   ASSERT_NE(mr, nullptr) << ErrnoName(errno);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_dealloc_pd(pd.release()), 0);
+}
+
+// Rule: ibv_reg_mr(3) registers memory for the device's access; the kernel pins the pages where they
+//   are (drivers/infiniband/core/umem.c: ib_umem_get pins with pin_user_pages_fast) and neither
+//   moves nor copies them, so registering never changes what the program's own loads and stores see.
+// Checks: one thread increments a counter in page-aligned anonymous memory while another registers
+//   and deregisters REMOTE_WRITE MRs over those pages; every increment is still there at the end.
+TEST_F(PdMrTest, RegistrationLosesNoConcurrentStore) {
+  const size_t size = 4 * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* pages = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(pages, MAP_FAILED) << ErrnoName(errno);
+  volatile uint64_t* counter = static_cast<volatile uint64_t*>(pages) + 100;
+  std::atomic<bool> stop{false};
+  uint64_t increments = 0;
+  std::thread writer([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      *counter = *counter + 1;  // the only thread that stores there
+      ++increments;
+    }
+  });
+  int registrations = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until && registrations < 2000) {
+    ibv_mr* mr = ibv_reg_mr(pd(), pages, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!mr) {
+      ADD_FAILURE() << "ibv_reg_mr: " << ErrnoName(errno);
+      break;
+    }
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+    ++registrations;
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(registrations, 0);
+  EXPECT_EQ(*counter, increments) << increments - *counter << " of " << increments << " stores lost over "
+                                  << registrations << " registrations";
+  munmap(pages, size);
 }
 
 }  // namespace

@@ -177,51 +177,33 @@ bool Mr::Shareable(unsigned access) {
   return (access & IBV_ACCESS_REMOTE_WRITE) && Fabric::Get().attached();
 }
 
-void Mr::ShareLocked(const SharedRegions::Share* acquired) {
+void Mr::ShareLocked() {
+  if (!Shareable(access_)) return;
   const ibv_mr& m = handle_.pub;
-  SharedRegions::Share share;
-  if (acquired) {
-    share = *acquired;
-  } else if (!Shareable(access_) || !SharedRegions::Get().Acquire(Fabric::Get().object_prefix(), m.addr, m.length,
-                                                                   &share)) {
-    return;
-  }
   PublishedKey key;
-  key.object = share.object;
-  key.object_size = share.object_size;
-  key.object_offset = share.offset;
+  key.addr = reinterpret_cast<uintptr_t>(m.addr);
   key.iova = iova_;
   key.length = m.length;
   key.access = access_;
   key.pd = reinterpret_cast<uintptr_t>(pd_);
-  if (!Fabric::Get().PublishKey(pd_->context()->device()->index(), m.rkey, key)) {
-    SharedRegions::Get().Release(share.object);
-    return;
-  }
+  if (!Fabric::Get().PublishKey(pd_->context()->device()->index(), m.rkey, key)) return;
   shared_ = true;
-  share_object_ = share.object;
   share_rkey_ = m.rkey;
   share_pid_ = getpid();
 }
 
 void Mr::UnshareLocked() {
   if (WithdrawLocked()) WaitUnused();
-  ReleaseLocked();
 }
 
 bool Mr::WithdrawLocked() {
-  if (!shared_ || share_pid_ != getpid()) return false;  // not shared, or the parent's publication
+  if (!shared_) return false;
+  shared_ = false;
+  if (share_pid_ != getpid()) return false;  // the parent's publication
   return Fabric::Get().RevokeKey(pd_->context()->device()->index(), share_rkey_);
 }
 
 void Mr::WaitUnused() const { Fabric::Get().WaitKeyUnused(pd_->context()->device()->index(), share_rkey_); }
-
-void Mr::ReleaseLocked() {
-  if (!shared_) return;
-  shared_ = false;
-  if (share_pid_ != getpid()) return;  // the parent's objects
-  SharedRegions::Get().Release(share_object_);
-}
 
 Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kRegMr)) return Result<Mr*>::Error(err);
@@ -237,13 +219,8 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
     dev->Release(Device::Kind::kMr);
     return Result<Mr*>::Error(ENOMEM);
   }
-  // Re-backed before the MR has keys, so no packet can write into the pages
-  // while their content moves.
-  SharedRegions::Share share;
-  const bool shared = Shareable(access) && SharedRegions::Get().Acquire(Fabric::Get().object_prefix(), addr, length,
-                                                                      &share);
   Mr* mr = new Mr(pd, addr, length, iova, access, key_index);
-  if (shared) mr->ShareLocked(&share);
+  mr->ShareLocked();
   return mr;
 }
 
@@ -295,7 +272,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
   AssignKeys(key_index);
-  ShareLocked(nullptr);
+  ShareLocked();
   return 0;
 }
 
@@ -310,14 +287,10 @@ int Mr::Deregister() {
     dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);
     wait = WithdrawLocked();
   }
-  // A peer that was writing into it finishes first, but holds up only this
-  // call: every other verb of the process goes on meanwhile.
+  // A peer that was writing into it finishes first (nothing lands after this
+  // returns), but holds up only this call: every other verb of the process
+  // goes on meanwhile.
   if (wait) WaitUnused();
-  {
-    // Nothing lands after this returns, from this process or a peer.
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
-    ReleaseLocked();
-  }
   dev->Release(Device::Kind::kMr);
   delete this;
   return 0;

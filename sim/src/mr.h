@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "fabric/shared_regions.h"
 #include "handle.h"
 #include "result.h"
 
@@ -59,20 +58,17 @@ class Mr {
   // Gives the MR the keys of `key_index` (from Device::NewKeyIndex) and
   // frees the index of its old keys. Requires: engine lock.
   void AssignKeys(uint32_t key_index);
-  // Peers may write into this MR directly (fabric/fabric.h): re-back its
-  // pages (when not done yet: `share` already acquired) and publish its rkey.
-  // Requires: engine lock.
-  void ShareLocked(const SharedRegions::Share* share);
+  // Peers may write into this MR directly (fabric/fabric.h): publishes its
+  // rkey. Nothing of the memory changes. Requires: engine lock.
+  void ShareLocked();
   // Withdraws that: returns once no peer writes into it any more (or one has
   // been at it too long: Fabric::WaitKeyUnused). Requires: engine lock (a
   // peer's write does not need ours).
   void UnshareLocked();
   // The same in steps, for ibv_dereg_mr, which waits for peers without the
-  // engine lock: WithdrawLocked (true: wait for peers), WaitUnused, then
-  // ReleaseLocked.
+  // engine lock: WithdrawLocked (true: wait for peers), then WaitUnused.
   bool WithdrawLocked();
   void WaitUnused() const;
-  void ReleaseLocked();
   static bool Shareable(unsigned access);
 
   Handle<ibv_mr, Mr> handle_;
@@ -81,7 +77,6 @@ class Mr {
   unsigned access_;
   int windows_ = 0;
   bool shared_ = false;
-  uint32_t share_object_ = 0;
   uint32_t share_rkey_ = 0;
   int share_pid_ = 0;  // a child of fork() inherits the MR, not the publication
 };

@@ -20,6 +20,8 @@
 // Destroy follows libibverbs: it returns when every async event that was
 // read for this QP has been acked (affiliated_events.h).
 
+#include <sys/uio.h>
+
 #include <infiniband/verbs.h>
 
 #include <atomic>
@@ -200,6 +202,7 @@ class Qp {
   uint32_t fail_countdown_ = 0;  // FailNthSend: posts until the failing one; 0 = none
   ibv_wc_status fail_status_ = IBV_WC_SUCCESS;
 
+  std::vector<iovec> place_iov_;  // PlaceWriteLocked's, kept for its capacity
   std::deque<SendWqe> sq_;  // posted, not yet retired
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN

@@ -402,8 +402,20 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
-  const auto gather = [&](uint8_t* out) { GatherLocked(wqe, 0, wqe.length, out); };
-  if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length, gather)) {
+  // Where the message's bytes are in our memory: the inline copy, or each SGE
+  // (checked by ExecuteLocked, under the same lock).
+  place_iov_.clear();
+  if (wqe.is_inline) {
+    place_iov_.push_back(iovec{const_cast<uint8_t*>(wqe.inline_data.data()), wqe.inline_data.size()});
+  } else {
+    for (const ibv_sge& sge : wqe.sges) {
+      if (sge.length == 0) continue;
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+      place_iov_.push_back(iovec{mr->Translate(sge.addr, sge.length), sge.length});
+    }
+  }
+  if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length,
+                                place_iov_.data(), place_iov_.size())) {
     return false;
   }
   Packet p = NewPacket(av, dst_qpn);

@@ -126,10 +126,10 @@ SIMVERBS_EXPORT ibv_rate mbps_to_ibv_rate(int mbps) {
   return IBV_RATE_MAX;
 }
 
-// Fork support: the simulator does not pin pages, so fork is always safe. Pages
-// re-backed by shared memory for cross-process WRITEs are given back to a
-// child as private copies by a fork handler (fabric/shared_regions.h), as the
-// kernel's copy-on-fork does for pinned pages: IBV_FORK_UNNEEDED holds.
+// Fork support: the simulator does not pin pages, so fork is always safe. A
+// peer's one-copy WRITE goes into the registering process's own pages (by
+// pid): a child of fork() keeps its private copy, as the kernel's copy-on-fork
+// does for pinned pages: IBV_FORK_UNNEEDED holds.
 SIMVERBS_EXPORT int ibv_fork_init(void) { return 0; }
 SIMVERBS_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 SIMVERBS_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,7 +22,6 @@
 #include "device.h"
 #include "device_list.h"
 #include "fabric/packet_ring.h"
-#include "fabric/shared_regions.h"
 #include "fabric/file_lock.h"
 #include "fabric/shm_object.h"
 #include "fault/inject.h"
@@ -37,7 +37,6 @@ constexpr int kMaxDevices = 16;
 constexpr uint32_t kDirSize = 8192;
 constexpr uint32_t kFirstQpn = 0x11;
 constexpr uint32_t kKeySlots = 4096;
-constexpr size_t kMaxPeerObjects = 32;  // mappings kept per peer
 // How long ibv_dereg_mr waits for a live peer that is writing into the MR
 // (a stopped one, say) before it stops waiting for it.
 constexpr uint64_t kRevokeWaitNs = 2'000'000'000;
@@ -45,7 +44,10 @@ constexpr uint64_t kRevokeWaitNs = 2'000'000'000;
 }  // namespace
 
 struct ProcSlot {
-  std::atomic<int32_t> pid;  // for messages only: liveness never looks at it
+  // In the PID namespace pid_namespace names: for messages, and for placing
+  // WRITEs from the same namespace. Liveness never looks at it.
+  std::atomic<int32_t> pid;
+  std::atomic<uint64_t> pid_namespace;
   std::atomic<uint32_t> generation;
   // The key this process is writing through right now (KeyTag), or 0: a
   // process writes into one peer MR at a time, under its engine lock.
@@ -68,10 +70,8 @@ struct KeyEntry {
   std::atomic<uint32_t> key;
   std::atomic<int32_t> slot;
   std::atomic<uint32_t> generation;
-  std::atomic<uint32_t> object;
   std::atomic<uint32_t> access;
-  std::atomic<uint64_t> object_size;
-  std::atomic<uint64_t> object_offset;
+  std::atomic<uint64_t> addr;
   std::atomic<uint64_t> iova;
   std::atomic<uint64_t> length;
   std::atomic<uint64_t> pd;
@@ -252,6 +252,9 @@ std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   ProcSlot& me = seg->procs[slot_];
   generation_ = me.generation.fetch_add(1) + 1;
   me.placing.store(0);
+  struct stat ns {};
+  pid_namespace_ = stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<uint64_t>(ns.st_ino) : 0;
+  me.pid_namespace.store(pid_namespace_);
   me.pid.store(getpid());
   return "";
 }
@@ -448,16 +451,6 @@ void Fabric::ForgetKeysLocked(int slot) {
       }
     }
   }
-  // Every object named after the slot, whether or not a key still names it.
-  const std::string prefix = SharedRegions::ObjectPrefix(RingName(segment_name_, slot)).substr(1);
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (const dirent* d = readdir(dir)) {
-      if (std::strncmp(d->d_name, prefix.c_str(), prefix.size()) == 0) {
-        shm_unlink(("/" + std::string(d->d_name)).c_str());
-      }
-    }
-    closedir(dir);
-  }
 }
 
 bool Fabric::PublishKey(int device_index, uint32_t rkey, const PublishedKey& key) {
@@ -467,10 +460,8 @@ bool Fabric::PublishKey(int device_index, uint32_t rkey, const PublishedKey& key
   if (!k.key.compare_exchange_strong(expected, ClaimMark(slot_))) return false;  // another live key's place
   k.slot.store(slot_, std::memory_order_relaxed);
   k.generation.store(generation_, std::memory_order_relaxed);
-  k.object.store(key.object, std::memory_order_relaxed);
   k.access.store(key.access, std::memory_order_relaxed);
-  k.object_size.store(key.object_size, std::memory_order_relaxed);
-  k.object_offset.store(key.object_offset, std::memory_order_relaxed);
+  k.addr.store(key.addr, std::memory_order_relaxed);
   k.iova.store(key.iova, std::memory_order_relaxed);
   k.length.store(key.length, std::memory_order_relaxed);
   k.pd.store(key.pd, std::memory_order_relaxed);
@@ -518,26 +509,6 @@ void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32
   e.write_type.store(write_type);
 }
 
-uint8_t* Fabric::MapPeerObject(Peer& peer, int slot, uint32_t generation, uint32_t object, uint64_t size) {
-  std::vector<PeerObject>& objects = peer.objects;
-  if (!objects.empty() && objects.front().generation != generation) {
-    for (const PeerObject& o : objects) munmap(o.base, o.size);  // the slot is another process's now
-    objects.clear();
-  }
-  for (const PeerObject& o : objects) {
-    if (o.object == object && o.size == size) return o.base;
-  }
-  if (objects.size() >= kMaxPeerObjects) {
-    munmap(objects.front().base, objects.front().size);  // the one mapped longest ago
-    objects.erase(objects.begin());
-  }
-  // Exactly the size the key table gives: the writes below stay inside it.
-  const ShmMapping m = OpenShm(SharedRegions::ObjectName(RingName(segment_name_, slot), object), size);
-  if (!m.addr) return nullptr;
-  objects.push_back(PeerObject{generation, object, static_cast<uint8_t*>(m.addr), size});
-  return static_cast<uint8_t*>(m.addr);
-}
-
 int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return -1;
   const DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
@@ -549,9 +520,15 @@ int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
 bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_fd_, slot); }
 
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
-                        uint64_t length, const std::function<void(uint8_t*)>& gather) {
+                        uint64_t length, const iovec* local, size_t local_count) {
   const int slot = OwnerSlot(device_index, dst_qpn);
-  if (slot < 0 || slot == slot_ || length == 0) return false;
+  if (slot < 0 || slot == slot_ || length == 0 || pid_namespace_ == 0) return false;
+  Peer* peer = ReachPeer(slot);
+  if (!peer || peer->placement_denied) return false;
+  const ProcSlot& owner = segment_->procs[slot];
+  // Its pid names it only in our own PID namespace.
+  const int32_t pid = owner.pid.load();
+  if (pid <= 0 || owner.pid_namespace.load() != pid_namespace_) return false;
   DeviceState& d = segment_->devices[device_index];
   const DirEntry& e = d.dir[dst_qpn % kDirSize];
   if (e.write_type.load() != static_cast<uint32_t>(type) + 1) return false;
@@ -566,21 +543,20 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   const uint32_t key = k.key.load(std::memory_order_seq_cst);
   const int32_t key_slot = k.slot.load(std::memory_order_relaxed);
   const uint32_t generation = k.generation.load(std::memory_order_relaxed);
-  const uint32_t object = k.object.load(std::memory_order_relaxed);
   const uint32_t access = k.access.load(std::memory_order_relaxed);
-  const uint64_t object_size = k.object_size.load(std::memory_order_relaxed);
-  const uint64_t object_offset = k.object_offset.load(std::memory_order_relaxed);
+  const uint64_t addr = k.addr.load(std::memory_order_relaxed);
   const uint64_t iova = k.iova.load(std::memory_order_relaxed);
   const uint64_t key_length = k.length.load(std::memory_order_relaxed);
   const uint64_t key_pd = k.pd.load(std::memory_order_relaxed);
-  Peer* peer = ReachPeer(slot);
-  if (peer && key == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
+  if (key == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
       (access & IBV_ACCESS_REMOTE_WRITE) && va >= iova && length <= key_length && va - iova <= key_length - length &&
-      object_offset <= object_size && key_length <= object_size - object_offset) {
-    if (uint8_t* base = MapPeerObject(*peer, slot, generation, object, object_size)) {
-      gather(base + object_offset + (va - iova));
-      placed = true;
-    }
+      addr + key_length >= addr) {
+    const iovec remote{reinterpret_cast<void*>(addr + (va - iova)), length};
+    const ssize_t n = process_vm_writev(pid, local, local_count, &remote, 1, 0);
+    if (n < 0 && (errno == EPERM || errno == ENOSYS)) peer->placement_denied = true;
+    // A short write (the owner unmapped registered memory) is written again,
+    // whole, by the copying path.
+    placed = n == static_cast<ssize_t>(length);
   }
   placing.store(0, std::memory_order_release);
   return placed;
@@ -1017,7 +993,8 @@ SweepReport Fabric::Sweep(const std::string& keep) {
                             (alive == 1 ? "" : "es") + ")");
     }
   }
-  // Then rings and memory objects ("<segment>-p<slot>[-mr+<n>]") whose fabric
+  // Then rings (and the memory objects "<ring>-mr+<n>" of earlier versions)
+  // ("<segment>-p<slot>[-mr+<n>]") whose fabric
   // is gone. Looked up now, not in the listing: a fabric may have been created
   // since.
   for (const ShmEntry& e : entries) {

@@ -18,21 +18,30 @@
 // programs make no system calls. A packet's payload costs a copy into the
 // ring and one out of it.
 //
-// One-copy WRITE. An MR that allows REMOTE_WRITE is re-backed at registration
-// by a named shared-memory object (fabric/shared_regions.h) and published in
-// the segment's key table (indexed by the key index, which the fabric hands
-// out): owner slot and generation, object, iova range, access and PD. The QP
-// directory publishes what a writer needs of the destination QP: its PD, and
-// whether it takes WRITEs now (RC/UC, RTR or later, REMOTE_WRITE). A requester
-// whose WRITE passes those checks gathers the data straight into the peer's
-// object and sends one packet without payload, marked placed, that stands for
+// One-copy WRITE. An MR that allows REMOTE_WRITE is published in the
+// segment's key table (indexed by the key index): owner slot and generation,
+// the owner's address of its first byte, iova range, access and PD. Nothing
+// of the memory changes at registration (an earlier design re-backed the
+// pages with shared memory, and stores that other threads made while the
+// content moved were lost). The QP directory publishes what a writer needs of
+// the destination QP: its PD, and whether it takes WRITEs now (RC/UC, RTR or
+// later, REMOTE_WRITE). A requester whose WRITE passes those checks copies the
+// data from its own SGEs straight into the owner's pages with one
+// process_vm_writev (one copy, by the kernel, with no help from the owner's
+// CPU), and sends one packet without payload, marked placed, that stands for
 // the whole message (all its PSNs); the owner's responder runs every check
-// and answer as before, minus the copy. Anything that does not pass takes the
+// and answer as before, minus the copy. The requester places only when
+// nothing in front of the WRITE on its send queue can still be refused
+// (Qp::PlaceWriteLocked), so no data lands for a PSN the responder did not
+// accept in order. Anything that does not pass, or a peer the kernel does not
+// let us write into (ptrace rules: another user, Yama, a seccomp policy) or
+// that lives in another PID namespace (its pid means nothing here), takes the
 // copying path, where the responder NAKs as it always did. Deregistration
 // withdraws the key and waits until no writer is inside it (each process
 // announces the key it is writing through: Dekker against the withdrawal), so
-// nothing lands after ibv_dereg_mr returns. Memory windows keep the copying
-// path.
+// nothing lands after ibv_dereg_mr returns; it waits without the engine lock,
+// and for a live writer at most kRevokeWaitNs (a stopped process). Memory
+// windows keep the copying path.
 //
 // No daemon: the first process creates the segment and fixes the profile;
 // the last one to leave removes it.
@@ -64,6 +73,8 @@
 // of at most kMaxBacklog packets per peer, beyond which it is dropped and the
 // requester's retransmission recovers it.
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -85,9 +96,7 @@ struct FabricSegment;
 
 // What a peer needs to write into an MR of ours (Fabric::PublishKey).
 struct PublishedKey {
-  uint32_t object = 0;         // SharedRegions object of ours
-  uint64_t object_size = 0;
-  uint64_t object_offset = 0;  // where the MR's first byte is in the object
+  uint64_t addr = 0;  // where the MR's first byte is in our address space
   uint64_t iova = 0;
   uint64_t length = 0;
   uint32_t access = 0;
@@ -131,10 +140,7 @@ class Fabric {
   bool ClaimQpn(int device_index, uint32_t qpn);
   uint32_t AllocKeyIndex(int device_index);
 
-  // One-copy WRITE (see the design above). The prefix our shared-memory
-  // objects are named after.
-  const std::string& object_prefix() const { return ring_name_; }
-  // Lets peers write into an MR through `rkey`; false when the key table has
+  // One-copy WRITE (see the design above). Lets peers write into an MR through `rkey`; false when the key table has
   // no room at its index (the MR keeps the copying path).
   bool PublishKey(int device_index, uint32_t rkey, const PublishedKey& key);
   // Withdraws the key: no peer starts writing through it from now on.
@@ -148,11 +154,12 @@ class Fabric {
   // (0: no; otherwise its ibv_qp_type + 1). Requires: engine lock.
   void PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t write_type);
   // A WRITE to the QP `dst_qpn` of another process: when the peer published
-  // `rkey` and the QP and every check passes, calls `gather` with where the
-  // `length` bytes at `va` are in the peer's memory and returns true (the
-  // data is in place). False: nothing was written. Requires: engine lock.
+  // `rkey` and the QP and every check passes, copies the `length` bytes of
+  // `local` (our memory) to `va` in the peer's memory and returns true (the
+  // data is in place). False: nothing was written, or it must be written again
+  // by the copying path. Requires: engine lock.
   bool PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
-                  uint64_t length, const std::function<void(uint8_t*)>& gather);
+                  uint64_t length, const iovec* local, size_t local_count);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
   // process owns it (the packet is lost). Like an IB link, the fabric does
@@ -197,18 +204,12 @@ class Fabric {
 
  private:
   // What this process keeps of a peer process slot (engine lock).
-  struct PeerObject {
-    uint32_t generation;
-    uint32_t object;
-    uint8_t* base;
-    uint64_t size;
-  };
   struct Peer {
     PacketRing* ring = nullptr;  // mapped on first use
     uint32_t generation = 0;     // of the slot when the ring was mapped
     uint64_t last_pushed = 0;    // position of our last packet in its ring
     bool pushed = false;
-    std::vector<PeerObject> objects;
+    bool placement_denied = false;  // the kernel does not let us write into it
     std::deque<Packet> backlog;
   };
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
@@ -230,18 +231,17 @@ class Fabric {
   // Our slot's entries, ring and objects go; the last process removes the fabric.
   void LeaveLocked();
   void ForgetQpnsLocked(int slot);
-  // Withdraws every key of `slot` and removes its shared-memory objects.
+  // Withdraws every key of `slot`.
   void ForgetKeysLocked(int slot);
   // The slot of the process that owns (device, qpn) by the directory, or -1.
   int OwnerSlot(int device_index, uint32_t qpn) const;
   // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
   Peer* ReachPeer(int slot);
-  // Our mapping of a peer's object, or nullptr.
-  uint8_t* MapPeerObject(Peer& peer, int slot, uint32_t generation, uint32_t object, uint64_t size);
   bool PeerAlive(int slot) const;
   std::string JoinLocked(FabricSegment* seg, int* err);
   int slot_ = -1;
   uint32_t generation_ = 0;  // of our slot
+  uint64_t pid_namespace_ = 0;  // the inode of our PID namespace (0: unknown)
 
   FabricSegment* segment_ = nullptr;
   int segment_fd_ = -1;  // open while attached: our locks (see Liveness above)
