@@ -566,24 +566,30 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
   std::unique_ptr<Peer>& peer = peers_[slot];
   if (!peer) peer = std::make_unique<Peer>();
   const uint32_t generation = segment_->procs[slot].generation.load();
-  if (peer->ring && peer->generation != generation) {
-    munmap(peer->ring, sizeof(PacketRing));  // the slot belongs to another process now
+  if (peer->generation != generation) {
+    // The slot belongs to another process now.
+    if (peer->ring) munmap(peer->ring, sizeof(PacketRing));
     peer->ring = nullptr;
     peer->pushed = false;
+    peer->placement_denied = false;
+    peer->ring_refused = false;
     peer->backlog.clear();
+    peer->generation = generation;
   }
-  if (!peer->ring) {
+  if (!peer->ring && !peer->ring_refused) {
     const ShmMapping m = OpenShm(RingName(segment_name_, slot), sizeof(PacketRing));
     if (!m.addr) {
-      // Not there (the process left), or not ours: the packet is lost. Say why
-      // once per mapping attempt only when it is a refusal, not an absence.
-      if (m.err != ENOENT) std::fprintf(stderr, "simverbs: %s\n", m.error.c_str());
+      // Not there (the process left), or not ours: the packet is lost. A
+      // refusal is said once, and not tried again for this process.
+      if (m.err != ENOENT) {
+        std::fprintf(stderr, "simverbs: %s\n", m.error.c_str());
+        peer->ring_refused = true;
+      }
       return nullptr;
     }
     peer->ring = static_cast<PacketRing*>(m.addr);
-    peer->generation = generation;
   }
-  return peer.get();
+  return peer->ring ? peer.get() : nullptr;
 }
 
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
@@ -613,9 +619,7 @@ void Fabric::FlushBacklogLocked() {
   for (size_t i = 0; i < backlogged_.size();) {
     const int slot = backlogged_[i];
     Peer& peer = *peers_[slot];
-    if (peer.generation != segment_->procs[slot].generation.load() || !PeerAlive(slot)) {
-      peer.backlog.clear();  // the peer is gone: what it did not take is lost
-    }
+    if (peer.generation != segment_->procs[slot].generation.load()) peer.backlog.clear();  // another process's now
     uint64_t pos = 0;
     while (!peer.backlog.empty() && peer.ring) {
       const Packet& front = peer.backlog.front();
@@ -623,6 +627,12 @@ void Fabric::FlushBacklogLocked() {
       peer.backlog.pop_front();
       peer.last_pushed = pos;
       peer.pushed = true;
+    }
+    // Still no room: is anyone there to make some? (A system call: not on every poll.)
+    const uint64_t now = peer.backlog.empty() ? 0 : MonotonicNs();
+    if (now >= peer.next_alive_check_ns && !peer.backlog.empty()) {
+      peer.next_alive_check_ns = now + 1'000'000;
+      if (!PeerAlive(slot)) peer.backlog.clear();  // the peer is gone: what it did not take is lost
     }
     if (peer.backlog.empty()) {
       backlogged_[i] = backlogged_.back();

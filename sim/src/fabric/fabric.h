@@ -210,6 +210,8 @@ class Fabric {
     uint64_t last_pushed = 0;    // position of our last packet in its ring
     bool pushed = false;
     bool placement_denied = false;  // the kernel does not let us write into it
+    bool ring_refused = false;      // its ring is not ours to use (said once per generation)
+    uint64_t next_alive_check_ns = 0;  // while a backlog waits: ask at most every millisecond
     std::deque<Packet> backlog;
   };
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
