@@ -272,7 +272,7 @@ std::string Fabric::Attach(int* err) {
     // The thread object names the parent's thread, which does not exist here:
     // forget it without joining or detaching.
     new (&progress_) std::thread();
-    for (auto& peer : peers_) peer.release();  // the parent's (its mappings stay, unused)
+    for (auto& peer : peers_) peer.reset();  // the parent's (its mappings stay, unused)
     segment_fd_ = -1;  // closed by the fork handler
     backlogged_.clear();
     backlog_empty_ = true;
