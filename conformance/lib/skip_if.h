@@ -9,3 +9,23 @@
   if (!(cond)) {      \
   } else              \
     GTEST_SKIP() << "skipped: " #cond " "
+
+namespace conformance {
+
+// This test binary runs under AddressSanitizer or ThreadSanitizer, whose
+// operator new cannot fail gracefully: it reports out-of-memory and aborts
+// instead of throwing std::bad_alloc (so a test that exhausts memory on
+// purpose cannot run there).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
+}  // namespace conformance
