@@ -158,6 +158,25 @@ TEST_F(CqOverrunTest, IdleQpOnCqEntersErr_CqOverrun) {
   acks_.AckAll();  // before the QP is destroyed
 }
 
+// Rule: IBTA Vol 1 ch. 10 (QP states): a QP leaves Reset only through a Modify QP to Init, and the Error
+//   state is entered from the other states; ibv_poll_cq(3): an overrun puts the CQ in error.
+// Checks: a QP in RESET whose send CQ is a_'s still reads RESET after a_ overruns that CQ, and no
+//   IBV_EVENT_QP_FATAL arrives for it within 200 ms.
+TEST_F(CqOverrunTest, ResetQpOnCqStaysReset_CqOverrun) {
+  ASSERT_NO_FATAL_FAILURE(MakeSmallSendCqPair());
+  if (IsSkipped()) return;
+  CqPtr idle_recv_cq(ibv_create_cq(context(), 4, nullptr, nullptr, 0));
+  ASSERT_NE(idle_recv_cq, nullptr) << ErrnoName(errno);
+  ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, a_.send_cq.get(), idle_recv_cq.get());
+  QpPtr idle(ibv_create_qp(pd(), &init));
+  ASSERT_NE(idle, nullptr) << ErrnoName(errno);
+  ASSERT_NO_FATAL_FAILURE(OverrunSendCq());
+  EXPECT_TRUE(NoAsyncEventFor(context(), IBV_EVENT_QP_FATAL, idle.get()));
+  ibv_qp_state state = IBV_QPS_ERR;
+  ASSERT_TRUE(QueryQpState(idle.get(), &state));
+  EXPECT_EQ(state, IBV_QPS_RESET) << QpStateName(state);
+}
+
 // Rule: ibv_create_cq_ex(3): IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN "This CQ will not pass to error
 //   state if overrun, CQE always will be written to next entry" (backend question
 //   IgnoreOverrunSupported).

@@ -195,7 +195,10 @@ int Cq::ReleaseLocked() {
 void Cq::CascadeOverrunLocked() {
   // Copy: entering ERR flushes into CQs, which must not change the set under us.
   const std::set<Qp*> qps(qps_.begin(), qps_.end());
-  for (Qp* qp : qps) qp->EnterErrorLocked(IBV_EVENT_QP_FATAL);
+  for (Qp* qp : qps) {
+    // A QP in RESET has nothing on the HCA to fail (and RESET -> ERR is not a transition).
+    if (qp->state() != IBV_QPS_RESET) qp->EnterErrorLocked(IBV_EVENT_QP_FATAL);
+  }
 }
 
 // ibv_req_notify_cq(3): "A CQE is solicited if it is a receive completion for

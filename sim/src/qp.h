@@ -70,6 +70,7 @@ class Qp {
   // RC and both XRC halves: acknowledged, retried, in order.
   bool Reliable() const { return type() == IBV_QPT_RC || IsXrc(); }
   bool IsXrc() const { return type() == IBV_QPT_XRC_SEND || type() == IBV_QPT_XRC_RECV; }
+  ibv_qp_state state() const { return attr_.qp_state; }  // Requires: engine lock
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
   Srq* srq() const { return srq_; }
@@ -123,7 +124,6 @@ class Qp {
   Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
   ~Qp();
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
-  ibv_qp_state state() const { return attr_.qp_state; }
   // Every state change goes through here (traced). Requires: engine lock.
   void SetStateLocked(ibv_qp_state next);
 
