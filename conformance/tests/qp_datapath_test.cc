@@ -511,6 +511,20 @@ TEST_F(QpDatapathTest, ZeroLengthSendCompletesRecv) {
   EXPECT_EQ(rwc.byte_len, 0u);
 }
 
+// Rule: ibv_poll_cq(3): byte_len is the "Number of bytes transferred"; IBTA Vol 1 ch. 9 (RDMA READ): a READ
+//   of length 0 is legal, moves no data and needs no R_Key check.
+// Checks: an RDMA READ whose one SGE has length 0 completes with IBV_WC_SUCCESS and IBV_WC_RDMA_READ.
+TEST_F(QpDatapathTest, ZeroLengthReadCompletes) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = dst_.Sge(0, 0);
+  ASSERT_EQ(PostOne(a_.get(), RdmaWr(5, IBV_WR_RDMA_READ, &sge, 1, src_.addr(0), src_.rkey())), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_READ);
+}
+
 // Rule: ibv_wr_post(3): "qpx->wr_id = 1; ibv_wr_send(qpx); ibv_wr_set_sge(qpx, lkey, &data,
 //   sizeof(data));" posts a SEND once ibv_wr_complete() returns success.
 // Checks: wr_start / wr_send / wr_set_sge / wr_complete returns 0, the data arrives at b_, and a_

@@ -499,7 +499,8 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           return;
         }
         const size_t n = std::min<size_t>(sge.length, bytes.size() - off);
-        std::memcpy(mr->Translate(sge.addr, sge.length), bytes.data() + off, n);
+        // A READ of no bytes has no buffer to copy from (memcpy from NULL is undefined).
+        if (n) std::memcpy(mr->Translate(sge.addr, sge.length), bytes.data() + off, n);
         off += n;
       }
       wqe.acked = true;
