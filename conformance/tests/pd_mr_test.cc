@@ -321,6 +321,21 @@ TEST_F(PdMrTest, ReregMrFails_WritableAccessOnReadOnlyMemory) {
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
 
+// Rule: ibv_rereg_mr(3): "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected by
+//   libibverbs"; libibverbs (verbs.c) refuses access flags given without IBV_REREG_MR_CHANGE_ACCESS.
+// Checks: IBV_REREG_MR_CHANGE_TRANSLATION with access IBV_ACCESS_LOCAL_WRITE returns
+//   IBV_REREG_MR_ERR_INPUT and leaves the MR as it was (addr, length) and deregistrable.
+TEST_F(PdMrTest, ReregMrFails_AccessWithoutChangeAccess) {
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  const size_t half = buffer_.size() / 2;
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, buffer_.data(), half, IBV_ACCESS_LOCAL_WRITE),
+            IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(mr->addr, buffer_.data());
+  EXPECT_EQ(mr->length, buffer_.size());
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
 // Rule: ibv_reg_mr(3): "ibv_dereg_mr() returns 0 on success, or the value of errno on failure".
 // Checks: deregistering a fresh MR returns 0, after which its PD has no MR left and deallocates.
 TEST_F(PdMrTest, DeregMrSucceeds) {

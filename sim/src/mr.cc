@@ -226,14 +226,17 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
 
 int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access) {
   constexpr int kSupported = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  // libibverbs' own checks come first, in its order (verbs.c: ibv_rereg_mr).
+  if (flags & ~kSupported) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return IBV_REREG_MR_ERR_INPUT;
+  if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return IBV_REREG_MR_ERR_INPUT;
   if (flags == 0 && pd_->context()->device()->behaviour().rereg_no_flags_cmd_error) {
     // A kernel provider: libibverbs passes flags 0 on and the kernel refuses
     // it (drivers/infiniband/core/uverbs_cmd.c: ib_uverbs_rereg_mr).
     errno = EINVAL;
     return IBV_REREG_MR_ERR_CMD;
   }
-  if (flags == 0 || (flags & ~kSupported)) return IBV_REREG_MR_ERR_INPUT;
-  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return IBV_REREG_MR_ERR_INPUT;
+  if (flags == 0) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context()) return IBV_REREG_MR_ERR_INPUT;
