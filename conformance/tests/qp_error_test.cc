@@ -503,6 +503,26 @@ TEST_F(QpErrorTest, SendFails_DestQpnDoesNotExist) {
   EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
 }
 
+// Rule: IBTA Vol 1 ch. 10 (work completions): a send queue's completions are returned in the order its WRs
+//   were posted, error completions included.
+// Checks: on an RC QP connected to a QP number that does not exist, a signaled SEND (wr_id 1) waits for its
+//   ACK while a SEND with a bad lkey (wr_id 2) is posted after it: the first completion is wr_id 1
+//   (IBV_WC_RETRY_EXC_ERR), the second wr_id 2 (a local protection error or, the QP in ERR, a flush).
+TEST_F(QpErrorTest, SendCompletionsInOrder_LaterWrFailsLocally) {
+  ASSERT_TRUE(MakeRequesterToNobody(14, 1));
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  ibv_sge bad = local_.Sge(0, 16);
+  bad.lkey = BadKey(bad.lkey);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(2, &bad, 1)), 0);
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kRetryWindow));
+  EXPECT_EQ(wcs[0].wr_id, 1u) << DescribeWcs(wcs);
+  EXPECT_EQ(wcs[0].status, IBV_WC_RETRY_EXC_ERR) << DescribeWcs(wcs);
+  EXPECT_EQ(wcs[1].wr_id, 2u) << DescribeWcs(wcs);
+  EXPECT_THAT(wcs[1].status, testing::AnyOf(IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR)) << DescribeWcs(wcs);
+}
+
 // Rule: IBTA Vol 1 ch. 9 (transport timer and retries): a requester whose peer no longer answers exhausts its
 //   retries and completes the WR with IBV_WC_RETRY_EXC_ERR.
 // Checks: after the connected peer QP is destroyed, a SEND (timeout 14, retry_cnt 1) completes with

@@ -138,6 +138,8 @@ class Qp {
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order
   void FailSendLocked(SendWqe& wqe, ibv_wc_status status);
+  // sq_[index] failed locally when it was executed (bad lkey, bind error...).
+  void FailLocalLocked(size_t index, ibv_wc_status status);
   void EnterSqeLocked();  // UC/UD send error: SQE, the rest of the send queue flushed
   void RetireLocked();
   void RewindLocked(size_t index);

@@ -228,9 +228,10 @@ void Qp::ProgressLocked() {
   const bool outer = !executing_;
   executing_ = true;
   // In SQD only what was sent before the drain began may be sent again.
+  // A WQE whose local error waits for its turn holds back the ones after it.
   while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
                                      sq_[next_to_send_].before_sqd)) &&
-         !rnr_wait_ && next_to_send_ < sq_.size()) {
+         !rnr_wait_ && next_to_send_ < sq_.size() && sq_[next_to_send_].deferred == IBV_WC_SUCCESS) {
     const size_t index = next_to_send_++;
     try {
       ExecuteLocked(index);
@@ -256,7 +257,7 @@ void Qp::ExecuteLocked(size_t index) {
   SendWqe& wqe = sq_[index];
   Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
   if (wqe.injected != IBV_WC_SUCCESS) {
-    FailSendLocked(wqe, wqe.injected);
+    FailLocalLocked(index, wqe.injected);
     return;
   }
   // Local operations: no packets.
@@ -265,7 +266,7 @@ void Qp::ExecuteLocked(size_t index) {
     Mw* mw = device()->FindWindowHandle(wqe.mw);
     const ibv_wc_status st = mw ? mw->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info) : IBV_WC_MW_BIND_ERR;
     if (st != IBV_WC_SUCCESS) {
-      FailSendLocked(wqe, st);
+      FailLocalLocked(index, st);
     } else {
       wqe.acked = true;
     }
@@ -276,7 +277,7 @@ void Qp::ExecuteLocked(size_t index) {
     if (mw && mw->InvalidateLocked(wqe.imm_data, qp_num())) {
       wqe.acked = true;
     } else {
-      FailSendLocked(wqe, IBV_WC_MW_BIND_ERR);
+      FailLocalLocked(index, IBV_WC_MW_BIND_ERR);
     }
     return;
   }
@@ -286,7 +287,7 @@ void Qp::ExecuteLocked(size_t index) {
     for (const ibv_sge& sge : wqe.sges) {
       if (!Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length,
                      reads_into_local ? IBV_ACCESS_LOCAL_WRITE : 0)) {
-        FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
+        FailLocalLocked(index, IBV_WC_LOC_PROT_ERR);
         return;
       }
     }
@@ -299,7 +300,7 @@ void Qp::ExecuteLocked(size_t index) {
   // no limit; kernel drivers/infiniband/sw/rxe/rxe_req.c: rxe_requester sends
   // what the WQE says), a deviation of fixtures/backends/rxe-6.1.json.
   if (wqe.length > device()->PortAttr(attr_.port_num).max_msg_sz || (type() == IBV_QPT_UD && wqe.length > mtu)) {
-    FailSendLocked(wqe, IBV_WC_LOC_LEN_ERR);
+    FailLocalLocked(index, IBV_WC_LOC_LEN_ERR);
     return;
   }
   const AddressVector& av = type() == IBV_QPT_UD ? wqe.av : AddressVector::From(attr_.ah_attr);
@@ -596,7 +597,15 @@ void Qp::OnTimer() {
 
 void Qp::CompleteAckedLocked() {
   for (SendWqe& wqe : sq_) {
-    if (!wqe.acked) break;
+    if (!wqe.acked) {
+      // Every WQE before it has completed: a deferred local error's turn.
+      if (wqe.deferred != IBV_WC_SUCCESS) {
+        const ibv_wc_status status = wqe.deferred;
+        wqe.deferred = IBV_WC_SUCCESS;
+        FailSendLocked(wqe, status);
+      }
+      return;
+    }
     if (wqe.completed) continue;
     wqe.completed = true;
     if (!wqe.signaled) continue;
@@ -608,6 +617,21 @@ void Qp::CompleteAckedLocked() {
     wc.qp_num = qp_num();
     if (!PushCompletion(send_cq_, wc, false)) return;
   }
+}
+
+// A local error is found when the WQE executes, but a WQE before it may
+// still wait for its ACK or response: completions of a send queue come in
+// posting order, so the error then waits until the ones before it complete
+// (as rxe's completer does), and nothing after it is sent meanwhile.
+void Qp::FailLocalLocked(size_t index, ibv_wc_status status) {
+  for (size_t i = 0; i < index; ++i) {
+    if (!sq_[i].acked) {
+      sq_[index].deferred = status;
+      next_to_send_ = index;  // not sent: ProgressLocked stops here
+      return;
+    }
+  }
+  FailSendLocked(sq_[index], status);
 }
 
 // The WQE fails with `status`: its error completion is always generated (IBA

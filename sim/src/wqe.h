@@ -68,6 +68,9 @@ struct SendWqe {
   bool before_sqd = false; // sent before RTS→SQD: may still be resent while draining
   ibv_wc_status status = IBV_WC_SUCCESS;
   ibv_wc_status injected = IBV_WC_SUCCESS;  // control API: complete with this instead of executing
+  // A local error found at execution while a WQE before it still waited for
+  // its answer: reported when its turn comes (completions are in order).
+  ibv_wc_status deferred = IBV_WC_SUCCESS;
   std::vector<uint8_t> read_data;  // READ/atomic response payload, scattered on completion
 };
 
