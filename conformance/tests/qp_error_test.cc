@@ -523,6 +523,31 @@ TEST_F(QpErrorTest, SendCompletionsInOrder_LaterWrFailsLocally) {
   EXPECT_THAT(wcs[1].status, testing::AnyOf(IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR)) << DescribeWcs(wcs);
 }
 
+// Rule: ibv_modify_qp(3): retry_cnt is the "Retry count"; IBTA Vol 1 ch. 9 (PSN sequence errors): a responder
+//   answers a request beyond its expected PSN with a NAK (PSN sequence error), the requester retries, and each
+//   retry counts against retry_cnt; when they run out the requester completes the WR with IBV_WC_RETRY_EXC_ERR.
+// Checks: with a_'s sq_psn 0x1000 ahead of b's rq_psn (retry_cnt 1), ibv_post_send of a SEND returns and the
+//   SEND completes with IBV_WC_RETRY_EXC_ERR within 5 s.
+TEST_F(QpErrorTest, SendFails_PsnNeverExpected) {
+  ASSERT_TRUE(CreateEnd(&a_));
+  ASSERT_TRUE(CreateEnd(&b_));
+  ConnectParams params;
+  params.timeout = 14;
+  params.retry_cnt = 1;
+  params.path_mtu = DefaultMtu();
+  ConnectParams a_params = params;
+  a_params.sq_psn = 0x1000;  // b expects 0 (Connect would make them agree)
+  ASSERT_TRUE(BringUp(a_.get(), port(), b_.qp_num(), LocalAddress(), a_params));
+  ASSERT_TRUE(BringUp(b_.get(), port(), a_.qp_num(), LocalAddress(), params));
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 2, &rsge, 1), 0);
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+}
+
 // Rule: IBTA Vol 1 ch. 9 (transport timer and retries): a requester whose peer no longer answers exhausts its
 //   retries and completes the WR with IBV_WC_RETRY_EXC_ERR.
 // Checks: after the connected peer QP is destroyed, a SEND (timeout 14, retry_cnt 1) completes with

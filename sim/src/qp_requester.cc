@@ -465,7 +465,9 @@ void Qp::ReceiveResponse(const Packet& pkt) {
   while (i < next_to_send_ && sq_[i].acked) ++i;
   if (i >= next_to_send_) return;  // a duplicate answer
   SendWqe& wqe = sq_[i];
-  retries_left_ = attr_.retry_cnt;  // any answer shows the path works
+  // Any answer shows the path works, but a sequence NAK is itself a retry.
+  const bool sequence_nak = pkt.kind == Packet::Kind::kNak && pkt.nak == Packet::Nak::kSequence;
+  if (!sequence_nak) retries_left_ = attr_.retry_cnt;
   switch (pkt.kind) {
     case Packet::Kind::kAck: {
       // A positive ACK covers every message up to its PSN (but not READs and
@@ -521,6 +523,14 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           FailSendLocked(wqe, IBV_WC_RNR_RETRY_EXC_ERR);
           return;
         case Packet::Nak::kSequence:
+          // IBTA ch. 9: the requester resends from the NAKed PSN, counting a
+          // retry (as rxe's completer does): PSNs the responder never expects
+          // end in RETRY_EXC_ERR instead of being resent forever.
+          if (retries_left_ <= 0) {
+            FailSendLocked(wqe, IBV_WC_RETRY_EXC_ERR);
+            return;
+          }
+          --retries_left_;
           RewindLocked(i);
           ProgressLocked();
           return;
