@@ -523,6 +523,36 @@ TEST_F(QpErrorTest, SendCompletionsInOrder_LaterWrFailsLocally) {
   EXPECT_THAT(wcs[1].status, testing::AnyOf(IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR)) << DescribeWcs(wcs);
 }
 
+// Rule: IBTA Vol 1 ch. 9 (Unreliable Connection, responder errors): a UC request that fails the R_Key check
+//   is silently dropped, and a dropped message consumes no receive WQE; ibv_post_recv(3): receives are used
+//   in the order they were posted.
+// Checks: on a UC pair, after an RDMA WRITE with immediate with a bad R_Key, a SEND lands in the first
+//   receive posted (wr_id 10), and the second (wr_id 11) is still queued: ERR flushes it.
+TEST_F(QpErrorTest, UcRecvNotConsumed_WriteWithImmBadRkey) {
+  EndConfig config;
+  config.type = IBV_QPT_UC;
+  ASSERT_TRUE(MakePair(config));
+  ibv_sge rsges[2] = {remote_.Sge(0, 64), remote_.Sge(64, 64)};
+  ASSERT_EQ(PostRecv(b_.get(), 10, &rsges[0], 1), 0);
+  ASSERT_EQ(PostRecv(b_.get(), 11, &rsges[1], 1), 0);
+  ibv_send_wr write = Write(1, BadKey(remote_.rkey()));
+  write.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  ASSERT_EQ(PostOne(a_.get(), write), 0);
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
+  std::vector<ibv_wc> sent;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &sent));
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 10u) << DescribeWc(wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV) << DescribeWc(wc);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 11u) << DescribeWc(wc);
+  EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+}
+
 // Rule: ibv_modify_qp(3): retry_cnt is the "Retry count"; IBTA Vol 1 ch. 9 (PSN sequence errors): a responder
 //   answers a request beyond its expected PSN with a NAK (PSN sequence error), the requester retries, and each
 //   retry counts against retry_cnt; when they run out the requester completes the WR with IBV_WC_RETRY_EXC_ERR.

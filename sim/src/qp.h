@@ -170,6 +170,9 @@ class Qp {
   void ReceiveRequest(const Packet& pkt);
   void ReceiveUd(const Packet& pkt);
   bool TakeRecvWqe(RecvWqe* out);
+  // UC drops the message being received (a lost packet, an R_Key violation):
+  // its receive WQE was not consumed and goes back. Requires: engine lock.
+  void DropUcMessageLocked();
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
   void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
                           const Packet* pkt);

@@ -81,6 +81,17 @@ bool Qp::TakeRecvWqe(RecvWqe* out) {
   return true;
 }
 
+// rxe's responder keeps the WQE of a dropped UC message for the next one.
+void Qp::DropUcMessageLocked() {
+  if (!recv_in_progress_) return;
+  recv_in_progress_ = false;
+  if (srq_) {
+    srq_->PutBackLocked(Srq::Wqe{recv_wqe_.wr_id, std::move(recv_wqe_.sges)});
+  } else {
+    rq_.push_front(std::move(recv_wqe_));
+  }
+}
+
 // Writes `bytes` at `offset` of a receive WQE's scatter list. Returns the
 // status: success, LOC_LEN_ERR (does not fit) or LOC_PROT_ERR (bad lkey).
 static ibv_wc_status Scatter(Device* dev, const Pd* pd, const RecvWqe& wqe, uint64_t offset, const uint8_t* bytes,
@@ -123,9 +134,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     const bool continues = uc_message_;
     uc_message_ = false;
     if (pkt.first) {
-      epsn_ = pkt.psn;  // UC resynchronises on every first packet
+      DropUcMessageLocked();  // the rest of the previous message was lost
+      epsn_ = pkt.psn;        // UC resynchronises on every first packet
     } else if (pkt.psn != epsn_ || !continues || (ConsumesRecv(pkt.op) && !recv_in_progress_)) {
-      recv_in_progress_ = false;  // a lost or refused packet: UC drops the rest of the message
+      DropUcMessageLocked();  // a lost or refused packet: UC drops the rest of the message
       return;
     }
   }
@@ -133,7 +145,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   // Is the QP enabled for this operation (qp_access_flags)? Class C invalid request.
   const unsigned need = RemoteAccessFor(pkt.op);
   if (need && !(attr_.qp_access_flags & need)) {
-    if (!rc) return;
+    if (!rc) {
+      DropUcMessageLocked();
+      return;
+    }
     ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
     return;
   }
@@ -184,7 +199,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
           write_mr_ = Mr::Check(device(), pkt.rkey, true, pd_, pkt.remote_addr, pkt.dma_length,
                                 IBV_ACCESS_REMOTE_WRITE, qp_num());
           if (!write_mr_) {
-            if (!rc) return;
+            if (!rc) {
+              DropUcMessageLocked();  // IBTA class E: silently dropped
+              return;
+            }
             ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
                            has_recv ? -1 : AccessErrorEvent());
             return;
@@ -197,7 +215,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         // Checked again per packet: the MR may have been deregistered meanwhile.
         Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, len, IBV_ACCESS_REMOTE_WRITE, qp_num());
         if (!mr) {
-          if (!rc) return;
+          if (!rc) {
+            DropUcMessageLocked();
+            return;
+          }
           ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
                          has_recv ? -1 : AccessErrorEvent());
           return;

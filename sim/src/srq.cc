@@ -223,6 +223,11 @@ bool Srq::TakeLocked(Wqe* out) {
   return true;
 }
 
+void Srq::PutBackLocked(Wqe wqe) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wqes_.push_front(std::move(wqe));
+}
+
 void Srq::RaiseAsync(ibv_event_type type) {
   std::lock_guard<std::mutex> lock(mu_);
   RaiseAsyncLocked(type);

@@ -72,6 +72,9 @@ class Srq {
   // Takes the next receive for a QP (FIFO). Fires the armed limit event when
   // fewer than srq_limit WQEs remain, then disarms. Requires: engine lock.
   bool TakeLocked(Wqe* out);
+  // A WQE taken for a message that was then dropped (UC) goes back to the
+  // head, unconsumed. Requires: engine lock.
+  void PutBackLocked(Wqe wqe);
 
  private:
   Srq(Pd* pd, const ibv_srq_init_attr& attr);
