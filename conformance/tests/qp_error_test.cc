@@ -523,6 +523,21 @@ TEST_F(QpErrorTest, SendCompletionsInOrder_LaterWrFailsLocally) {
   EXPECT_THAT(wcs[1].status, testing::AnyOf(IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR)) << DescribeWcs(wcs);
 }
 
+// Rule: libibverbs (verbs.c) writes qp->state only in ibv_modify_qp and ibv_query_qp, from attr->qp_state
+//   when they succeed with IBV_QP_STATE in the mask; ibv_query_qp(3): qp_state is the "Current QP state".
+// Checks: after the HCA moves an RC QP to ERR (retries exhausted), qp->state still reads RTS;
+//   ibv_query_qp with IBV_QP_STATE returns ERR and qp->state then reads ERR.
+TEST_F(QpErrorTest, QpStateFieldKeepsLastModify_HcaMovesQpToErr) {
+  ASSERT_TRUE(MakeRequesterToNobody(14, 1));
+  ibv_sge sge = local_.Sge(0, 16);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc, kRetryWindow));
+  ASSERT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+  EXPECT_EQ(a_.get()->state, IBV_QPS_RTS);
+  ASSERT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
+  EXPECT_EQ(a_.get()->state, IBV_QPS_ERR);
+}
+
 // Rule: IBTA Vol 1 ch. 9 (Unreliable Connection, responder errors): a UC request that fails the R_Key check
 //   is silently dropped, and a dropped message consumes no receive WQE; ibv_post_recv(3): receives are used
 //   in the order they were posted.

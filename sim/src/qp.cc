@@ -347,7 +347,6 @@ int Qp::InjectStateLocked(ibv_qp_state next) {
 void Qp::SetStateLocked(ibv_qp_state next) {
   Trace::Get().QpState(qp_num(), attr_.qp_state, next);
   attr_.qp_state = attr_.cur_qp_state = next;
-  handle_.pub.qp_base.state = next;
   // What a peer's one-copy WRITE checks of this QP (fabric/fabric.h).
   const bool takes_writes = (type() == IBV_QPT_RC || type() == IBV_QPT_UC) &&
                             (next == IBV_QPS_RTR || next == IBV_QPS_RTS || next == IBV_QPS_SQD ||

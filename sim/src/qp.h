@@ -70,7 +70,9 @@ class Qp {
   // RC and both XRC halves: acknowledged, retried, in order.
   bool Reliable() const { return type() == IBV_QPT_RC || IsXrc(); }
   bool IsXrc() const { return type() == IBV_QPT_XRC_SEND || type() == IBV_QPT_XRC_RECV; }
-  ibv_qp_state state() const { return attr_.qp_state; }  // Requires: engine lock
+  // The state on the HCA. Requires: engine lock. (ibv_qp::state is what the
+  // program last set or queried, as libibverbs keeps it.)
+  ibv_qp_state state() const { return attr_.qp_state; }
   Cq* send_cq() const { return send_cq_; }
   Cq* recv_cq() const { return recv_cq_; }
   Srq* srq() const { return srq_; }

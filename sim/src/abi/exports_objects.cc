@@ -208,7 +208,10 @@ SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (q && DeviceFatal(qp->context)) return EIO;
-    return q ? q->Query(attr, attr_mask, init_attr) : EINVAL;
+    const int rc = q ? q->Query(attr, attr_mask, init_attr) : EINVAL;
+    // As libibverbs: qp->state is what the program last set or queried.
+    if (rc == 0 && (attr_mask & IBV_QP_STATE)) qp->state = attr->qp_state;
+    return rc;
   });
 }
 
@@ -216,7 +219,9 @@ SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp* qp, ibv_qp_attr*
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (q && DeviceFatal(qp->context)) return EIO;
-    return q && attr ? q->Modify(*attr, attr_mask) : EINVAL;
+    const int rc = q && attr ? q->Modify(*attr, attr_mask) : EINVAL;
+    if (rc == 0 && (attr_mask & IBV_QP_STATE)) qp->state = attr->qp_state;
+    return rc;
   });
 }
 

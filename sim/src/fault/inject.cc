@@ -67,7 +67,7 @@ int RaiseOnObjectLocked(ibv_event_type type, const FaultSite& site) {
         site.qp->RaiseAsyncLocked(type);
         return 1;
       }
-      if (site.qp->ibv()->state == IBV_QPS_ERR) return 0;  // already failed: no second event
+      if (site.qp->state() == IBV_QPS_ERR) return 0;  // already failed: no second event
       site.qp->EnterErrorLocked(type);
       return 1;
     case EventElement::kCq:
