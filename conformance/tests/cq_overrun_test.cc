@@ -177,6 +177,39 @@ TEST_F(CqOverrunTest, ResetQpOnCqStaysReset_CqOverrun) {
   EXPECT_EQ(state, IBV_QPS_RESET) << QpStateName(state);
 }
 
+// Rule: ibv_poll_cq(3): "In case of a CQ overrun, the async event IBV_EVENT_CQ_ERR will be triggered";
+//   IBTA Vol 1 ch. 10 (QP states): a send error moves a UC QP to SQE (or ERR), where the WRs posted after it
+//   complete with a flush error.
+// Checks: after a SEND with a bad lkey failed on a UC QP, cqe + 4 more SENDs posted as one list are accepted
+//   (ibv_post_send returns 0), and their flush completions overrun the send CQ: IBV_EVENT_CQ_ERR arrives.
+TEST_F(CqOverrunTest, FlushesOverrunCq_PostAfterUcSendError) {
+  EndConfig a_config;
+  a_config.type = IBV_QPT_UC;
+  a_config.send_cqe = 4;
+  a_config.caps.max_send_wr = kSendDepth;
+  EndConfig b_config;
+  b_config.type = IBV_QPT_UC;
+  ASSERT_TRUE(MakePair(a_config, b_config, ConnectParams{}, ConnectParams{}));
+  cqe_ = a_.send_cq->cqe;
+  SKIP_IF(cqe_ + kExtra > static_cast<int>(kSendDepth)) << "(the CQ was made with " << cqe_ << " entries)";
+  ibv_sge bad = local_.Sge(0, 8);
+  bad.lkey ^= 0x80;  // names no MR
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1000, &bad, 1)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  ASSERT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  const int count = cqe_ + kExtra;
+  sges_.assign(static_cast<size_t>(count), local_.Sge(0, 8));
+  wrs_.resize(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    wrs_[i] = SendWr(static_cast<uint64_t>(i), &sges_[i], 1);
+    wrs_[i].next = i + 1 < count ? &wrs_[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad_wr = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.get(), wrs_.data(), &bad_wr), 0);
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_CQ_ERR, a_.send_cq.get(), &acks_));
+}
+
 // Rule: ibv_create_cq_ex(3): IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN "This CQ will not pass to error
 //   state if overrun, CQE always will be written to next entry" (backend question
 //   IgnoreOverrunSupported).

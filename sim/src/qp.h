@@ -140,6 +140,7 @@ class Qp {
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order
   void FailSendLocked(SendWqe& wqe, ibv_wc_status status);
+  void FailSendHeldLocked(SendWqe& wqe, ibv_wc_status status);
   // sq_[index] failed locally when it was executed (bad lkey, bind error...).
   void FailLocalLocked(size_t index, ibv_wc_status status);
   void EnterSqeLocked();  // UC/UD send error: SQE, the rest of the send queue flushed
@@ -214,8 +215,10 @@ class Qp {
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN
   int retries_left_ = 0;
+  // sq_ must not shrink (inside ProgressLocked, or a loop over sq_ whose
+  // completions may take the QP to ERR): RetireLocked waits for the outermost.
   bool executing_ = false;
-  bool rnr_wait_ = false;   // an RNR NAK holds the SQ until the RNR timer fires  // inside ProgressLocked: sq_ entries must not be retired
+  bool rnr_wait_ = false;   // an RNR NAK holds the SQ until the RNR timer fires
   // UC: a message went out on the copying path and may still wait in the
   // peer's ring (its WQE completed when it was sent): until that ring has
   // taken it, WRITEs are not placed.

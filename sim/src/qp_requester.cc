@@ -180,8 +180,11 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (fail_countdown_ > 0 && --fail_countdown_ == 0) sq_.back().injected = fail_status_;
   }
   if (s == IBV_QPS_ERR || s == IBV_QPS_SQE) {
-    // A QP in error completes every new WR with a flush error.
+    // A QP in error completes every new WR with a flush error. A flush that
+    // overruns the CQ may take the QP to ERR: nothing retires under the loop.
+    executing_ = true;
     for (SendWqe& w : sq_) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
+    executing_ = false;
     RetireLocked();
     return err;
   }
@@ -649,7 +652,19 @@ void Qp::FailLocalLocked(size_t index, ibv_wc_status status) {
 // move to SQE, whose later WRs are flushed too.
 void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
   if (wqe.completed) return;
+  // A completion that overruns the CQ may take the QP to ERR, which retires
+  // WQEs: `wqe` (and the caller's loop over sq_) must outlive that.
+  const bool outer = !executing_;
+  executing_ = true;
+  FailSendHeldLocked(wqe, status);
+  executing_ = !outer;
+  if (outer) RetireLocked();
+}
+
+// Requires: engine lock, executing_ set (sq_ does not shrink).
+void Qp::FailSendHeldLocked(SendWqe& wqe, ibv_wc_status status) {
   CompleteAckedLocked();  // earlier successes complete first
+  if (wqe.completed) return;  // flushed meanwhile
   wqe.acked = true;
   wqe.completed = true;
   wqe.status = status;
@@ -669,9 +684,12 @@ void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
 
 void Qp::EnterSqeLocked() {
   SetStateLocked(IBV_QPS_SQE);
+  const bool outer = !executing_;
+  executing_ = true;  // nothing retires under the loop
   for (SendWqe& w : sq_) {
     if (!w.acked) FailSendLocked(w, IBV_WC_WR_FLUSH_ERR);
   }
+  executing_ = !outer;
 }
 
 // Drops finished WQEs from the head of the send queue (they no longer count
