@@ -133,6 +133,9 @@ struct PendingWr {
   bool signaled = false;
   // Set when it cannot succeed (a bad lkey, range or rkey); the reason.
   const char* must_fail = nullptr;
+  // must_fail comes from the responder's checks, which hold only while its
+  // QP's PSNs are fresh (QpModel::psn_fresh).
+  bool remote_fault = false;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   uint64_t length = 0;
   uint64_t step = 0;

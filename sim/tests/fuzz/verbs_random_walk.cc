@@ -101,7 +101,9 @@ void PrintReplay(const char* argv0, const Options& o, const Progress& p, uint64_
   // in the final drain, which needs the whole walk.
   const uint64_t steps = p.draining ? walk_steps : p.step + 1;
   std::string env = "SIMVERBS_SEED=" + std::to_string(SimSeed(p.seed));
-  if (const char* path = std::getenv("LD_LIBRARY_PATH")) env += std::string(" LD_LIBRARY_PATH=") + path;
+  for (const char* name : {"SIMVERBS_PROFILE", "LD_LIBRARY_PATH"}) {
+    if (const char* value = std::getenv(name)) env += std::string(" ") + name + "=" + value;
+  }
   std::fprintf(stderr, "verbs-random-walk: replay: %s %s --seed %" PRIu64 " --steps %" PRIu64 "%s%s\n", env.c_str(),
                argv0, p.seed.load(), steps, o.device.empty() ? "" : " --device ", o.device.c_str());
 }

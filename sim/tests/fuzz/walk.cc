@@ -430,7 +430,7 @@ void Walk::Drain() {
     attr.qp_state = IBV_QPS_ERR;
     DoModify(id, attr, IBV_QP_STATE, 1, "to ERR for the drain");
   }
-  auto required = [this](const PendingWr& p) { return !p.srq && (p.recv || p.signaled); };
+  auto required = [](const PendingWr& p) { return !p.srq && (p.recv || p.signaled); };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (;;) {
     int polled = 0;

@@ -170,6 +170,9 @@ class Walk {
   ibv_qp_state CheckState(Id qp, const char* when);
   void CheckQueryAttrs(Id qp);
   void RetireQueues(Id qp);  // RESET or destroy: what was queued never completes
+  // Another stream of PSNs reaches `qp`'s peer: its requests may now look
+  // like duplicates there, so their R_Keys may go unchecked.
+  void LosePsnFreshness(Id qp);
   void FillAv(Id ctx, ibv_ah_attr* av);
 
   // ---- walk_post.cc: posting work requests.

@@ -208,6 +208,7 @@ bool Walk::PostSend() {
       // IBTA 9.7.5.2.3: a zero-length RDMA operation does not check the R_Key.
       if (q.type == IBV_QPT_RC && peer && q.psn_fresh && need > 0 && !plan.pending.must_fail) {
         plan.pending.must_fail = RemoteKeyFault(qps_[peer].pd, rkey, addr, need, access);
+        plan.pending.remote_fault = plan.pending.must_fail != nullptr;
       }
       if (trace_) {
         std::fprintf(stderr, "  wr_id 0x%" PRIx64 " %s from %s rkey 0x%x len %" PRIu64 " to %s fresh %d: %s\n",
@@ -298,7 +299,7 @@ bool Walk::PostSend() {
     qps_[peer].received = true;
     for (auto& [other, o] : qps_) {
       if (other != id && (o.set_mask & IBV_QP_DEST_QPN) && o.set.dest_qp_num == qps_[peer].qp->qp_num) {
-        o.psn_fresh = false;
+        LosePsnFreshness(other);
       }
     }
   }

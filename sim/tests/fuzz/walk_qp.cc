@@ -229,6 +229,18 @@ bool Walk::DestroyQp() {
   return true;
 }
 
+void Walk::LosePsnFreshness(Id id) {
+  QpModel& q = qps_[id];
+  q.psn_fresh = false;
+  for (uint64_t wr : q.sq) {
+    PendingWr& p = pending_[wr];
+    if (p.remote_fault) {
+      p.must_fail = nullptr;
+      p.remote_fault = false;
+    }
+  }
+}
+
 void Walk::RetireQueues(Id id) {
   QpModel& q = qps_[id];
   for (std::deque<uint64_t>* queue : {&q.sq, &q.rq}) {
@@ -363,9 +375,12 @@ bool Walk::DoModify(Id id, ibv_qp_attr& attr, int mask, int must, const std::str
     if (next == IBV_QPS_RTR && before != IBV_QPS_RTR) {
       q.received = false;
       q.rtr_psn = attr.rq_psn;
-      // Those already sending to it started elsewhere.
+      // Those already sending to it started elsewhere, and what they still
+      // have outstanding may be sent again into its new PSN space.
       for (auto& [other, o] : qps_) {
-        if ((o.set_mask & IBV_QP_DEST_QPN) && o.set.dest_qp_num == q.qp->qp_num) o.psn_fresh = false;
+        if (other == id || !(o.set_mask & IBV_QP_DEST_QPN) || o.set.dest_qp_num != q.qp->qp_num) continue;
+        LosePsnFreshness(other);
+        if (!o.sq.empty()) q.received = true;
       }
     }
     if (next == IBV_QPS_RTS && before == IBV_QPS_RTR) {
@@ -750,9 +765,10 @@ bool Walk::CreateAh() {
       must_fail = "a port the device does not have";
       break;
     case 1:
+      if (c.port.gid_tbl_len > 255) break;  // every sgid_index names an entry
       attr.is_global = 1;
       attr.grh.dgid = c.gid;
-      attr.grh.sgid_index = static_cast<uint8_t>(std::min(c.port.gid_tbl_len, 255));
+      attr.grh.sgid_index = static_cast<uint8_t>(c.port.gid_tbl_len);
       must_fail = "a source GID index beyond the table";
       break;
     case 2:
