@@ -108,10 +108,11 @@ struct QpModel {
   uint32_t rtr_psn = 0;  // the rq_psn it was given at RTR
   // An RC QP sent to it since its RTR: the PSN it expects has moved on.
   bool received = false;
-  // Its send PSNs start where its peer expects them and no other QP has sent
-  // to that peer since. Otherwise its requests may look like duplicates to
-  // the peer, which acknowledges them without executing them (IBTA ch. 9):
-  // then even a bad R_Key may complete successfully.
+  // Its send PSNs start where its peer expects them, no other QP has sent to
+  // that peer since, and no QP but its peer is connected to it. Otherwise its
+  // requests may look like duplicates to the peer, which acknowledges them
+  // without executing them (IBTA ch. 9), or another responder's ACKs reach
+  // it: then even a bad R_Key may complete successfully.
   bool psn_fresh = false;
   // Outstanding work requests in posting order (wr_ids).
   std::deque<uint64_t> sq;

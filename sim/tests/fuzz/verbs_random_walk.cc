@@ -104,8 +104,10 @@ void PrintReplay(const char* argv0, const Options& o, const Progress& p, uint64_
   for (const char* name : {"SIMVERBS_PROFILE", "LD_LIBRARY_PATH"}) {
     if (const char* value = std::getenv(name)) env += std::string(" ") + name + "=" + value;
   }
-  std::fprintf(stderr, "verbs-random-walk: replay: %s %s --seed %" PRIu64 " --steps %" PRIu64 "%s%s\n", env.c_str(),
-               argv0, p.seed.load(), steps, o.device.empty() ? "" : " --device ", o.device.c_str());
+  // One walk of that many steps.
+  const std::string walk = steps > Options().walk_steps ? " --walk-steps " + std::to_string(steps) : "";
+  std::fprintf(stderr, "verbs-random-walk: replay: %s %s --seed %" PRIu64 " --steps %" PRIu64 "%s%s%s\n", env.c_str(),
+               argv0, p.seed.load(), steps, walk.c_str(), o.device.empty() ? "" : " --device ", o.device.c_str());
 }
 
 // A child killed mid-walk leaves its part of the simulator's fabric to the
@@ -250,7 +252,8 @@ int Main(int argc, char** argv) {
   std::printf("verbs-random-walk: %" PRIu64 " steps in %" PRIu64 " walks (seeds %" PRIu64 "..%" PRIu64
               ") in %.1f s: %.0f steps/s\n",
               total, walks, o.seed, o.seed + walks - 1, secs, secs > 0 ? static_cast<double>(total) / secs : 0.0);
-  return FabricLeftovers() ? 1 : 0;
+  // Without children this process is still on the fabric.
+  return o.fork && FabricLeftovers() ? 1 : 0;
 }
 
 }  // namespace

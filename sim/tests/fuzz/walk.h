@@ -173,6 +173,9 @@ class Walk {
   // Another stream of PSNs reaches `qp`'s peer: its requests may now look
   // like duplicates there, so their R_Keys may go unchecked.
   void LosePsnFreshness(Id qp);
+  // Whether a QP other than `qp`'s peer is connected to `qp`: its ACKs and
+  // NAKs, answers to other requesters, reach `qp` too.
+  bool StrayResponder(Id qp) const;
   void FillAv(Id ctx, ibv_ah_attr* av);
 
   // ---- walk_post.cc: posting work requests.

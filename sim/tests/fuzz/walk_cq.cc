@@ -283,11 +283,10 @@ void Walk::HandleCompletion(Id cq_id, const ibv_wc& wc) {
     for (auto e = queue.begin(); e != pos; ++e) {
       const PendingWr& earlier = pending_[*e];
       if (earlier.recv || earlier.signaled) {
-        const std::string why =
-            wr_text + Format(" to %s came before wr_id 0x%" PRIx64 " (%s, step %" PRIu64
-                             "), posted earlier to the same queue",
-                             Describe(p.qp).c_str(), *e, earlier.recv ? "receive" : WrOpcodeName(earlier.opcode),
-                             earlier.step);
+        const std::string why = wr_text + Format(" to %s came before wr_id 0x%" PRIx64 " (%s, step %" PRIu64
+                                                 "), posted earlier to the same queue",
+                                                 Describe(p.qp).c_str(), *e,
+                                                 earlier.recv ? "receive" : WrOpcodeName(earlier.opcode), earlier.step);
         // Unless the CQ overran and lost that one (rxe drops the completion,
         // raises CQ_ERR and goes on): the event tells.
         DrainAsyncEvents(cq.ctx);

@@ -229,6 +229,16 @@ bool Walk::DestroyQp() {
   return true;
 }
 
+bool Walk::StrayResponder(Id id) const {
+  const QpModel& q = qps_.at(id);
+  const uint32_t dest = (q.set_mask & IBV_QP_DEST_QPN) ? q.set.dest_qp_num : 0;
+  for (const auto& [other, o] : qps_) {
+    if (other == id || !(o.set_mask & IBV_QP_DEST_QPN) || o.set.dest_qp_num != q.qp->qp_num) continue;
+    if (o.qp->qp_num != dest) return true;
+  }
+  return false;
+}
+
 void Walk::LosePsnFreshness(Id id) {
   QpModel& q = qps_[id];
   q.psn_fresh = false;
@@ -386,7 +396,13 @@ bool Walk::DoModify(Id id, ibv_qp_attr& attr, int mask, int must, const std::str
     if (next == IBV_QPS_RTS && before == IBV_QPS_RTR) {
       const Id dest = QpByNum(q.set.dest_qp_num);
       const bool ready = dest && qps_[dest].state != IBV_QPS_RESET && qps_[dest].state != IBV_QPS_INIT;
-      q.psn_fresh = ready && attr.sq_psn == qps_[dest].rtr_psn && !qps_[dest].received;
+      q.psn_fresh = ready && attr.sq_psn == qps_[dest].rtr_psn && !qps_[dest].received && !StrayResponder(id);
+    }
+    if (next == IBV_QPS_RTR && (mask & IBV_QP_DEST_QPN)) {
+      // A responder answers the QP it is connected to, whoever asked: if
+      // that QP is not its requester, the answers are stray there.
+      const Id target = QpByNum(attr.dest_qp_num);
+      if (target && target != id && StrayResponder(target)) LosePsnFreshness(target);
     }
     if (next == IBV_QPS_RESET) {
       q.received = q.psn_fresh = false;
