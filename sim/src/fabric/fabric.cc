@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -629,10 +628,12 @@ void Fabric::FlushBacklogLocked() {
       peer.pushed = true;
     }
     // Still no room: is anyone there to make some? (A system call: not on every poll.)
-    const uint64_t now = peer.backlog.empty() ? 0 : MonotonicNs();
-    if (now >= peer.next_alive_check_ns && !peer.backlog.empty()) {
-      peer.next_alive_check_ns = now + 1'000'000;
-      if (!PeerAlive(slot)) peer.backlog.clear();  // the peer is gone: what it did not take is lost
+    if (!peer.backlog.empty()) {
+      const uint64_t now = MonotonicNs();
+      if (now >= peer.next_alive_check_ns) {
+        peer.next_alive_check_ns = now + 1'000'000;
+        if (!PeerAlive(slot)) peer.backlog.clear();  // the peer is gone: what it did not take is lost
+      }
     }
     if (peer.backlog.empty()) {
       backlogged_[i] = backlogged_.back();

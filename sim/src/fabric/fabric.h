@@ -103,7 +103,6 @@ struct PublishedKey {
   uint64_t pd = 0;             // the PD's identity in this process
 };
 struct FaultRequest;
-struct ProcSlot;
 
 // What `simverbs clean` removed (Fabric::Sweep).
 struct SweepReport {

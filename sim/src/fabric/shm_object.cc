@@ -28,10 +28,8 @@ void* MapFd(int fd, size_t size, int* err) {
   return p;
 }
 
-}  // namespace
-
-std::string ShmPath(const std::string& name) { return "/dev/shm" + name; }
-
+// The owner/mode/size check of OpenShm on an open descriptor; empty when the
+// object may be used.
 std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err) {
   struct stat st {};
   if (fstat(fd, &st) != 0) {
@@ -58,6 +56,11 @@ std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err) {
   }
   return "";
 }
+
+}  // namespace
+
+std::string ShmPath(const std::string& name) { return "/dev/shm" + name; }
+
 
 namespace {
 

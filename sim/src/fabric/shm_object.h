@@ -40,8 +40,4 @@ ShmMapping CreateShmInitialized(const std::string& name, size_t size, const std:
 // Maps an existing object after checking owner, mode and size (see above).
 ShmMapping OpenShm(const std::string& name, size_t size, bool keep_fd = false);
 
-// The owner/mode/size check of OpenShm on an open descriptor; empty when the
-// object may be used.
-std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err);
-
 }  // namespace simverbs
