@@ -10,6 +10,7 @@
 #include "context.h"
 #include "device.h"
 #include "device_list.h"
+#include "fabric/fabric.h"
 #include "fault/device_fatal.h"
 
 namespace simverbs {
@@ -174,8 +175,17 @@ const char* SysfsValue(const char* dir, const char* file, char* scratch, size_t 
     std::snprintf(scratch, scratch_len, "1: CA\n");
     return scratch;
   }
-  // ports/<n>/gid_attrs/types/<i>: what ibv_query_gid_type reads on rdma-core.
+  // ports/<n>/counters/port_xmit_discards: what the fabric dropped for
+  // congestion at this port (Fabric::CountXmitDiscard).
   unsigned port = 0, index = 0;
+  char counter[32] = {};
+  if (std::sscanf(file, "ports/%u/counters/%31s", &port, counter) == 2 && dev->ValidPort(static_cast<int>(port)) &&
+      std::strcmp(counter, "port_xmit_discards") == 0) {
+    std::snprintf(scratch, scratch_len, "%llu\n",
+                  static_cast<unsigned long long>(Fabric::Get().XmitDiscards(dev->index(), static_cast<int>(port))));
+    return scratch;
+  }
+  // ports/<n>/gid_attrs/types/<i>: what ibv_query_gid_type reads on rdma-core.
   if (std::sscanf(file, "ports/%u/gid_attrs/types/%u", &port, &index) == 2 && dev->ValidPort(static_cast<int>(port))) {
     const auto& gids = dev->profile().ports[port - 1].gids;
     if (index >= gids.size()) return nullptr;

@@ -85,11 +85,7 @@ int RunInject(const InjectOptions& o) {
     return 2;
   }
   const simverbs::EventElement element = simverbs::ElementOf(type);
-  std::string fabric = o.fabric;
-  if (fabric.empty()) {
-    const char* env = std::getenv("SIMVERBS_FABRIC");
-    fabric = env && *env ? env : "default";
-  }
+  const std::string fabric = simverbs::Fabric::NameFromEnvironment(o.fabric);
   std::string where;
   const simverbs::FaultPost post = simverbs::Fabric::PostFault(
       fabric,

@@ -6,6 +6,7 @@
 //                                               write a profile of a device this machine has
 //   simverbs inject EVENT [--device D] ...      raise an async event in running programs
 //   simverbs clean                              remove what dead programs left in /dev/shm
+//   simverbs counters [--fabric F]              the port counters of a running fabric
 
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "clean_command.h"
+#include "counters_command.h"
 #include "inject_command.h"
 #include "profile.h"
 #include "record.h"
@@ -157,12 +159,15 @@ int main(int argc, char** argv) {
   InjectOptions inject_options;
   CLI::App* inject = AddInjectCommand(app, &inject_options);
   CLI::App* clean = AddCleanCommand(app);
+  std::string counters_fabric;
+  CLI::App* counters = AddCountersCommand(app, &counters_fabric);
 
 
   CLI11_PARSE(app, argc, argv);
   if (devices->parsed()) return Devices(profile);
   if (inject->parsed()) return RunInject(inject_options);
   if (clean->parsed()) return RunClean();
+  if (counters->parsed()) return RunCounters(counters_fabric);
   if (record->parsed()) {
     if (stable_identity || stable_mac_option->count() > 0) record_options.stable_mac = stable_mac;
     return simverbs::Record(record_options);

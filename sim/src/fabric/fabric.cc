@@ -33,6 +33,7 @@ namespace {
 constexpr uint64_t kMagic = 0x53494d4641425234;  // "SIMFABR4"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
+constexpr int kMaxPorts = 254;  // a profile's limit
 constexpr uint32_t kDirSize = 8192;
 constexpr uint32_t kFirstQpn = 0x11;
 constexpr uint32_t kKeySlots = 4096;
@@ -81,6 +82,9 @@ struct DeviceState {
   std::atomic<uint32_t> next_key;
   DirEntry dir[kDirSize];
   KeyEntry keys[kKeySlots];
+  // Port counters (sysfs ports/<n>/counters/<name>), index 0 = port 1: the
+  // port is one for every process that opens the device.
+  std::atomic<uint64_t> port_xmit_discards[kMaxPorts];
 };
 
 // Never an rkey (their low byte is 0x01), and names the claiming slot.
@@ -190,6 +194,12 @@ FabricSegment* OpenSegment(const std::string& name, int* fd, std::string* error,
 
 }  // namespace
 
+std::string Fabric::NameFromEnvironment(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* env = std::getenv("SIMVERBS_FABRIC");
+  return env && *env ? env : "default";
+}
+
 Fabric& Fabric::Get() {
   static Fabric* fabric = new Fabric();  // leaked: used from atexit
   return *fabric;
@@ -276,8 +286,7 @@ std::string Fabric::Attach(int* err) {
     backlogged_.clear();
     backlog_empty_ = true;
   }
-  const char* env = std::getenv("SIMVERBS_FABRIC");
-  fabric_name_ = env && *env ? env : "default";
+  fabric_name_ = NameFromEnvironment("");
   for (char c : fabric_name_) {
     if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
       *err = EINVAL;
@@ -561,6 +570,16 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   return placed;
 }
 
+void Fabric::CountXmitDiscard(int device_index, int port) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || port < 1 || port > kMaxPorts) return;
+  segment_->devices[device_index].port_xmit_discards[port - 1].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t Fabric::XmitDiscards(int device_index, int port) const {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || port < 1 || port > kMaxPorts) return 0;
+  return segment_->devices[device_index].port_xmit_discards[port - 1].load(std::memory_order_relaxed);
+}
+
 Fabric::Peer* Fabric::ReachPeer(int slot) {
   std::unique_ptr<Peer>& peer = peers_[slot];
   if (!peer) peer = std::make_unique<Peer>();
@@ -606,7 +625,10 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   // The peer's ring is full. A datagram is dropped, as a congested fabric
   // does; a reliable packet waits in order, within a bound (beyond it the
   // requester's retransmission recovers it).
-  if (pkt.transport == IBV_QPT_UD || peer->backlog.size() >= kMaxBacklog) return true;
+  if (pkt.transport == IBV_QPT_UD || peer->backlog.size() >= kMaxBacklog) {
+    CountXmitDiscard(src_device, pkt.src_port);
+    return true;
+  }
   if (peer->backlog.empty()) backlogged_.push_back(slot);
   peer->backlog.push_back(pkt);
   backlog_empty_ = false;
@@ -824,31 +846,78 @@ void Fabric::HandleFaults() {
   }
 }
 
+namespace {
+
+// A running fabric, opened from outside (simverbs inject, counters) without joining it.
+class RunningFabric {
+ public:
+  explicit RunningFabric(const std::string& fabric) : name_(SegmentPrefix() + fabric) {
+    const ShmMapping m = OpenShm(name_, sizeof(FabricSegment), true);
+    if (!m.addr) {
+      error_ = m.err == ENOENT ? "no fabric \"" + fabric +
+                                     "\" is running: no process has opened a simulated device with SIMVERBS_FABRIC=" +
+                                     fabric + " (start the program with 'simverbs run' and the same SIMVERBS_FABRIC, "
+                                     "or set --fabric)"
+                               : m.error;
+      return;
+    }
+    seg_ = static_cast<FabricSegment*>(m.addr);
+    fd_ = m.fd;
+    if (seg_->magic != kMagic) error_ = "shared memory " + ShmPath(name_) + " is not a fabric of this simverbs version";
+  }
+  ~RunningFabric() {
+    if (seg_) munmap(seg_, sizeof(FabricSegment));
+    if (fd_ >= 0) close(fd_);
+  }
+  RunningFabric(const RunningFabric&) = delete;
+  RunningFabric& operator=(const RunningFabric&) = delete;
+
+  const std::string& error() const { return error_; }  // empty: opened
+  const std::string& name() const { return name_; }
+  FabricSegment* segment() const { return seg_; }
+  int fd() const { return fd_; }
+  // The profile the fabric runs, as its first process wrote it.
+  std::string ProfilePath() const {
+    char profile[sizeof seg_->profile_path];
+    std::memcpy(profile, seg_->profile_path, sizeof profile);
+    profile[sizeof profile - 1] = 0;
+    return profile;
+  }
+
+ private:
+  std::string name_;
+  std::string error_;
+  FabricSegment* seg_ = nullptr;
+  int fd_ = -1;
+};
+
+}  // namespace
+
+FabricCounters Fabric::ReadCounters(const std::string& fabric) {
+  FabricCounters counters;
+  const RunningFabric running(fabric);
+  counters.error = running.error();
+  if (!counters.error.empty()) return counters;
+  counters.profile_path = running.ProfilePath();
+  counters.port_xmit_discards.resize(kMaxDevices);
+  for (int d = 0; d < kMaxDevices; ++d) {
+    for (const auto& value : running.segment()->devices[d].port_xmit_discards) {
+      counters.port_xmit_discards[d].push_back(value.load(std::memory_order_relaxed));
+    }
+  }
+  return counters;
+}
+
 FaultPost Fabric::PostFault(const std::string& fabric,
                             const std::function<std::string(const std::string&, FaultRequest*)>& fill,
                             int timeout_ms) {
   FaultPost post;
-  const std::string name = SegmentPrefix() + fabric;
-  const ShmMapping m = OpenShm(name, sizeof(FabricSegment), true);
-  if (!m.addr) {
-    post.error = m.err == ENOENT ? "no fabric \"" + fabric +
-                                       "\" is running: no process has opened a simulated device with SIMVERBS_FABRIC=" +
-                                       fabric + " (start the program with 'simverbs run' and the same SIMVERBS_FABRIC, "
-                                       "or set --fabric)"
-                                 : m.error;
-    return post;
-  }
-  auto* seg = static_cast<FabricSegment*>(m.addr);
-  const int fd = m.fd;
-  const auto done = [&] {
-    munmap(seg, sizeof(FabricSegment));
-    close(fd);
-    return post;
-  };
-  if (seg->magic != kMagic) {
-    post.error = "shared memory " + ShmPath(name) + " is not a fabric of this simverbs version";
-    return done();
-  }
+  const RunningFabric running(fabric);
+  post.error = running.error();
+  if (!post.error.empty()) return post;
+  FabricSegment* seg = running.segment();
+  const int fd = running.fd();
+  const std::string& name = running.name();
   std::vector<bool> waiting(kMaxProcs);  // process slots that must answer
   int expected = 0;
   FaultRequest* request = nullptr;
@@ -857,7 +926,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     SegmentLock lock(fd);
     if (!lock.locked()) {
       post.error = SegmentLock::kNotLocked;
-      return done();
+      return post;
     }
     for (int i = 0; i < kMaxProcs; ++i) {
       waiting[i] = seg->procs[i].pid.load() != 0 && SlotAlive(fd, i);
@@ -868,10 +937,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       post.error = "no process is attached to fabric \"" + fabric +
                    "\" (its programs have ended; start them with 'simverbs run' and the same SIMVERBS_FABRIC)";
     } else {
-      char profile[sizeof seg->profile_path];
-      std::memcpy(profile, seg->profile_path, sizeof profile);
-      profile[sizeof profile - 1] = 0;
-      post.error = fill(profile, &fields);
+      post.error = fill(running.ProfilePath(), &fields);
     }
     if (post.error.empty()) {
       FaultMailbox& box = seg->faults;
@@ -897,7 +963,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       box.last_seq.store(seq, std::memory_order_release);
     }
   }
-  if (!post.error.empty()) return done();
+  if (!post.error.empty()) return post;
   // Wake every progress thread: each handles the request on its own.
   for (int i = 0; i < kMaxProcs; ++i) {
     if (!waiting[i]) continue;
@@ -934,7 +1000,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     }
   }
   post.delivered = request->delivered.load();
-  return done();
+  return post;
 }
 
 // ---- What dead programs left in /dev/shm.

@@ -121,9 +121,20 @@ struct FaultPost {
   std::string silent;        // the pids that did not answer, "123 456"
 };
 
+// The port counters of a running fabric (Fabric::ReadCounters).
+struct FabricCounters {
+  std::string error;         // the fabric could not be read
+  std::string profile_path;  // the profile it runs, to name devices
+  // [device index][port - 1]: packets dropped at transmit because the peer
+  // had no room (IBTA PortXmitDiscards counts congestion discards).
+  std::vector<std::vector<uint64_t>> port_xmit_discards;
+};
+
 class Fabric {
  public:
   static Fabric& Get();
+  // `given` if not empty, else SIMVERBS_FABRIC, else "default".
+  static std::string NameFromEnvironment(const std::string& given);
 
   // Joins the fabric named by SIMVERBS_FABRIC (default "default") with the
   // current profile. Returns an empty string, or an error for the user with
@@ -161,10 +172,17 @@ class Fabric {
                   uint64_t length, const iovec* local, size_t local_count);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
-  // process owns it (the packet is lost). Like an IB link, the fabric does
-  // not drop for congestion: when the peer's ring is full the packet waits
-  // in a backlog, in order, until there is room. Requires: engine lock.
+  // process owns it (the packet is lost). When the peer's ring is full, a
+  // reliable packet waits in a backlog, in order, until there is room (up to
+  // kMaxBacklog); a datagram, or a packet beyond that bound, is dropped and
+  // counted (CountXmitDiscard). Requires: engine lock.
   bool SendRemote(int device_index, const Packet& pkt);
+  // A packet from (device, port) was dropped at transmit: counted in the
+  // port's port_xmit_discards, shared by the device's processes.
+  void CountXmitDiscard(int device_index, int port);
+  uint64_t XmitDiscards(int device_index, int port) const;
+  // The counters of the running fabric `fabric`, read without joining it.
+  static FabricCounters ReadCounters(const std::string& fabric);
   // Pushes what waits in the backlogs. Requires: engine lock.
   void FlushBacklogLocked();
 

@@ -5,7 +5,10 @@ fabric drops it, and reliable backlogs are bounded too.
 
 ib_send_bw over UD streams to a server that is then stopped (SIGSTOP); the
 client's resident memory may not grow by more than 32 MiB in the next 2 s
-(it grew by about 50 MiB a second when such datagrams were kept).
+(it grew by about 50 MiB a second when such datagrams were kept). The drops
+are counted: port_xmit_discards of the sending port grows meanwhile, as
+`simverbs counters` shows and as a program on the fabric reads it through
+ibv_read_sysfs_file.
 
 usage: ud_backlog_check.py SIMVERBS_CLI FABRIC PORT
 """
@@ -24,6 +27,31 @@ failures = []
 def cpu_ticks(pid):
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def xmit_discards():
+    """sim0 port 1's port_xmit_discards, by `simverbs counters`."""
+    out = subprocess.run([cli, "counters"], capture_output=True, text=True, env=env, timeout=60)
+    for line in out.stdout.splitlines():
+        if line.startswith("sim0 port 1 port_xmit_discards "):
+            return int(line.split()[-1])
+    failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards: {out.stdout!r} {out.stderr!r}")
+    return 0
+
+
+# Opens sim0 (so that it is on the fabric) and prints what ibv_read_sysfs_file reads of the counter.
+READ_SYSFS = """
+import ctypes
+v = ctypes.CDLL("libibverbs.so.1")
+v.ibv_get_device_list.restype = ctypes.POINTER(ctypes.c_void_p)
+v.ibv_open_device.restype = ctypes.c_void_p
+v.ibv_open_device.argtypes = [ctypes.c_void_p]
+devices = v.ibv_get_device_list(None)
+assert v.ibv_open_device(devices[0]), "ibv_open_device failed"
+buf = ctypes.create_string_buffer(64)
+n = v.ibv_read_sysfs_file(b"/sys/class/infiniband/sim0", b"ports/1/counters/port_xmit_discards", buf, 64)
+print(n, buf.value.decode().strip())
+"""
 
 
 def rss_kib(pid):
@@ -54,16 +82,26 @@ try:
             time.sleep(0.05)
         server.send_signal(signal.SIGSTOP)
         time.sleep(0.5)  # let the server's ring fill up: what is measured is what comes after
-        before, ticks = rss_kib(client.pid), cpu_ticks(client.pid)
+        before, ticks, discards_before = rss_kib(client.pid), cpu_ticks(client.pid), xmit_discards()
         time.sleep(2)
-        after, busy = rss_kib(client.pid), cpu_ticks(client.pid) - ticks
+        after, busy, discards_after = rss_kib(client.pid), cpu_ticks(client.pid) - ticks, xmit_discards()
+        read = subprocess.run([cli, "run", "--", sys.executable, "-c", READ_SYSFS], capture_output=True, text=True,
+                              env=env, timeout=60)
+        fields = read.stdout.split()
+        if read.returncode != 0 or len(fields) != 2 or int(fields[0]) <= 0 or int(fields[1]) < discards_after:
+            failures.append(f"ibv_read_sysfs_file of port_xmit_discards: {read.stdout!r} {read.stderr[-300:]!r}, "
+                            f"expected at least {discards_after}")
         if client.poll() is not None:
             failures.append(f"the client ended while its peer was stopped: {client.communicate()[0][-300:]!r}")
         elif busy < 20:
             failures.append(f"the client used {busy} ticks of CPU in 2 s: it is not streaming, this proves nothing")
         elif after - before > 32 * 1024:
             failures.append(f"the client grew from {before} KiB to {after} KiB in 2 s while its peer was stopped")
+        elif discards_after <= discards_before:
+            failures.append(f"port_xmit_discards went from {discards_before} to {discards_after} while datagrams "
+                            "to the stopped peer were dropped")
         print(f"client resident memory while the server is stopped: {before} KiB, 2 s later {after} KiB")
+        print(f"sim0 port 1 port_xmit_discards: {discards_before}, 2 s later {discards_after}")
 finally:
     server.send_signal(signal.SIGCONT)
     for p in (client, server):
