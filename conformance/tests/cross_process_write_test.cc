@@ -21,10 +21,13 @@
 #include <thread>
 #include <vector>
 
+#include "conformance/lib/blocking_call.h"
 #include "conformance/lib/fd_poll.h"
 #include "conformance/lib/pipe.h"
 #include "conformance/lib/qp_pair.h"
+#include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/userfault_buffer.h"
 #include "conformance/lib/watchdog.h"
 
 namespace conformance {
@@ -509,6 +512,70 @@ TEST_F(CrossProcessWriteTest, WriteBehindRnrNakedSendWaitsForIt) {
         }
       },
       /*post_recv=*/false);
+}
+
+// Rule: ibv_dereg_mr(3) releases the MR at once: the HCA does not wait for a remote process that is
+//   writing into it (the IBTA has no such wait; a peer may be stopped or slow for any time), and the
+//   owner's other verbs go on meanwhile.
+// Checks (simulator only): the parent's WRITE into the child's MR is held in the middle of its copy
+//   (its source buffer is guarded by userfaultfd, so the copy waits on the first page, as a writer
+//   SIGSTOPped mid-copy would); the child then calls ibv_dereg_mr on one thread and ibv_poll_cq and
+//   ibv_post_recv on another: those return within kReturnWindow while the writer is held, and
+//   ibv_dereg_mr returns 0 within kChildTimeout / 2.
+TEST_F(CrossProcessWriteTest, DeregistrationDoesNotWaitForAStalledWriter) {
+  SKIP_IF(!Sim()) << "(a kernel driver pins the userfaultfd-guarded source at ibv_reg_mr and would wait there; "
+                     "the hold is in the simulator's one-copy WRITE)";
+  UserfaultBuffer held(kLength);
+  SKIP_IF(!held.error().empty()) << held.error();
+  MrPtr held_mr(ibv_reg_mr(pd(), held.addr(), kLength, IBV_ACCESS_LOCAL_WRITE));
+  ASSERT_NE(held_mr, nullptr);
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2)) << "the parent never said its WRITE is held";
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        BlockingCall dereg([&] { return ibv_dereg_mr(c.mr); });
+        BlockingCall others([&] {
+          ibv_wc wc = {};
+          if (ibv_poll_cq(c.recv_cq, 1, &wc) < 0) return -1;
+          ibv_sge sge = {reinterpret_cast<uintptr_t>(c.buf), 64, 0};
+          ibv_recv_wr wr = {};
+          wr.sg_list = &sge;
+          wr.num_sge = 1;
+          ibv_recv_wr* bad = nullptr;
+          return ibv_post_recv(c.qp, &wr, &bad);
+        });
+        EXPECT_TRUE(others.WaitFor(kReturnWindow))
+            << "ibv_poll_cq / ibv_post_recv waited " << others.elapsed().count()
+            << " ms while ibv_dereg_mr waited for a writer that makes no progress";
+        EXPECT_TRUE(dereg.WaitFor(kChildTimeout / 2))
+            << "ibv_dereg_mr waited " << dereg.elapsed().count() << " ms for a writer that makes no progress";
+        if (dereg.returned()) {
+          EXPECT_EQ(dereg.result(), 0);
+        }
+        ASSERT_EQ(write(c.to_parent, "d", 1), 1);
+        // Stay until the parent's WRITE is done with this process.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ibv_sge sge = {reinterpret_cast<uintptr_t>(held.addr()), static_cast<uint32_t>(kLength), held_mr->lkey};
+        BlockingCall post([&] { return PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, target.addr, target.rkey)); });
+        const bool held_now = held.WaitForAccess(kReturnWindow);
+        EXPECT_TRUE(held_now) << "the WRITE never read its source buffer";
+        if (held_now) {
+          EXPECT_EQ(write(to_child, "s", 1), 1);
+          char step = 0;
+          EXPECT_TRUE(WaitReadable(from_child, kChildTimeout)) << "the child did not finish deregistering";
+          EXPECT_EQ(read(from_child, &step, 1), 1);
+        }
+        held.Release();
+        EXPECT_TRUE(post.WaitFor(kReturnWindow)) << "ibv_post_send still held after the source was released";
+        // The WRITE's completion, whatever it is (its MR is gone): drained before the QP goes.
+        ibv_wc wc = {};
+        PollOneCompletion(a_.send_cq.get(), &wc, kReturnWindow);
+        EXPECT_EQ(write(to_child, "e", 1), 1);
+      });
 }
 
 // Rule: ibv_is_fork_initialized(3): IBV_FORK_UNNEEDED means the kernel copies registered pages for
