@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -111,6 +112,15 @@ std::vector<uint8_t> ReadOf(pid_t pid, uint64_t addr, size_t length) {
   return bytes;
 }
 
+// How RunWithChild sets the two ends up, beyond access rights.
+struct ChildSetup {
+  size_t length = kLength;  // of the child's buffer
+  bool post_recv = true;
+  ibv_qp_type type = IBV_QPT_RC;
+  uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
+  uint32_t max_send_wr = 16;   // of both QPs
+};
+
 class CrossProcessWriteTest : public QpTest {
  protected:
   void SetUp() override {
@@ -130,9 +140,9 @@ class CrossProcessWriteTest : public QpTest {
     int to_parent;
   };
 
-  // The child: opens its own context, registers kLength bytes of fresh
-  // anonymous memory with `access`, connects a QP of `type` (`qp_access`) to a_, posts one
-  // receive (wr_id 7, the first 64 bytes; unless `post_recv` is false), tells the
+  // The child: opens its own context, registers setup.length bytes of fresh
+  // anonymous memory with `access`, connects a QP of setup.type (`qp_access`) to a_, posts one
+  // receive (wr_id 7, the first 64 bytes; unless setup.post_recv is false), tells the
   // parent, then runs `body`.
   // The parent creates a_ only after the fork (a child that inherited a copy
   // of it would answer that copy), connects it to the child's QP and runs
@@ -140,9 +150,11 @@ class CrossProcessWriteTest : public QpTest {
   // for the other.
   void RunWithChild(unsigned access, unsigned qp_access, const std::function<void(const Child&)>& body,
                     const std::function<void(const Target&, int to_child, int from_child)>& parent,
-                    bool post_recv = true, ibv_qp_type type = IBV_QPT_RC) {
+                    const ChildSetup& setup = {}) {
     EndConfig config;
-    config.type = type;
+    config.type = setup.type;
+    config.caps.max_send_wr = setup.max_send_wr;
+    config.send_cqe = static_cast<int>(std::max<uint32_t>(64, setup.max_send_wr));
     Pipe to_parent;
     Pipe to_child;
     ASSERT_GE(to_parent.fds[0], 0);
@@ -158,10 +170,10 @@ class CrossProcessWriteTest : public QpTest {
             ASSERT_NE(pd, nullptr);
             QpEnd end;
             ASSERT_TRUE(CreateEndOn(context.get(), pd.get(), &end, config));
-            void* mem = mmap(nullptr, kLength, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            void* mem = mmap(nullptr, setup.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             ASSERT_NE(mem, MAP_FAILED);
             auto* buf = static_cast<uint8_t*>(mem);
-            ibv_mr* mr = ibv_reg_mr(pd.get(), buf, kLength, static_cast<int>(access));
+            ibv_mr* mr = ibv_reg_mr(pd.get(), buf, setup.length, static_cast<int>(access));
             ASSERT_NE(mr, nullptr);
             const Target target{end.qp_num(), mr->rkey, reinterpret_cast<uintptr_t>(buf), getpid()};
             ASSERT_EQ(write(to_parent.fds[1], &target, sizeof target), static_cast<ssize_t>(sizeof target));
@@ -170,8 +182,9 @@ class CrossProcessWriteTest : public QpTest {
             ASSERT_EQ(read(to_child.fds[0], &parent_qpn, sizeof parent_qpn), static_cast<ssize_t>(sizeof parent_qpn));
             ConnectParams params;
             params.access = qp_access;
+            params.max_dest_rd_atomic = setup.rd_atomic;
             ASSERT_TRUE(BringUp(end.get(), port(), parent_qpn, address, params));
-            if (post_recv) {
+            if (setup.post_recv) {
               ibv_sge rsge = {reinterpret_cast<uintptr_t>(buf), 64, mr->lkey};
               ASSERT_EQ(PostRecv(end.get(), 7, &rsge, 1), 0);
             }
@@ -185,7 +198,9 @@ class CrossProcessWriteTest : public QpTest {
         WaitReadable(to_parent.fds[0], kChildTimeout) &&
         read(to_parent.fds[0], &target, sizeof target) == static_cast<ssize_t>(sizeof target);
     bool child_ready = false;
-    if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, ConnectParams{})) {
+    ConnectParams parent_params;
+    parent_params.max_rd_atomic = setup.rd_atomic;
+    if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
       child_ready = write(to_child.fds[1], &qpn, sizeof qpn) == static_cast<ssize_t>(sizeof qpn) &&
@@ -391,7 +406,7 @@ TEST_F(CrossProcessWriteTest, UcWriteBehindDroppedWriteLands) {
         for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
         EXPECT_EQ(write(to_child, "x", 1), 1);
       },
-      /*post_recv=*/true, IBV_QPT_UC);
+      ChildSetup{.type = IBV_QPT_UC});
 }
 
 // Rule: IBTA Vol 1 ch. 9 (Unreliable Connection): the responder takes the messages of a connection
@@ -458,7 +473,7 @@ TEST_F(CrossProcessWriteTest, UcWritesLandInOrder) {
         for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
         EXPECT_EQ(write(to_child, "x", 1), 1);
       },
-      /*post_recv=*/true, IBV_QPT_UC);
+      ChildSetup{.type = IBV_QPT_UC});
 }
 
 // Rule: IBTA Vol 1 9.7.5.2.8 (RNR NAK) and ch. 9 (responder): a SEND that finds no receive is
@@ -511,7 +526,7 @@ TEST_F(CrossProcessWriteTest, WriteBehindRnrNakedSendWaitsForIt) {
           EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS) << DescribeWc(wcs[1]);
         }
       },
-      /*post_recv=*/false);
+      ChildSetup{.post_recv = false});
 }
 
 // Rule: ibv_dereg_mr(3) releases the MR at once: the HCA does not wait for a remote process that is
@@ -576,6 +591,81 @@ TEST_F(CrossProcessWriteTest, DeregistrationDoesNotWaitForAStalledWriter) {
         PollOneCompletion(a_.send_cq.get(), &wc, kReturnWindow);
         EXPECT_EQ(write(to_child, "e", 1), 1);
       });
+}
+
+// Rule: ibv_modify_qp(3): max_rd_atomic READs may be outstanding at once (max_dest_rd_atomic at the
+//   responder); IBTA 9.4.3 / 9.7.5.1.6: the responder answers each READ with its data in MTU-sized
+//   response packets, one PSN each, and the link's flow control holds packets back rather than
+//   losing them: however many response packets are in flight, none counts as lost.
+// Checks: the child's 8 MiB buffer holds a pattern; the parent posts 48 READs of 1 MiB (chunk k % 8
+//   into slice k of its own 48 MiB buffer) with as many outstanding as the device allows (up to
+//   64), in one list; every one completes with success, in posting order, and every slice holds
+//   the child's bytes.
+TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
+  constexpr size_t kChunk = 1 << 20;
+  constexpr size_t kChunks = 8;
+  constexpr int kReads = 48;
+  const int outstanding = std::min({device_attr().max_qp_rd_atom, device_attr().max_qp_init_rd_atom, 64});
+  SKIP_IF(outstanding < 1) << "(the device takes no outstanding READ)";
+  Buffer sink;
+  ASSERT_TRUE(sink.Register(pd(), kChunk * kReads));
+  ChildSetup setup;
+  setup.length = kChunk * kChunks;
+  setup.rd_atomic = static_cast<uint8_t>(outstanding);
+  setup.max_send_wr = kReads;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(9, kChunk * kChunks);
+        std::memcpy(c.buf, pattern.data(), pattern.size());
+        ASSERT_EQ(write(c.to_parent, "p", 1), 1);
+        // Answer until the parent has its bytes.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &step, 1), 1);
+        std::vector<ibv_sge> sges(kReads);
+        std::vector<ibv_send_wr> wrs(kReads);
+        for (int k = 0; k < kReads; ++k) {
+          sges[k] = sink.Sge(k * kChunk, kChunk);
+          wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + (k % kChunks) * kChunk, target.rkey);
+          if (k > 0) wrs[k - 1].next = &wrs[k];
+        }
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kReads, &wcs, kChildTimeout - 2000ms));
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+        const std::vector<uint8_t> pattern = Pattern(9, kChunk * kChunks);
+        int wrong = 0;
+        std::string first_wrong;
+        for (int k = 0; k < static_cast<int>(wcs.size()); ++k) {
+          const uint8_t* got = sink.data() + k * kChunk;
+          const uint8_t* want = pattern.data() + (k % kChunks) * kChunk;
+          if (std::memcmp(got, want, kChunk) == 0) continue;
+          if (wrong++ == 0) {
+            size_t at = 0;
+            while (got[at] == want[at]) ++at;
+            first_wrong = "READ " + std::to_string(k) + " differs from byte " + std::to_string(at) + " (" +
+                          std::to_string(got[at]) + " instead of " + std::to_string(want[at]) + ")";
+            size_t n = 0;
+            for (size_t i = 0; i < kChunk; ++i) n += got[i] != want[i];
+            first_wrong += ", " + std::to_string(n) + " bytes differ; got";
+            for (int i = 0; i < 8; ++i) first_wrong += " " + std::to_string(got[i]);
+            first_wrong += ", want";
+            for (int i = 0; i < 8; ++i) first_wrong += " " + std::to_string(want[i]);
+          }
+        }
+        EXPECT_EQ(wrong, 0) << wrong << " of " << wcs.size() << " READs returned other bytes than the child's; "
+                            << first_wrong;
+        EXPECT_EQ(write(to_child, "e", 1), 1);
+      },
+      setup);
 }
 
 // Rule: ibv_is_fork_initialized(3): IBV_FORK_UNNEEDED means the kernel copies registered pages for

@@ -160,6 +160,9 @@ class Qp {
   // Copies bytes [offset, offset + length) of the WQE's message (inline, or
   // its SGEs, already checked) to `out`. Requires: engine lock.
   void GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const;
+  // Writes `length` bytes at `offset` of a READ's or atomic's local buffers;
+  // false when an SGE's MR no longer allows it (local protection error).
+  bool ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes, uint64_t length);
 
   // qp_xrc.cc
   static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);

@@ -319,10 +319,13 @@ void Qp::ExecuteLocked(size_t index) {
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
     Packet p = NewPacket(av, dst_qpn);
     p.op = wqe.opcode;
-    p.psn = next_psn_;
-    p.remote_addr = wqe.remote_addr;
+    // A READ sent again asks only for what has not come back yet: the
+    // response from that PSN on (IBTA 9.4.3: a resent READ may start at any
+    // PSN of the original, its address and length moved along).
+    p.psn = (next_psn_ + wqe.read_packets) & kPsnMask;
+    p.remote_addr = wqe.remote_addr + wqe.read_offset;
     p.rkey = wqe.rkey;
-    p.dma_length = wqe.length;
+    p.dma_length = wqe.length - wqe.read_offset;
     p.compare_add = wqe.compare_add;
     p.swap = wqe.swap;
     p.xrc_srqn = wqe.xrc_srqn;
@@ -332,7 +335,6 @@ void Qp::ExecuteLocked(size_t index) {
                                  : 1;
     next_psn_ = (next_psn_ + packets) & kPsnMask;
     wqe.last_psn = (next_psn_ - 1) & kPsnMask;
-    wqe.read_data.clear();
     Engine::Get().Transmit(std::move(p));
     return;
   }
@@ -461,12 +463,38 @@ void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint
   }
 }
 
+bool Qp::ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes, uint64_t length) {
+  uint64_t pos = 0;  // where the current SGE starts in the message
+  for (const ibv_sge& sge : wqe.sges) {
+    const uint64_t start = std::max(offset, pos);
+    const uint64_t end = std::min(offset + length, pos + sge.length);
+    if (start < end) {
+      Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+      if (!mr) return false;
+      std::memcpy(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
+    }
+    pos += sge.length;
+    if (pos >= offset + length) break;
+  }
+  return true;
+}
+
 void Qp::ReceiveResponse(const Packet& pkt) {
   if (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) return;
   // The oldest transmitted WQE not yet acknowledged is the one being answered.
   size_t i = 0;
   while (i < next_to_send_ && sq_[i].acked) ++i;
   if (i >= next_to_send_) return;  // a duplicate answer
+  if (pkt.kind == Packet::Kind::kReadResponse || pkt.kind == Packet::Kind::kAtomicAck) {
+    // A response acknowledges, implicitly, the requests before it whose ACK
+    // has not come (IBTA 9.7.5.1.3): they are done.
+    while (i < next_to_send_ && sq_[i].opcode != IBV_WR_RDMA_READ && !IsAtomic(sq_[i].opcode) &&
+           ((pkt.psn - sq_[i].last_psn - 1) & kPsnMask) < kPsnMask / 2) {
+      sq_[i].acked = true;
+      while (i < next_to_send_ && sq_[i].acked) ++i;
+    }
+    if (i >= next_to_send_) return;
+  }
   SendWqe& wqe = sq_[i];
   // Any answer shows the path works, but a sequence NAK is itself a retry.
   const bool sequence_nak = pkt.kind == Packet::Kind::kNak && pkt.nak == Packet::Nak::kSequence;
@@ -486,28 +514,29 @@ void Qp::ReceiveResponse(const Packet& pkt) {
       rnr_retries_left_ = attr_.rnr_retry;
       break;
     }
-    case Packet::Kind::kReadResponse:
-      wqe.read_data.insert(wqe.read_data.end(), pkt.payload.begin(), pkt.payload.end());
-      if (!pkt.last) return;
-      [[fallthrough]];
-    case Packet::Kind::kAtomicAck: {
-      std::vector<uint8_t> bytes = wqe.read_data;
-      if (pkt.kind == Packet::Kind::kAtomicAck) {
-        bytes.resize(8);
-        std::memcpy(bytes.data(), &pkt.atomic_orig, 8);
+    case Packet::Kind::kReadResponse: {
+      // Only the next response packet of this READ is taken: a duplicate
+      // (the answer to a resent READ) or one after a lost packet is dropped,
+      // and the retry timer asks again for what is missing.
+      if (pkt.psn != ((wqe.first_psn + wqe.read_packets) & kPsnMask)) return;
+      const uint64_t length = pkt.payload.size();
+      if (length > wqe.length - wqe.read_offset || (pkt.last && wqe.read_offset + length != wqe.length)) {
+        return;  // not this READ's response (no such packet comes from a responder of this message)
       }
-      // Scatter into the local buffers (checked when the request was sent).
-      size_t off = 0;
-      for (const ibv_sge& sge : wqe.sges) {
-        Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
-        if (!mr) {
-          FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
-          return;
-        }
-        const size_t n = std::min<size_t>(sge.length, bytes.size() - off);
-        // A READ of no bytes has no buffer to copy from (memcpy from NULL is undefined).
-        if (n) std::memcpy(mr->Translate(sge.addr, sge.length), bytes.data() + off, n);
-        off += n;
+      if (!ScatterLocked(wqe, wqe.read_offset, pkt.payload.data(), length)) {
+        FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
+        return;
+      }
+      wqe.read_offset += length;
+      ++wqe.read_packets;
+      if (!pkt.last) return;
+      wqe.acked = true;
+      break;
+    }
+    case Packet::Kind::kAtomicAck: {
+      if (!ScatterLocked(wqe, 0, reinterpret_cast<const uint8_t*>(&pkt.atomic_orig), sizeof pkt.atomic_orig)) {
+        FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
+        return;
       }
       wqe.acked = true;
       break;
@@ -576,7 +605,6 @@ void Qp::RewindLocked(size_t index) {
   for (size_t i = index; i < sq_.size(); ++i) {
     sq_[i].transmitted = false;
     sq_[i].placed = false;
-    sq_[i].read_data.clear();
   }
 }
 

@@ -71,7 +71,10 @@ struct SendWqe {
   // A local error found at execution while a WQE before it still waited for
   // its answer: reported when its turn comes (completions are in order).
   ibv_wc_status deferred = IBV_WC_SUCCESS;
-  std::vector<uint8_t> read_data;  // READ/atomic response payload, scattered on completion
+  // READ: what the responses so far have put in the local buffers (they are
+  // taken in PSN order only); a resend asks for the rest.
+  uint64_t read_offset = 0;
+  uint32_t read_packets = 0;
 };
 
 struct RecvWqe {
