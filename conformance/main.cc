@@ -101,5 +101,11 @@ int main(int argc, char** argv) {
     }
   }
   results->PrintSummary();
+  if (testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
+    // A filter that names no test (a typo, a renamed test) must not pass for a run.
+    std::fprintf(stderr, "verbs-conformance: --gtest_filter=%s selects no test (--gtest_list_tests lists them)\n",
+                 GTEST_FLAG_GET(filter).c_str());
+    return kUsageError;
+  }
   return results->ExitCode();
 }

@@ -532,7 +532,7 @@ TEST_F(CrossProcessWriteTest, WriteBehindRnrNakedSendWaitsForIt) {
 // Rule: ibv_dereg_mr(3) releases the MR at once: the HCA does not wait for a remote process that is
 //   writing into it (the IBTA has no such wait; a peer may be stopped or slow for any time), and the
 //   owner's other verbs go on meanwhile.
-// Checks (simulator only): the parent's WRITE into the child's MR is held in the middle of its copy
+// Checks: (simulator only) the parent's WRITE into the child's MR is held in the middle of its copy
 //   (its source buffer is guarded by userfaultfd, so the copy waits on the first page, as a writer
 //   SIGSTOPped mid-copy would); the child then calls ibv_dereg_mr on one thread and ibv_poll_cq and
 //   ibv_post_recv on another: those return within kReturnWindow while the writer is held, and

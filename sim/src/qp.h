@@ -136,6 +136,8 @@ class Qp {
   void ProgressLocked();                    // executes queued WQEs while in RTS
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
   bool AwaitingAckLocked() const;
+  // In a state whose responder takes and answers requests (RTR, RTS, SQD, SQE).
+  bool RespondsLocked() const;
   void CheckDrainedLocked();
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order

@@ -16,6 +16,7 @@
 #include "qp.h"
 #include "srq.h"
 #include "transport/engine.h"
+#include "transport/response_stream.h"
 
 namespace simverbs {
 namespace {
@@ -41,6 +42,11 @@ constexpr uint32_t kGrhBytes = 40;
 
 }  // namespace
 
+bool Qp::RespondsLocked() const {
+  const ibv_qp_state s = state();
+  return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
+}
+
 void Qp::Receive(const Packet& pkt) {
   if (destroying_) return;
   if (pkt.kind != Packet::Kind::kRequest) {
@@ -50,8 +56,8 @@ void Qp::Receive(const Packet& pkt) {
   // A different transport is dropped; an XRC_RECV QP takes what XRC_SEND QPs send.
   if (type() != pkt.transport && !(type() == IBV_QPT_XRC_RECV && pkt.transport == IBV_QPT_XRC_SEND)) return;
   // Requests reach only a QP that is ready to receive (rxe_recv.c check_type_state).
+  if (!RespondsLocked()) return;
   const ibv_qp_state s = state();
-  if (s != IBV_QPS_RTR && s != IBV_QPS_RTS && s != IBV_QPS_SQD && s != IBV_QPS_SQE) return;
   // IBTA 11.6.3: the first packet that reaches a QP in RTR raises
   // Communication Established (the QP may then still be moved to RTS).
   if (s == IBV_QPS_RTR && !comm_established_ && type() != IBV_QPT_UD) {
@@ -238,27 +244,31 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                        AccessErrorEvent());
         return;
       }
-      // The response, segmented by the path MTU, one PSN per packet.
+      // The response, segmented by the path MTU, one PSN per packet: one
+      // Packet for the whole answer, cut as the wire takes it
+      // (transport/response_stream.h).
       const uint32_t mtu = PathMtuBytes();
-      const uint8_t* src = mr ? mr->Translate(pkt.remote_addr, pkt.dma_length) : nullptr;
-      uint64_t off = 0;
-      uint32_t psn = pkt.psn;
-      do {
-        const uint64_t chunk = std::min<uint64_t>(mtu, pkt.dma_length - off);
-        Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
-        r.kind = Packet::Kind::kReadResponse;
-        r.op = pkt.op;
-        r.psn = psn;
-        psn = (psn + 1) & 0xffffff;
-        r.first = off == 0;
-        r.last = off + chunk == pkt.dma_length;
-        if (chunk) {
-          r.payload = Engine::Get().PayloadBuffer();
-          r.payload.assign(src + off, src + off + chunk);
-        }
-        off += chunk;
-        Engine::Get().Transmit(std::move(r));
-      } while (off < pkt.dma_length);
+      Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+      r.kind = Packet::Kind::kReadResponse;
+      r.op = pkt.op;
+      r.psn = pkt.psn;
+      r.remote_addr = pkt.remote_addr;
+      r.dma_length = pkt.dma_length;
+      r.stream = std::make_shared<ResponseStream>();
+      r.stream->mtu = mtu;
+      r.stream->read = [dev = device(), qpn = qp_num(), self = this, rkey = pkt.rkey](uint64_t va, uint64_t length,
+                                                                                    uint8_t* out) {
+        // The QP answers only while it is this one and in a state that responds.
+        Qp* qp = dev->FindQp(qpn);
+        if (qp != self || qp->destroying_ || !qp->RespondsLocked()) return false;
+        Mr* mr = Mr::Check(dev, rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, qpn);
+        if (!mr) return false;
+        std::memcpy(out, mr->Translate(va, length), length);
+        return true;
+      };
+      const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));
+      const uint32_t psn = (pkt.psn + packets) & 0xffffff;
+      Engine::Get().Transmit(std::move(r));
       if (((pkt.psn - epsn_) & 0xffffff) == 0) epsn_ = psn;
       return;
     }

@@ -26,6 +26,7 @@
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "transport/engine.h"
+#include "transport/response_stream.h"
 
 namespace simverbs {
 namespace {
@@ -617,38 +618,68 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   if (!peer) return false;
   const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
   uint64_t pos = 0;
-  if (peer->backlog.empty() && peer->ring->Push(pkt, src_device, &pos, slot_, generation_)) {
+  if (!pkt.stream && peer->backlog.empty() && peer->ring->Push(pkt, src_device, &pos, slot_, generation_)) {
     peer->last_pushed = pos;
     peer->pushed = true;
     return true;
   }
   // The peer's ring is full. A datagram is dropped, as a congested fabric
   // does; a reliable packet waits in order, within a bound (beyond it the
-  // requester's retransmission recovers it).
+  // requester's retransmission recovers it). A READ answer (a stream) waits
+  // as one entry and is cut into packets as room appears.
   if (pkt.transport == IBV_QPT_UD || peer->backlog.size() >= kMaxBacklog) {
     CountXmitDiscard(src_device, pkt.src_port);
     return true;
   }
-  if (peer->backlog.empty()) backlogged_.push_back(slot);
+  const bool started = peer->backlog.empty();
+  if (started) {
+    backlogged_.push_back(slot);
+    peer->ring->SetWaiting(slot_, generation_);
+  }
   peer->backlog.push_back(pkt);
   backlog_empty_ = false;
+  if (started && pkt.stream) FlushPeerLocked(*peer);
   return true;
 }
 
-void Fabric::FlushBacklogLocked() {
-  if (backlog_empty_) return;
+bool Fabric::FlushPeerLocked(Peer& peer) {
+  bool moved = false;
+  uint64_t pos = 0;
+  while (!peer.backlog.empty() && peer.ring) {
+    Packet& front = peer.backlog.front();
+    const int src_device = front.src_device ? front.src_device->index() : 0;
+    if (front.stream) {
+      Packet part;
+      if (!CutResponse(front, &part)) {
+        peer.backlog.pop_front();  // all of it sent, or the responder can no longer answer
+        continue;
+      }
+      if (!peer.ring->Push(part, src_device, &pos, slot_, generation_)) {
+        peer.backlog.push_front(std::move(part));  // made already: it goes first
+        break;
+      }
+      Engine::Get().RecyclePayload(std::move(part.payload));
+    } else {
+      if (!peer.ring->Push(front, src_device, &pos, slot_, generation_)) break;
+      Engine::Get().RecyclePayload(std::move(front.payload));
+      peer.backlog.pop_front();
+    }
+    peer.last_pushed = pos;
+    peer.pushed = true;
+    moved = true;
+  }
+  if (peer.backlog.empty() && peer.ring) peer.ring->SetWaiting(slot_, 0);
+  return moved;
+}
+
+bool Fabric::FlushBacklogLocked() {
+  if (backlog_empty_) return false;
+  bool moved = false;
   for (size_t i = 0; i < backlogged_.size();) {
     const int slot = backlogged_[i];
     Peer& peer = *peers_[slot];
     if (peer.generation != segment_->procs[slot].generation.load()) peer.backlog.clear();  // another process's now
-    uint64_t pos = 0;
-    while (!peer.backlog.empty() && peer.ring) {
-      const Packet& front = peer.backlog.front();
-      if (!peer.ring->Push(front, front.src_device ? front.src_device->index() : 0, &pos, slot_, generation_)) break;
-      peer.backlog.pop_front();
-      peer.last_pushed = pos;
-      peer.pushed = true;
-    }
+    moved |= FlushPeerLocked(peer);
     // Still no room: is anyone there to make some? (A system call: not on every poll.)
     if (!peer.backlog.empty()) {
       const uint64_t now = MonotonicNs();
@@ -665,15 +696,31 @@ void Fabric::FlushBacklogLocked() {
     }
   }
   backlog_empty_ = backlogged_.empty();
+  return moved;
+}
+
+bool Fabric::AskForRoom() {
+  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  bool room = false;
+  for (const int slot : backlogged_) {
+    Peer& peer = *peers_[slot];
+    if (!peer.ring || peer.backlog.empty()) continue;
+    room |= peer.ring->WantRoom(slot_);
+  }
+  return room;
 }
 
 bool Fabric::DeliveryPending(int device_index, uint32_t qpn) {
   const int slot = OwnerSlot(device_index, qpn);
-  if (slot < 0 || slot == slot_ || !peers_[slot]) return false;
-  const Peer& peer = *peers_[slot];
-  if (!peer.ring || !peer.pushed) return false;
-  if (peer.backlog.empty() && peer.ring->Consumed(peer.last_pushed)) return false;
-  return PeerAlive(slot);
+  if (slot < 0 || slot == slot_) return false;
+  // The peer holds packets for us that wait for room in our ring (a READ's
+  // answer, say), or ours for it still wait in its ring or our backlog.
+  bool pending = ring_ && ring_->Waiting(slot, segment_->procs[slot].generation.load());
+  if (!pending && peers_[slot]) {
+    const Peer& peer = *peers_[slot];
+    pending = peer.ring && peer.pushed && !(peer.backlog.empty() && peer.ring->Consumed(peer.last_pushed));
+  }
+  return pending && PeerAlive(slot);
 }
 
 bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
@@ -717,17 +764,26 @@ void Fabric::DrainInboundLocked() {
   const auto& devices = DeviceList::Get().devices();
   Packet pkt;
   pkt.payload = Engine::Get().PayloadBuffer();
+  bool popped = false;
   while (ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = wp.src_device;  // read once: another process wrote it
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
     wp.ToPacket(src, &pkt);
   })) {
+    popped = true;
     Engine::Get().Transmit(std::move(pkt));
     pkt = Packet();
     pkt.payload = Engine::Get().PayloadBuffer();
   }
   Engine::Get().RecyclePayload(std::move(pkt.payload));
+  // Producers that went to sleep holding packets for us: there is room now.
+  if (popped) {
+    ring_->WakeRoomWanted([this](int slot) {
+      if (slot == slot_) return;
+      if (Peer* peer = ReachPeer(slot)) peer->ring->Interrupt();
+    });
+  }
 }
 
 namespace {
@@ -771,6 +827,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     return segment_->procs[slot].generation.load() != generation || !PeerAlive(slot);
   };
   uint64_t look_until = 0;
+  int room_retries = 0;  // bounds the loop when a peer's ring says it has room but takes nothing
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
@@ -778,7 +835,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     bool worked = DrainInbound();
     if (!backlog_empty_) {
       std::lock_guard<std::mutex> lock(Engine::Get().mu());
-      FlushBacklogLocked();
+      worked |= FlushBacklogLocked();
     }
     if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;
     // A peer streaming to a program that does not poll (a bandwidth server
@@ -798,6 +855,10 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // again every 20 ms all the same: an application that polls once more
     // after we went to sleep, and stops right after a producer looked, would
     // leave that packet in the ring for good.
+    // Packets that wait for room in a peer's ring: ask the peer to wake us
+    // when it has made some, unless it has already.
+    if (!backlog_empty_ && AskForRoom() && ++room_retries <= 64) continue;
+    room_retries = 0;
     const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
     ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
   }

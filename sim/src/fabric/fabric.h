@@ -183,8 +183,8 @@ class Fabric {
   uint64_t XmitDiscards(int device_index, int port) const;
   // The counters of the running fabric `fabric`, read without joining it.
   static FabricCounters ReadCounters(const std::string& fabric);
-  // Pushes what waits in the backlogs. Requires: engine lock.
-  void FlushBacklogLocked();
+  // Pushes what waits in the backlogs; true if anything moved. Requires: engine lock.
+  bool FlushBacklogLocked();
 
   // Delivers the packets in our ring. Called by ibv_poll_cq (cheap when the
   // ring is empty) and by the progress thread. Takes the engine lock.
@@ -257,6 +257,12 @@ class Fabric {
   // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
   Peer* ReachPeer(int slot);
   bool PeerAlive(int slot) const;
+  // Pushes what `peer`'s backlog holds while its ring has room (cutting READ
+  // answers as it goes); true if anything moved. Requires: engine lock.
+  bool FlushPeerLocked(Peer& peer);
+  // Before the progress thread sleeps with a backlog: asks each peer to wake
+  // us when it has made room (PacketRing::WantRoom); true if one has room already.
+  bool AskForRoom();
   std::string JoinLocked(FabricSegment* seg, int* err);
   int slot_ = -1;
   uint32_t generation_ = 0;  // of our slot

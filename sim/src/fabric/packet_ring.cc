@@ -48,6 +48,9 @@ PacketRing* PacketRing::Init(void* memory) {
     c.pos_plus_1.store(0);
     c.generation.store(0);
   }
+  for (auto& w : ring->waiting_) w.store(0);
+  for (auto& w : ring->room_wanted_) w.store(0);
+  ring->room_asked_.store(0);
   for (uint32_t i = 0; i < kSlots; ++i) ring->slots_[i].seq.store(i);
   return ring;
 }
@@ -110,6 +113,28 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
 bool PacketRing::Empty() const {
   const uint64_t pos = tail_.load(std::memory_order_relaxed);
   return slots_[pos % kSlots].seq.load(std::memory_order_acquire) != pos + 1;
+}
+
+bool PacketRing::HasRoom() const {
+  const uint64_t pos = head_.load(std::memory_order_relaxed);
+  return slots_[pos % kSlots].seq.load(std::memory_order_seq_cst) == pos;
+}
+
+void PacketRing::SetWaiting(int producer_slot, uint32_t producer_generation) {
+  if (producer_slot < 0 || producer_slot >= kMaxFabricProcesses) return;
+  waiting_[producer_slot].store(producer_generation, std::memory_order_release);
+}
+
+bool PacketRing::Waiting(int producer_slot, uint32_t producer_generation) const {
+  if (producer_slot < 0 || producer_slot >= kMaxFabricProcesses || producer_generation == 0) return false;
+  return waiting_[producer_slot].load(std::memory_order_acquire) == producer_generation;
+}
+
+bool PacketRing::WantRoom(int producer_slot) {
+  if (producer_slot < 0 || producer_slot >= kMaxFabricProcesses) return HasRoom();
+  room_wanted_[producer_slot / 64].fetch_or(uint64_t{1} << (producer_slot % 64), std::memory_order_relaxed);
+  room_asked_.fetch_add(1, std::memory_order_acq_rel);
+  return HasRoom();
 }
 
 void PacketRing::Sleep(uint32_t seq, int timeout_ms) {

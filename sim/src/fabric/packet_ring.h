@@ -17,6 +17,14 @@
 // producer publishes with a compare-and-swap, so one whose slot was skipped
 // meanwhile cannot publish into a later lap.
 //
+// Flow control. A producer whose packets find the ring full keeps them, in
+// order, in a backlog of its own (fabric/fabric.h) and says so here: its
+// generation in `waiting_` while it holds packets for this ring (the owner's
+// retry timers then know that a live peer still has answers for it), and a
+// bit in `room_wanted_` when its progress thread goes to sleep with them. The
+// owner, once it has drained the ring to half full, wakes the producers whose
+// bit is set (one system call per producer and sleep, not per packet).
+//
 // Every field here can be written by any process of the same user: nothing
 // read from it is trusted (Push gives up after a bounded number of tries).
 
@@ -68,6 +76,35 @@ class PacketRing {
     }
   }
   bool Empty() const;
+  // A Push would find a free slot now.
+  bool HasRoom() const;
+
+  // Flow control (see above); `producer_slot` is the producer's fabric slot.
+  void SetWaiting(int producer_slot, uint32_t producer_generation);  // generation 0: holds nothing
+  bool Waiting(int producer_slot, uint32_t producer_generation) const;
+  // Asks to be woken once the owner has made room; returns whether there is
+  // room already (then the request may never be answered: push now).
+  bool WantRoom(int producer_slot);
+  // The owner, after draining: calls wake(slot) for each producer that asked
+  // for room, once the ring is at most half full.
+  template <typename Wake>
+  void WakeRoomWanted(Wake&& wake) {
+    const uint64_t used = head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed);
+    if (used > kSlots / 2) return;
+    // One read-modify-write per drain (it reads the latest value): either it
+    // sees a producer's request, or that producer's own read-modify-write
+    // comes after it and the producer sees the slots we freed (WantRoom).
+    if (room_asked_.exchange(0, std::memory_order_acq_rel) == 0) return;
+    for (int word = 0; word < kRoomWords; ++word) {
+      if (room_wanted_[word].load(std::memory_order_relaxed) == 0) continue;
+      uint64_t bits = room_wanted_[word].exchange(0, std::memory_order_acq_rel);
+      while (bits) {
+        const int bit = __builtin_ctzll(bits);
+        bits &= bits - 1;
+        wake(word * 64 + bit);
+      }
+    }
+  }
 
   // The oldest slot was claimed but is not published: if `dead(slot,
   // generation)` says its producer is gone, frees it and returns true (the
@@ -118,7 +155,11 @@ class PacketRing {
   alignas(64) std::atomic<uint32_t> sleeping_;
   std::atomic<uint32_t> wake_seq_;
   std::atomic<uint64_t> last_poll_ns_;
+  static constexpr int kRoomWords = kMaxFabricProcesses / 64;
   alignas(64) Announcement claims_[kMaxFabricProcesses];  // by producer slot
+  alignas(64) std::atomic<uint32_t> waiting_[kMaxFabricProcesses];  // by producer slot: its generation, or 0
+  alignas(64) std::atomic<uint64_t> room_wanted_[kRoomWords];
+  std::atomic<uint64_t> room_asked_;  // requests since the owner last looked
   alignas(64) Slot slots_[kSlots];
 };
 

@@ -10,6 +10,7 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "transport/response_stream.h"
 #include "xrc_remote.h"
 
 namespace simverbs {
@@ -106,7 +107,18 @@ void Engine::DeliverLocked(const Packet& pkt) {
   Device* dev = Route(pkt.dst);
   if (!dev) return;  // an unreachable address: lost; the sender's timers decide
   if (Qp* qp = dev->FindQp(pkt.dst_qpn)) {
-    qp->Receive(pkt);
+    if (!pkt.stream) {
+      qp->Receive(pkt);
+      return;
+    }
+    // A READ answer for a QP of ours: every packet at once.
+    Packet part;
+    while (CutResponse(pkt, &part)) {
+      qp = dev->FindQp(pkt.dst_qpn);
+      if (qp) qp->Receive(part);
+      RecyclePayload(std::move(part.payload));
+      if (!qp) break;
+    }
   } else {
     // Another process's QP, or none at all (lost as well).
     Fabric::Get().SendRemote(dev->index(), pkt);

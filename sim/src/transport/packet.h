@@ -8,6 +8,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "wqe.h"
@@ -15,6 +16,7 @@
 namespace simverbs {
 
 class Device;
+struct ResponseStream;
 
 struct Packet {
   enum class Kind {
@@ -69,6 +71,9 @@ struct Packet {
   // message, which still takes `psn_count` PSNs (one per path MTU).
   bool placed = false;
   uint32_t psn_count = 1;
+  // A whole READ answer, to be cut into packets as the wire takes them
+  // (transport/response_stream.h); never crosses to another process as such.
+  std::shared_ptr<ResponseStream> stream;
 };
 
 }  // namespace simverbs

@@ -1,0 +1,37 @@
+#include "transport/response_stream.h"
+
+#include <algorithm>
+
+#include "transport/engine.h"
+#include "transport/packet.h"
+
+namespace simverbs {
+
+bool CutResponse(const Packet& whole, Packet* out) {
+  ResponseStream& s = *whole.stream;
+  const uint64_t total = whole.dma_length;
+  // A READ of no bytes is answered by one packet without payload.
+  if (s.ended || (s.cut >= total && s.packets > 0)) {
+    s.ended = true;
+    return false;
+  }
+  const uint64_t chunk = std::min<uint64_t>(s.mtu, total - s.cut);
+  std::vector<uint8_t> payload = Engine::Get().PayloadBuffer();
+  payload.resize(chunk);
+  if (chunk && !s.read(whole.remote_addr + s.cut, chunk, payload.data())) {
+    s.ended = true;
+    Engine::Get().RecyclePayload(std::move(payload));
+    return false;
+  }
+  *out = whole;
+  out->stream.reset();
+  out->payload = std::move(payload);
+  out->psn = (whole.psn + s.packets) & 0xffffff;
+  out->first = s.cut == 0;
+  out->last = s.cut + chunk == total;
+  s.cut += chunk;
+  ++s.packets;
+  return true;
+}
+
+}  // namespace simverbs

@@ -1,0 +1,39 @@
+#pragma once
+
+// A READ response not cut into packets yet. The responder hands the engine
+// one Packet that stands for its whole answer (Packet::stream set); its
+// MTU-sized packets are made one at a time as the wire takes them: at once
+// for a QP of this process, and as room appears in the requester's packet
+// ring for one of another process (fabric/fabric.h). So an answer that waits
+// for room costs no memory, and none of it is dropped for want of room: a
+// flow-controlled response is never lost (as behind an IB link's credits).
+//
+// Each packet's bytes are read from the responder's memory when the packet is
+// made, as an HCA reads them when it sends: if the responder's QP or its MR
+// is gone by then, the rest of the answer is never sent (the requester's
+// retry timer decides).
+
+#include <cstdint>
+#include <functional>
+
+namespace simverbs {
+
+struct Packet;
+
+struct ResponseStream {
+  // Copies `length` bytes at `va` of the responder's memory to `out`; false
+  // when the responder can no longer answer. Called with the engine lock.
+  std::function<bool(uint64_t va, uint64_t length, uint8_t* out)> read;
+  uint32_t mtu = 4096;
+  uint64_t cut = 0;      // bytes made into packets so far
+  uint32_t packets = 0;  // packets made so far
+  bool ended = false;
+};
+
+// Makes the next packet of `whole` (kind kReadResponse, `dma_length` bytes
+// from `remote_addr`, first PSN `psn`) into *out, with a payload buffer from
+// the engine. False when every packet has been made or the responder can no
+// longer answer. Requires: engine lock.
+bool CutResponse(const Packet& whole, Packet* out);
+
+}  // namespace simverbs
