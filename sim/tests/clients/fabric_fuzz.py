@@ -104,7 +104,7 @@ while time.time() - start < args.seconds or runs == 0:
                               start_new_session=True)
     while "Waiting for client" not in (server.stdout.readline() or "Waiting for client (eof)"):
         pass
-    client = subprocess.Popen(base + ["localhost"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    client = subprocess.Popen(base + ["127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env, start_new_session=True)
     # Garbage while the traffic runs: a byte every millisecond or so, a burst now and then.
     deadline = time.time() + args.watchdog

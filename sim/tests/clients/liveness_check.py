@@ -45,7 +45,7 @@ server = subprocess.Popen(run[:3] + ["stdbuf", "-oL"] + run[3:], stdout=subproce
 # perftest's client does not retry its connection: start it once the server listens.
 while "Waiting for client" not in (server.stdout.readline() or "Waiting for client (eof)"):
     pass
-client = subprocess.Popen(run[:3] + ["stdbuf", "-oL"] + run[3:] + ["localhost"], stdout=subprocess.PIPE,
+client = subprocess.Popen(run[:3] + ["stdbuf", "-oL"] + run[3:] + ["127.0.0.1"], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env=env)
 seen = ""
 deadline = time.time() + 20
@@ -86,7 +86,7 @@ else:
                               stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     wait_for(lambda: len(segments(name)) >= 2, 10)
     try:
-        client = subprocess.run([cli, "run", "--"] + pp + ["localhost"], capture_output=True, text=True, env=env,
+        client = subprocess.run([cli, "run", "--"] + pp + ["127.0.0.1"], capture_output=True, text=True, env=env,
                                 timeout=60)
     except subprocess.TimeoutExpired as e:
         client = subprocess.CompletedProcess(e.cmd, -9, e.stdout or "", "(killed after 60 s)")

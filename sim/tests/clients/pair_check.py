@@ -90,7 +90,7 @@ for i, (prog, args) in enumerate(cases):
     if not wait_listening(port, server, time.time() + 20):
         failures.append((name, "the server never listened", server.communicate(timeout=20)[0], ""))
         continue
-    clients = [subprocess.Popen(run + ["localhost"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    clients = [subprocess.Popen(run + ["127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=env) for _ in range(client_count(prog, args))]
     try:
         deadline = time.time() + 60

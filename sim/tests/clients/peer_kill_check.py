@@ -24,7 +24,7 @@ run = [cli, "run", "--", "ib_write_bw", "-p", port, "-n", "100000000"]
 server = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 time.sleep(0.5)  # the server only has to be listening; the client retries nothing
 # Line-buffered, so the header can be seen while the test runs.
-client = subprocess.Popen(run[:3] + ["stdbuf", "-oL"] + run[3:] + ["localhost"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+client = subprocess.Popen(run[:3] + ["stdbuf", "-oL"] + run[3:] + ["127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 # perftest prints its table header once the connection is up and the WRITEs
 # start; kill the server then, mid-stream.
 seen = ""

@@ -66,7 +66,7 @@ client = None
 try:
     while "Waiting for client" not in (server.stdout.readline() or "Waiting for client (eof)"):
         pass
-    client = subprocess.Popen(run + ["localhost"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    client = subprocess.Popen(run + ["127.0.0.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env=env)
     seen = ""
     deadline = time.time() + 20
