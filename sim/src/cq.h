@@ -107,6 +107,12 @@ class Cq {
 
   enum class Arm { kNone, kSolicited, kNext };
 
+  // No completion and no error right now: what a busy poll loop mostly finds,
+  // answered with two loads and no lock.
+  bool EmptyAndSound() const {
+    return count_.load(std::memory_order_acquire) == 0 && !error_.load(std::memory_order_acquire);
+  }
+
   Handle<ibv_cq_ex, Cq> handle_;
   Context* ctx_;
   CompChannel* channel_;
@@ -122,9 +128,11 @@ class Cq {
   std::mutex mu_;
   std::vector<ibv_wc> ring_;  // capacity = cqe
   size_t head_ = 0;
-  size_t count_ = 0;
+  // Written under mu_; read without it by a poller to answer an empty CQ
+  // without taking a lock (EmptyAndSound).
+  std::atomic<size_t> count_{0};
   Arm arm_ = Arm::kNone;
-  bool error_ = false;
+  std::atomic<bool> error_{false};
   bool destroying_ = false;
   bool held_ = false;
   std::vector<std::pair<ibv_wc, bool>> held_wcs_;  // completion, solicited bit
