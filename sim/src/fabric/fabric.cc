@@ -396,7 +396,7 @@ void Fabric::LeaveLocked() {
 void Fabric::Detach() {
   if (!segment_ || getpid() != attach_pid_) return;
   stop_ = true;
-  ring_->MarkPolled(0);
+  ring_->MarkLeftPollLoop();
   ring_->Interrupt();
   // The progress thread leaves the fabric (LeaveLocked) before it exits.
   if (progress_.joinable()) progress_.join();
@@ -731,9 +731,7 @@ bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
 
 void Fabric::PollInbound() {
   if (!ring_) return;
-  const uint64_t now = MonotonicNs();
-  ring_->MarkPolled(now);
-  app_poll_ns_.store(now, std::memory_order_relaxed);
+  ring_->MarkPolled();
   DrainInbound();
   if (!backlog_empty_) {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
@@ -742,12 +740,12 @@ void Fabric::PollInbound() {
 }
 
 void Fabric::PollFoundWork() {
-  if (ring_) ring_->MarkPolled(0);
+  if (ring_) ring_->MarkLeftPollLoop();
 }
 
 void Fabric::BeforeBlocking() {
   if (!ring_) return;
-  ring_->MarkPolled(0);
+  ring_->MarkLeftPollLoop();
   DrainInbound();
 }
 
@@ -827,6 +825,8 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     return segment_->procs[slot].generation.load() != generation || !PeerAlive(slot);
   };
   uint64_t look_until = 0;
+  uint64_t app_polls_seen = 0;
+  uint64_t app_polled_at = 0;
   int room_retries = 0;  // bounds the loop when a peer's ring says it has room but takes nothing
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
@@ -838,28 +838,35 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
       worked |= FlushBacklogLocked();
     }
     if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;
+    // When the application last polled, by our clock (it only counts its
+    // polls: its poll loop reads no clock).
+    const uint64_t now = MonotonicNs();
+    if (const uint64_t polls = ring_->polls(); polls != app_polls_seen) {
+      app_polls_seen = polls;
+      app_polled_at = now;
+    }
+    const bool app_polled_lately = now - app_polled_at < 10'000'000;
     // A peer streaming to a program that does not poll (a bandwidth server
     // asleep in a socket read): keep looking a moment before sleeping, so the
     // stream costs the producer no wake-up system call per burst, nor us a
     // context switch. A program that polls drains the ring itself: then we
     // stay out of its way.
-    const uint64_t now = MonotonicNs();
     if (worked) look_until = now + kLookAfterWorkNs;
-    if (now < look_until && now - app_poll_ns_.load(std::memory_order_relaxed) >= 10'000'000) {
+    if (now < look_until && !app_polled_lately) {
       CpuRelax();
       continue;
     }
+    // Packets that wait for room in a peer's ring: ask the peer to wake us
+    // when it has made some, unless it has already.
+    if (!backlog_empty_ && AskForRoom() && ++room_retries <= 64) continue;
+    room_retries = 0;
     // While the application polls, producers do not wake us: look again
     // every millisecond in case it stopped just after a producer looked
     // (and while a backlog waits for room in a peer's ring). Otherwise look
     // again every 20 ms all the same: an application that polls once more
     // after we went to sleep, and stops right after a producer looked, would
     // leave that packet in the ring for good.
-    // Packets that wait for room in a peer's ring: ask the peer to wake us
-    // when it has made some, unless it has already.
-    if (!backlog_empty_ && AskForRoom() && ++room_retries <= 64) continue;
-    room_retries = 0;
-    const bool app_polling = MonotonicNs() - ring_->last_poll_ns() < 10'000'000;
+    const bool app_polling = ring_->in_poll_loop() && app_polled_lately;
     ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
   }
   // Leave the fabric (LeaveLocked gives up our liveness byte last).

@@ -281,9 +281,6 @@ class Fabric {
   std::atomic<bool> backlog_empty_{true};
   std::thread progress_;
   std::atomic<bool> stop_{false};
-  // When the program last polled a CQ (the ring's own mark is cleared when a
-  // poll finds work, to have producers wake us).
-  std::atomic<uint64_t> app_poll_ns_{0};
   int attach_pid_ = 0;
   std::mutex attach_mu_;  // ibv_open_device may run on several threads at once
   uint64_t faults_seen_ = 0;  // the last mailbox request handled

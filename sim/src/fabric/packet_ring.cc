@@ -23,12 +23,6 @@ void FutexWake(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
-// An owner that polled this recently is in its poll loop and will find the
-// packet. A program that spins on memory instead (ib_write_lat) polls its CQ
-// only now and then: a short window makes such a program's progress thread
-// wake up at once rather than at its next nap.
-constexpr uint64_t kPollingWindowNs = 2000;
-
 }  // namespace
 
 uint64_t MonotonicNs() {
@@ -43,10 +37,12 @@ PacketRing* PacketRing::Init(void* memory) {
   ring->tail_.store(0);
   ring->sleeping_.store(0);
   ring->wake_seq_.store(0);
-  ring->last_poll_ns_.store(0);
+  ring->polls_.store(0);
+  ring->in_poll_loop_.store(0);
   for (Announcement& c : ring->claims_) {
     c.pos_plus_1.store(0);
     c.generation.store(0);
+    c.polls_seen.store(0);
   }
   for (auto& w : ring->waiting_) w.store(0);
   for (auto& w : ring->room_wanted_) w.store(0);
@@ -103,11 +99,17 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
     claims_[producer_slot].pos_plus_1.store(0, std::memory_order_release);
   }
   if (!published) return false;
-  if (sleeping_.load(std::memory_order_seq_cst) && MonotonicNs() - last_poll_ns() > kPollingWindowNs) {
+  if (sleeping_.load(std::memory_order_seq_cst) && !OwnerPolling(producer_slot)) {
     wake_seq_.fetch_add(1, std::memory_order_release);
     FutexWake(&wake_seq_);
   }
   return true;
+}
+
+bool PacketRing::OwnerPolling(int producer_slot) {
+  if (!in_poll_loop() || producer_slot < 0 || producer_slot >= kMaxFabricProcesses) return false;
+  const uint64_t polls = this->polls();
+  return claims_[producer_slot].polls_seen.exchange(polls, std::memory_order_relaxed) != polls;
 }
 
 bool PacketRing::Empty() const {

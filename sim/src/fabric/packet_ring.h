@@ -5,8 +5,12 @@
 // sequence number (Vyukov's bounded queue), so producers never take a lock.
 //
 // Waking the owner costs a system call, so a producer wakes it only when its
-// progress thread sleeps and the owner is not in a poll loop: it polled an
-// empty CQ in the last 2 µs. Such an owner drains the ring itself.
+// progress thread sleeps and the owner is not in a poll loop. The owner counts
+// its polls (MarkPolled: no clock, no system call); it is in a poll loop while
+// it has not said it left one (it found work, or is about to block) and it has
+// polled again since this producer's previous packet. Such an owner drains the
+// ring itself. (One that stops polling without saying so is found by its
+// progress thread's next nap.)
 //
 // A producer killed between claiming a slot and publishing it would leave a
 // hole that every later packet waits behind. So a producer announces the
@@ -137,9 +141,15 @@ class PacketRing {
   // Ends a Sleep at once (used to stop the consumer).
   void Interrupt();
 
-  // The owner polled just now (0: it is about to block, wake it for anything).
-  void MarkPolled(uint64_t now_ns) { last_poll_ns_.store(now_ns, std::memory_order_relaxed); }
-  uint64_t last_poll_ns() const { return last_poll_ns_.load(std::memory_order_relaxed); }
+  // The owner polled just now; it left its poll loop (found work, or is
+  // about to block: wake it for anything from now on).
+  void MarkPolled() {
+    polls_.store(polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (!in_poll_loop_.load(std::memory_order_relaxed)) in_poll_loop_.store(1, std::memory_order_relaxed);
+  }
+  void MarkLeftPollLoop() { in_poll_loop_.store(0, std::memory_order_relaxed); }
+  uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
+  bool in_poll_loop() const { return in_poll_loop_.load(std::memory_order_relaxed) != 0; }
 
  private:
   struct Slot {
@@ -149,12 +159,16 @@ class PacketRing {
   struct Announcement {
     std::atomic<uint64_t> pos_plus_1;  // the position being claimed + 1; 0: none
     std::atomic<uint32_t> generation;  // of the producer's fabric slot
+    std::atomic<uint64_t> polls_seen;  // the owner's polls_ at the producer's previous packet
   };
+  // Whether the owner is in a poll loop, as the producer in `producer_slot` sees it (see above).
+  bool OwnerPolling(int producer_slot);
   std::atomic<uint64_t> head_;  // next slot to write (producers)
   alignas(64) std::atomic<uint64_t> tail_;  // next slot to read (consumer)
   alignas(64) std::atomic<uint32_t> sleeping_;
   std::atomic<uint32_t> wake_seq_;
-  std::atomic<uint64_t> last_poll_ns_;
+  alignas(64) std::atomic<uint64_t> polls_;  // written by the owner on every poll: a line of its own
+  std::atomic<uint32_t> in_poll_loop_;
   static constexpr int kRoomWords = kMaxFabricProcesses / 64;
   alignas(64) Announcement claims_[kMaxFabricProcesses];  // by producer slot
   alignas(64) std::atomic<uint32_t> waiting_[kMaxFabricProcesses];  // by producer slot: its generation, or 0
