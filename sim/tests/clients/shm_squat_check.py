@@ -35,7 +35,7 @@ def as_user(uid, argv, **kw):
 
 # Both users run the build's own programs: a build tree another user cannot enter (under /root, mode 0700,
 # say) cannot be tested this way.
-probe = as_user(ATTACKER, [cli, "profiles"], cwd="/")
+probe = as_user(ATTACKER, [cli, "devices"], cwd="/")
 if probe.returncode != 0:
     print(f"SKIP: uid {ATTACKER} cannot run {cli} ({(probe.stderr or probe.stdout).strip()[:200]}); "
           "build in a directory other users can read to run this check")
