@@ -119,6 +119,7 @@ struct ChildSetup {
   ibv_qp_type type = IBV_QPT_RC;
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
   uint32_t max_send_wr = 16;   // of both QPs
+  uint8_t retry_cnt = 7;       // of a_
 };
 
 class CrossProcessWriteTest : public QpTest {
@@ -200,6 +201,7 @@ class CrossProcessWriteTest : public QpTest {
     bool child_ready = false;
     ConnectParams parent_params;
     parent_params.max_rd_atomic = setup.rd_atomic;
+    parent_params.retry_cnt = setup.retry_cnt;
     if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
@@ -663,6 +665,54 @@ TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
         }
         EXPECT_EQ(wrong, 0) << wrong << " of " << wcs.size() << " READs returned other bytes than the child's; "
                             << first_wrong;
+        EXPECT_EQ(write(to_child, "e", 1), 1);
+      },
+      setup);
+}
+
+// Rule: IBTA Vol 1 9.7.5.2 (responder PSN sequence error): after a NAK-sequence the responder NAKs
+//   no other out-of-sequence request until the expected PSN arrives (rxe_resp.c check_psn:
+//   sent_psn_nak), and an RNR NAK makes the requester wait and resend from that PSN without
+//   counting a transport retry (ibv_modify_qp(3): retry_cnt counts timeouts and sequence errors).
+// Checks: (simulator only) the child's QP has no receive posted; the parent, with retry_cnt 1 and
+//   rnr_retry 7, posts 16 SENDs in one list, so the child sees the first (RNR) and 15 behind it;
+//   no send completion comes within kBlockWindow (one NAK-sequence per gap: no
+//   IBV_WC_RETRY_EXC_ERR); once the child posts 16 receives, all 16 complete with success.
+TEST_F(CrossProcessWriteTest, PipelinedSendsBehindRnrDoNotExhaustRetries) {
+  constexpr int kSends = 16;  // the QPs' max_send_wr and max_recv_wr
+  SKIP_IF(!Sim()) << "(how many retries a sequence NAK after an RNR NAK costs on hardware is not settled here)";
+  ChildSetup setup;
+  setup.post_recv = false;
+  setup.retry_cnt = 1;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        for (int k = 0; k < kSends; ++k) {
+          ibv_sge sge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
+          ASSERT_EQ(PostRecv(c.qp, k, &sge, 1), 0);
+        }
+        // Stay until the parent has its completions.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target&, int to_child, int) {
+        std::vector<ibv_sge> sges(kSends);
+        std::vector<ibv_send_wr> wrs(kSends);
+        for (int k = 0; k < kSends; ++k) {
+          sges[k] = src_.Sge(64 * k, 64);
+          wrs[k] = SendWr(k, &sges[k], 1);
+          if (k > 0) wrs[k - 1].next = &wrs[k];
+        }
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+        EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kBlockWindow))
+            << "a SEND completed while the responder had no receive (RNR only)";
+        EXPECT_EQ(write(to_child, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kSends, &wcs, kReturnWindow));
+        for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
         EXPECT_EQ(write(to_child, "e", 1), 1);
       },
       setup);

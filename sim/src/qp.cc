@@ -254,11 +254,15 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     uc_message_ = false;
     rnr_wait_ = false;
     comm_established_ = false;
+    sent_sequence_nak_ = false;
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
-  if (mask & IBV_QP_RQ_PSN) epsn_ = attr_.rq_psn;
+  if (mask & IBV_QP_RQ_PSN) {
+    epsn_ = attr_.rq_psn;
+    sent_sequence_nak_ = false;
+  }
   if (mask & IBV_QP_RETRY_CNT) retries_left_ = attr_.retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) rnr_retries_left_ = attr_.rnr_retry;
 

@@ -233,6 +233,11 @@ class Qp {
   std::deque<RecvWqe> rq_;
   // Responder state of the message being received.
   uint32_t epsn_ = 0;
+  // RC responder: a sequence NAK went out and the expected PSN has not come
+  // since; later out-of-sequence packets are dropped without another NAK
+  // (rxe_resp.c check_psn: sent_psn_nak), so one gap costs the requester one
+  // retry, not one per packet behind it.
+  bool sent_sequence_nak_ = false;
   bool recv_in_progress_ = false;
   bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;

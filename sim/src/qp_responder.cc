@@ -130,10 +130,13 @@ void Qp::ReceiveRequest(const Packet& pkt) {
           return;
         }
       } else {
+        if (sent_sequence_nak_) return;  // NAKed already: wait for the expected PSN
+        sent_sequence_nak_ = true;
         Respond(pkt, Packet::Kind::kNak, Packet::Nak::kSequence);
         return;
       }
     }
+    sent_sequence_nak_ = false;
   } else {
     // UC: a middle or last packet continues the message whose packets so far
     // were taken; the flag is set again only when this one is.
