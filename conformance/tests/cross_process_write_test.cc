@@ -122,6 +122,13 @@ struct ChildSetup {
   uint8_t retry_cnt = 7;       // of a_
 };
 
+// Links `wrs` into one list and posts it; returns ibv_post_send's value.
+int PostList(ibv_qp* qp, std::vector<ibv_send_wr>* wrs) {
+  for (size_t k = 0; k + 1 < wrs->size(); ++k) (*wrs)[k].next = &(*wrs)[k + 1];
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, wrs->data(), &bad);
+}
+
 class CrossProcessWriteTest : public QpTest {
  protected:
   void SetUp() override {
@@ -633,10 +640,8 @@ TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
         for (int k = 0; k < kReads; ++k) {
           sges[k] = sink.Sge(k * kChunk, kChunk);
           wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + (k % kChunks) * kChunk, target.rkey);
-          if (k > 0) wrs[k - 1].next = &wrs[k];
         }
-        ibv_send_wr* bad = nullptr;
-        ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
         std::vector<ibv_wc> wcs;
         EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kReads, &wcs, kChildTimeout - 2000ms));
         for (size_t k = 0; k < wcs.size(); ++k) {
@@ -703,10 +708,8 @@ TEST_F(CrossProcessWriteTest, PipelinedSendsBehindRnrDoNotExhaustRetries) {
         for (int k = 0; k < kSends; ++k) {
           sges[k] = src_.Sge(64 * k, 64);
           wrs[k] = SendWr(k, &sges[k], 1);
-          if (k > 0) wrs[k - 1].next = &wrs[k];
         }
-        ibv_send_wr* bad = nullptr;
-        ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
         EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kBlockWindow))
             << "a SEND completed while the responder had no receive (RNR only)";
         EXPECT_EQ(write(to_child, "r", 1), 1);

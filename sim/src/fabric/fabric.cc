@@ -571,14 +571,18 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   return placed;
 }
 
+std::atomic<uint64_t>* Fabric::XmitDiscardsCounter(int device_index, int port) const {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || port < 1 || port > kMaxPorts) return nullptr;
+  return &segment_->devices[device_index].port_xmit_discards[port - 1];
+}
+
 void Fabric::CountXmitDiscard(int device_index, int port) {
-  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || port < 1 || port > kMaxPorts) return;
-  segment_->devices[device_index].port_xmit_discards[port - 1].fetch_add(1, std::memory_order_relaxed);
+  if (auto* counter = XmitDiscardsCounter(device_index, port)) counter->fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t Fabric::XmitDiscards(int device_index, int port) const {
-  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || port < 1 || port > kMaxPorts) return 0;
-  return segment_->devices[device_index].port_xmit_discards[port - 1].load(std::memory_order_relaxed);
+  const auto* counter = XmitDiscardsCounter(device_index, port);
+  return counter ? counter->load(std::memory_order_relaxed) : 0;
 }
 
 Fabric::Peer* Fabric::ReachPeer(int slot) {

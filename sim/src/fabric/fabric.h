@@ -257,6 +257,9 @@ class Fabric {
   // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
   Peer* ReachPeer(int slot);
   bool PeerAlive(int slot) const;
+  // The shared port_xmit_discards of (device, port), or nullptr when not
+  // attached or out of range.
+  std::atomic<uint64_t>* XmitDiscardsCounter(int device_index, int port) const;
   // Pushes what `peer`'s backlog holds while its ring has room (cutting READ
   // answers as it goes); true if anything moved. Requires: engine lock.
   bool FlushPeerLocked(Peer& peer);
