@@ -671,5 +671,24 @@ TEST_F(MwTest, WrApiSendInvReportsInvalidatedRkey) {
   EXPECT_EQ(rwc.invalidated_rkey, rkey);
 }
 
+// Rule: ibv_bind_mw(3) lists remote access flags for mw_access_flags and does not say a bind with
+//   IBV_ACCESS_LOCAL_WRITE fails; rxe takes it (drivers/infiniband/sw/rxe/rxe_mw.c: rxe_check_bind_mw
+//   checks no other bits) and rdma-core's own tests bind with REMOTE_WRITE | LOCAL_WRITE (tests/test_mr.py
+//   MWRes, tests/test_qpex.py test_qp_ex_rc_bind_mw). The window grants remote access only.
+// Checks: a type 1 bind with IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE completes successfully and a
+//   256-byte WRITE from a_ through the window lands.
+TEST_F(MwTest, BindWithLocalWriteInWindowAccessGrantsRemoteWrite) {
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  ASSERT_TRUE(MakePair());
+  ibv_mw* mw = AllocMw(IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  ASSERT_NO_FATAL_FAILURE(BindType1OnB(
+      mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE)));
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(WriteFromA(mw->rkey, kWindowOffset + 256, &wc, 256));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_EQ(remote_.Bytes(kWindowOffset + 256, 256), local_.Bytes(0, 256));
+}
+
 }  // namespace
 }  // namespace conformance

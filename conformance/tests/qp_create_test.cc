@@ -337,6 +337,30 @@ TEST_F(QpCreateTest, CreateQpExGivesQpEx) {
   EXPECT_GE(attr.cap.max_send_wr, 4u);
 }
 
+// Rule: ibv_create_qp_ex(3): comp_mask says which fields of ibv_qp_init_attr_ex are valid, and
+//   create_flags 0 asks for no creation flag: a provider that supports none still creates the QP (rxe:
+//   rxe_create_qp refuses only non-zero create_flags; rdma-core's tests/test_qp.py sets
+//   IBV_QP_INIT_ATTR_CREATE_FLAGS with create_flags 0 on non-Mellanox devices).
+// Checks: RC and UD QPs created by ibv_create_qp_ex with comp_mask PD | CREATE_FLAGS and create_flags 0
+//   are created.
+TEST_F(QpCreateTest, CreateQpExSucceeds_CreateFlagsMaskWithNoFlag) {
+  for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UD}) {
+    ibv_qp_init_attr_ex attr = {};
+    attr.qp_type = type;
+    attr.send_cq = send_cq_.get();
+    attr.recv_cq = recv_cq_.get();
+    attr.cap.max_send_wr = 4;
+    attr.cap.max_recv_wr = 4;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    attr.pd = pd();
+    attr.create_flags = 0;
+    auto call = CaptureErrno([&] { return ibv_create_qp_ex(context(), &attr); });
+    EXPECT_THAT(call, ReturnsObject()) << "QP type " << type;
+  }
+}
+
 // Rule: ibv_create_qp(3) leaves QP number allocation to the device; reusing the number of a QP
 //   destroyed just before is legal, and lets a stale packet or event reach the new QP - the
 //   backend's choice is QpNumberReusedAtOnce.

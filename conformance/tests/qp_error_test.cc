@@ -17,6 +17,7 @@
 
 #include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
+#include "conformance/lib/event_wait.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
@@ -766,6 +767,73 @@ TEST_F(QpErrorTest, FlushedCompletionInvalidFieldsZeroed) {
   EXPECT_EQ(wc.slid, 0);
   EXPECT_EQ(wc.sl, 0);
   EXPECT_EQ(wc.dlid_path_bits, 0);
+}
+
+// Rule: ibv_modify_qp(3) leaves open what becomes of completions a QP already put in its CQs when it
+//   is moved to RESET; the backend's choice is ResetDiscardsCompletions. mlx4/mlx5 remove them
+//   (providers/mlx5/verbs.c: mlx5_modify_qp calls mlx5_cq_clean for IBV_QPS_RESET), and rdma-core's
+//   own tests rely on it (tests/test_mr.py: test_mr_rereg_pd restates QPs through RESET and polls
+//   again); rxe leaves them to be polled.
+// Checks: b's receive is flushed by ERR (a completion event on its armed CQ says it is there), b
+//   goes to RESET, and ibv_poll_cq then finds no completion on a backend that discards, or exactly
+//   that flushed receive (wr_id 9, IBV_WC_WR_FLUSH_ERR) on one that keeps.
+TEST_F(QpErrorTest, UnpolledCompletionsAtResetFollowBackend) {
+  const bool discards = Backend().Answer("ResetDiscardsCompletions", true);
+  channel_.reset(ibv_create_comp_channel(context()));
+  ASSERT_NE(channel_, nullptr) << ErrnoName(errno);
+  EndConfig b_config;
+  b_config.recv_channel = channel_.get();
+  ASSERT_TRUE(MakePair(EndConfig{}, b_config, ConnectParams{}, ConnectParams{}));
+  ASSERT_EQ(ibv_req_notify_cq(b_.recv_cq.get(), 0), 0);
+  ibv_sge sge = local_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 9, &sge, 1), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  ASSERT_TRUE(GetCqEventWithin(channel_.get(), &cq, &cq_context, kReturnWindow)) << "the flushed receive never came";
+  ibv_ack_cq_events(cq, 1);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_RESET));
+  ibv_wc wc[2] = {};
+  const int n = ibv_poll_cq(b_.recv_cq.get(), 2, wc);
+  if (discards) {
+    EXPECT_EQ(n, 0) << "the flushed receive is still in the CQ after RESET: " << DescribeWc(wc[0]);
+  } else {
+    ASSERT_EQ(n, 1) << "the flushed receive is gone from the CQ after RESET";
+    EXPECT_EQ(wc[0].wr_id, 9u) << DescribeWc(wc[0]);
+    EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc[0]);
+  }
+}
+
+// Rule: ibv_rereg_mr(3): "IBV_REREG_MR_CHANGE_ACCESS Change access flags"; the MR's keys after the
+//   call are those in the struct ibv_mr ("Conceptually, this call performs the functions deregister
+//   memory region followed by register memory region. Where possible, resources are reused"). Whether
+//   the keys stay is the backend's choice (ReregMrKeepsKeys): mlx5 keeps them where it can, rxe keeps
+//   them (drivers/infiniband/sw/rxe/rxe_mr.c: rxe_rereg_user_mr changes only PD and access), and
+//   rdma-core's tests/test_mr.py writes with an rkey exchanged before the rereg.
+// Checks: an MR registered with LOCAL_WRITE only, re-registered with LOCAL_WRITE | REMOTE_WRITE, takes
+//   a 64-byte WRITE from a_ through the rkey it now reports; on a backend that keeps keys, lkey and
+//   rkey are those from before.
+TEST_F(QpErrorTest, WriteLandsAfterReregAddsRemoteWrite) {
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
+  ASSERT_TRUE(MakePair());
+  Buffer target;
+  ASSERT_TRUE(target.Register(pd(), 4096, IBV_ACCESS_LOCAL_WRITE));
+  ibv_mr* mr = target.mr();
+  const uint32_t lkey = mr->lkey;
+  const uint32_t rkey = mr->rkey;
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+            0)
+      << ErrnoName(errno);
+  if (Backend().Answer("ReregMrKeepsKeys", false)) {
+    EXPECT_EQ(mr->lkey, lkey);
+    EXPECT_EQ(mr->rkey, rkey);
+  }
+  sge_ = local_.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(RdmaWr(1, IBV_WR_RDMA_WRITE, &sge_, 1, target.addr(128), mr->rkey), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_EQ(target.Bytes(128, 64), local_.Bytes(0, 64));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ KNOBS = [
     ("comm_est_event", False, "QpCommEstTest.RaisedByFirstPacketInRtr"),
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
     ("rereg_mr_no_flags", "cmd", "PdMrTest.ReregMrFails_NoFlags"),
+    ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtResetFollowBackend"),
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),
     ("misaligned_atomic", "einval", "QpErrorTest.MisalignedAtomicFollowsBackend"),

@@ -129,6 +129,19 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
   return PushLocked(wc, solicited);
 }
 
+void Cq::DiscardQpCompletions(uint32_t qp_num) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t kept = 0;
+  for (size_t i = 0; i < count_; ++i) {
+    const ibv_wc& wc = ring_[(head_ + i) % ring_.size()];
+    // has_current_ changes only under mu_: the entry being read is ring_[head_].
+    if (wc.qp_num == qp_num && !(i == 0 && has_current_)) continue;
+    ring_[(head_ + kept++) % ring_.size()] = wc;
+  }
+  count_ = kept;
+  std::erase_if(held_wcs_, [qp_num](const std::pair<ibv_wc, bool>& held) { return held.first.qp_num == qp_num; });
+}
+
 // ibv_poll_cq(3): "If the completion status is other than IBV_WC_SUCCESS, only
 // the following attributes are valid: wr_id, status, qp_num, and vendor_err."
 void Cq::ScrambleInvalidFields(ibv_wc* wc) {

@@ -74,6 +74,11 @@ class Cq {
   // Raises an async event affiliated with this CQ (counted for destroy).
   void RaiseAsync(ibv_event_type type);
 
+  // Removes the completions of QP `qp_num` that have not been polled (held
+  // ones too), keeping the order of the rest; the entry an extended poll is
+  // reading stays. For a QP moved to RESET (Behaviour::reset_discards_completions).
+  void DiscardQpCompletions(uint32_t qp_num);
+
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.
   void AddQp(Qp* qp) { qps_.insert(qp); }
   void RemoveQp(Qp* qp) { qps_.erase(qp); }

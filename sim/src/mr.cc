@@ -162,10 +162,6 @@ Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t 
 
 void Mr::AssignKeys(uint32_t index) {
   Device* dev = pd_->context()->device();
-  if (handle_.pub.lkey) {
-    dev->RemoveKey(handle_.pub.lkey);
-    dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);
-  }
   handle_.pub.lkey = (index << 8) | 0x01;
   handle_.pub.rkey = handle_.pub.lkey;
   handle_.pub.handle = index;
@@ -253,13 +249,11 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   }
   // Every check passed: apply all changes together so a failure loses nothing.
   // Under the engine lock: no packet writes into the pages while a change of
-  // translation moves their content.
+  // translation moves their content. The keys stay, as rxe and mlx5 keep them
+  // (rxe_rereg_user_mr; mlx5: "Original memory keys are kept if possible"), so
+  // a peer that was given the rkey goes on using it; a one-copy writer sees
+  // the key withdrawn, waited for, and published again with the new range.
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
-  const uint32_t key_index = pd_->context()->device()->NewKeyIndex();
-  if (key_index == 0) {
-    errno = ENOMEM;
-    return IBV_REREG_MR_ERR_CMD;
-  }
   UnshareLocked();
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -274,7 +268,6 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     m.pd = pd->ibv();
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
-  AssignKeys(key_index);
   ShareLocked();
   return 0;
 }

@@ -55,8 +55,8 @@ class Mr {
  private:
   Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access, uint32_t key_index);
   ~Mr();
-  // Gives the MR the keys of `key_index` (from Device::NewKeyIndex) and
-  // frees the index of its old keys. Requires: engine lock.
+  // Gives the MR the keys of `key_index` (from Device::NewKeyIndex); they
+  // stay for its life, ibv_rereg_mr included. Requires: engine lock.
   void AssignKeys(uint32_t key_index);
   // Peers may write into this MR directly (fabric/fabric.h): publishes its
   // rkey. Nothing of the memory changes. Requires: engine lock.

@@ -12,8 +12,11 @@
 
 namespace simverbs {
 namespace {
+// A window grants remote access only; IBV_ACCESS_LOCAL_WRITE is taken and
+// means nothing, as rxe takes it (rxe_mw.c checks no other bits) and
+// rdma-core's own tests pass it (tests/test_mr.py MWRes, test_qpex.py).
 constexpr unsigned kWindowAccess = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC |
-                                   IBV_ACCESS_ZERO_BASED;
+                                   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE;
 }
 
 Mw::Mw(Pd* pd, ibv_mw_type type, uint32_t key_index) : ctx_(pd->context()), pd_(pd) {

@@ -334,6 +334,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }
+  if (r.Find("reset_completions", false)) {
+    b.reset_discards_completions = r.Choice<bool>("reset_completions", {{"discard", true}, {"keep", false}});
+  }
   b.spurious_comp_events = Bool(r, "spurious_comp_events", b.spurious_comp_events);
   if (r.Find("srq_order", false)) {
     b.srq_any_order = r.Choice<bool>("srq_order", {{"fifo", false}, {"any", true}});

@@ -61,6 +61,9 @@ struct Behaviour {
   // fails it as a command (IBV_REREG_MR_ERR_CMD); the simulator's default
   // reports an input error.
   bool rereg_no_flags_cmd_error = false;
+  // ibv_modify_qp to RESET removes the QP's unpolled completions from its
+  // CQs, as mlx4/mlx5 do (mlx5_modify_qp → mlx5_cq_clean); rxe leaves them.
+  bool reset_discards_completions = true;
   // A CQ gets the entries asked for, or (rxe) a ring of the next power of two
   // above them, reported as one entry less (rxe_queue_init).
   bool cq_size_pow2_minus_one = false;

@@ -26,7 +26,9 @@ constexpr uint32_t kMaxInlineData = 256;
 constexpr unsigned kQpAccessFlags =
     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
-constexpr uint32_t kSupportedCreateMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+// CREATE_FLAGS is taken with no flag set: no create flag is supported (as rxe_create_qp).
+constexpr uint32_t kSupportedCreateMask =
+    IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 
 // The ibv_qp_ex operations each transport can build (ibv_wr_post(3)).
 uint64_t SupportedSendOps(ibv_qp_type type) {
@@ -103,6 +105,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   Context* ctx = pd->context();
   const ibv_device_attr& dev = ctx->device()->profile().attr_ex.orig_attr;
   if (a.comp_mask & ~kSupportedCreateMask) return R::Error(EOPNOTSUPP);
+  if ((a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a.create_flags != 0) return R::Error(EOPNOTSUPP);
   switch (a.qp_type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:
@@ -256,6 +259,10 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     comm_established_ = false;
     sent_sequence_nak_ = false;
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
+    if (context()->device()->behaviour().reset_discards_completions) {
+      if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
+      if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->DiscardQpCompletions(qp_num());
+    }
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
