@@ -1,23 +1,30 @@
 #!/usr/bin/env python3
-"""Compares the dynamic symbol table of the simulator's libibverbs.so.1 with
-the system's rdma-core libibverbs.so.1, read now with objdump -T (not a list
-checked in). Every (symbol, version, default-or-not) of the system library must
-be there, nothing else may be, except the simulator's own SIMVERBS_1 node.
+"""Compares the dynamic symbol table of one of the simulator's drop-in libraries
+(libibverbs.so.1, librdmacm.so.1) with the system's rdma-core library of the same
+soname, read now with objdump -T (not a list checked in). Every (symbol, version,
+default-or-not) of the system library must be there, nothing else may be, except
+libibverbs' own SIMVERBS_1 node.
 
 usage: check_exports.py SIM_LIB [SYSTEM_LIB]
 """
+import os
 import re
 import subprocess
 import sys
 
 
-def system_library():
+def soname(path):
+    name = os.path.basename(path)
+    return name[:name.index(".so.") + 5] if ".so." in name else name
+
+
+def system_library(name):
     out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
-        m = re.match(r"\s*libibverbs\.so\.1 \(libc6,x86-64\) => (\S+)", line)
+        m = re.match(r"\s*" + re.escape(name) + r" \(libc6,x86-64\) => (\S+)", line)
         if m:
             return m.group(1)
-    sys.exit("check_exports: the system libibverbs.so.1 is not installed (apt-get install libibverbs1)")
+    sys.exit(f"check_exports: the system {name} is not installed (apt-get install libibverbs1 librdmacm1)")
 
 
 def exports(path):
@@ -41,7 +48,7 @@ def exports(path):
 
 def main():
     sim = sys.argv[1]
-    system = sys.argv[2] if len(sys.argv) > 2 else system_library()
+    system = sys.argv[2] if len(sys.argv) > 2 else system_library(soname(sim))
     want = exports(system)
     have = exports(sim)
     own = {e for e in have if e[1] == "SIMVERBS_1"}
@@ -56,7 +63,8 @@ def main():
           f"+ {len(own)} in SIMVERBS_1; {len(missing)} missing, {len(extra)} extra")
     if not want:
         sys.exit("check_exports: read no symbols from the system library")
-    if not any(e[1] == "SIMVERBS_1" and e[0] == "simverbs_version" for e in own):
+    if soname(sim) == "libibverbs.so.1" and not any(e[1] == "SIMVERBS_1" and e[0] == "simverbs_version"
+                                                    for e in own):
         print("missing: simverbs_version@@SIMVERBS_1")
         sys.exit(1)
     sys.exit(1 if missing or extra else 0)

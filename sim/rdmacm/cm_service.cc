@@ -1,0 +1,409 @@
+#include "cm_service.h"
+
+#include <sys/epoll.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <random>
+
+#include "cm_id.h"
+#include "port_addresses.h"
+
+namespace simverbs::rdmacm {
+
+namespace {
+
+std::string FabricName() {
+  const char* env = std::getenv("SIMVERBS_FABRIC");
+  return env && *env ? env : "default";
+}
+
+bool PeerIsUs(int sock) {
+  ucred cred = {};
+  socklen_t len = sizeof cred;
+  return getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.uid == getuid();
+}
+
+sockaddr_un AbstractAddress(const std::string& name, socklen_t* len) {
+  sockaddr_un a = {};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+// The size of the private data field a message of `type` carries to the
+// program (rdma_cm reports the whole field, zero-padded, as the kernel does).
+size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
+  const size_t header = ps == RDMA_PS_IB ? 0 : kCmaHeader;
+  switch (type) {
+    case CmMessageType::kReq: return kReqPrivateData - header;
+    case CmMessageType::kRep: return kRepPrivateData;
+    case CmMessageType::kRtu: return kRtuPrivateData;
+    case CmMessageType::kRej: return kRejPrivateData;
+    case CmMessageType::kDreq: return kDreqPrivateData;
+    case CmMessageType::kDrep: return kDrepPrivateData;
+    case CmMessageType::kSidrReq: return kSidrReqPrivateData - header;
+    case CmMessageType::kSidrRep: return kSidrRepPrivateData;
+  }
+  return 0;
+}
+
+}  // namespace
+
+CmService& CmService::Get() {
+  static CmService* service = new CmService();  // leaked: its thread lives to the end
+  return *service;
+}
+
+std::string CmService::SocketName(uint16_t ps, const std::string& address, uint16_t port) const {
+  std::string name = "simverbs-cm-" + std::to_string(getuid()) + "-" + FabricName() + "-" + std::to_string(ps) +
+                     "-" + address + "-" + std::to_string(port);
+  if (name.size() > 100) {
+    name = "simverbs-cm-" + std::to_string(getuid()) + "-h" + std::to_string(std::hash<std::string>()(name));
+  }
+  return name;
+}
+
+uint16_t CmService::EphemeralPort() {
+  if (next_port_ == 0) next_port_ = static_cast<uint16_t>(32768 + std::random_device()() % 28000);
+  if (++next_port_ >= 60999) next_port_ = 32768;
+  return next_port_;
+}
+
+void CmService::EnsureThread() {
+  if (epoll_fd_ >= 0) return;
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return;
+  thread_ = std::thread([this] { Run(); });
+  thread_.detach();
+}
+
+void CmService::Register(CmId* id, int sock, bool listener) {
+  EnsureThread();
+  const uint64_t token = next_token_++;
+  entries_[token] = Entry{id, sock, listener, nullptr};
+  if (id) {
+    id->token = token;
+    id->sock = sock;
+  }
+  epoll_event ev = {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = token;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, sock, &ev);
+}
+
+int CmService::Listen(CmId* id) {
+  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (sock < 0) return errno;
+  socklen_t len = 0;
+  sockaddr_un a = AbstractAddress(SocketName(id->pub_.ps, AddressText(id->src()), AddressPort(id->src())), &len);
+  if (bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(sock, id->backlog > 0 ? id->backlog : 128) != 0) {
+    const int err = errno;
+    close(sock);
+    return err == EADDRINUSE ? EADDRINUSE : err;
+  }
+  Register(id, sock, true);
+  return 0;
+}
+
+int CmService::Connect(CmId* id, const CmMessage& req) {
+  const std::string port_space = std::to_string(id->pub_.ps);
+  int sock = -1;
+  for (const std::string& address : {AddressText(id->dst()), std::string("any")}) {
+    sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (sock < 0) return errno;
+    socklen_t len = 0;
+    sockaddr_un a = AbstractAddress(SocketName(id->pub_.ps, address, AddressPort(id->dst())), &len);
+    if (connect(sock, reinterpret_cast<sockaddr*>(&a), len) == 0 && PeerIsUs(sock)) break;
+    close(sock);
+    sock = -1;
+  }
+  if (sock < 0) return ECONNREFUSED;
+  if (send(sock, &req, sizeof req, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req)) {
+    const int err = errno;
+    close(sock);
+    return err;
+  }
+  Register(id, sock, false);
+  return 0;
+}
+
+int CmService::Send(CmId* id, const CmMessage& m) {
+  if (id->sock < 0) return ENOTCONN;
+  if (send(id->sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof m)) return errno;
+  return 0;
+}
+
+void CmService::Close(CmId* id) {
+  if (id->sock < 0) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, id->sock, nullptr);
+  close(id->sock);
+  entries_.erase(id->token);
+  // Accepted sockets that came through this listener and have not said REQ yet.
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->second.listen_id == id && !it->second.id) {
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.sock, nullptr);
+      close(it->second.sock);
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  id->sock = -1;
+  id->token = 0;
+}
+
+void CmService::QueueEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from, CmId* listen_id,
+                           EventChannel* channel) {
+  auto* e = new CmEvent();
+  e->id = id;
+  e->listen_id = listen_id;
+  e->pub.id = id->pub();
+  e->pub.listen_id = listen_id ? listen_id->pub() : nullptr;
+  e->pub.event = type;
+  e->pub.status = status;
+  if (from) {
+    std::memcpy(e->private_data, from->private_data, std::min<size_t>(from->private_data_len, kMaxPrivateData));
+    const auto reported = static_cast<uint8_t>(ReportedPrivateData(from->type, from->port_space));
+    if (id->pub_.qp_type == IBV_QPT_UD) {
+      rdma_ud_param& ud = e->pub.param.ud;
+      ud.private_data = e->private_data;
+      ud.private_data_len = reported;
+      ud.qp_num = from->qpn;
+      ud.qkey = from->qkey;
+      if (type == RDMA_CM_EVENT_ESTABLISHED && id->port) {
+        ud.ah_attr.port_num = id->port->port;
+        ud.ah_attr.dlid = from->lid;
+        if (id->port->ethernet) {
+          ud.ah_attr.is_global = 1;
+          std::memcpy(ud.ah_attr.grh.dgid.raw, from->gid, 16);
+          ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->port->ipv4_gid_index);
+          ud.ah_attr.grh.hop_limit = 64;
+        }
+      }
+    } else {
+      rdma_conn_param& c = e->pub.param.conn;
+      c.private_data = e->private_data;
+      c.private_data_len = reported;
+      // What the peer offers is what we may use: its initiator depth is our responder resources.
+      c.responder_resources = from->initiator_depth;
+      c.initiator_depth = from->responder_resources;
+      c.flow_control = from->flow_control;
+      c.retry_count = from->retry_count;
+      c.rnr_retry_count = from->rnr_retry_count;
+      c.srq = from->srq;
+      c.qp_num = from->qpn;
+    }
+  }
+  ++id->unacked;
+  (channel ? channel : EventChannel::From(id->pub_.channel))->Push(e);
+}
+
+void CmService::Run() {
+  for (;;) {
+    epoll_event events[16];
+    const int n = epoll_wait(epoll_fd_, events, 16, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int i = 0; i < n; ++i) {
+      auto it = entries_.find(events[i].data.u64);
+      if (it == entries_.end()) continue;  // closed since
+      if (it->second.listener) {
+        OnListener(it->second.id);
+      } else {
+        OnConnection(it->first);
+      }
+    }
+  }
+}
+
+void CmService::OnListener(CmId* listener) {
+  for (;;) {
+    const int sock = accept4(listener->sock, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (sock < 0) return;
+    if (!PeerIsUs(sock)) {
+      close(sock);
+      continue;
+    }
+    Register(nullptr, sock, false);
+    entries_[next_token_ - 1].listen_id = listener;
+  }
+}
+
+void CmService::OnConnection(uint64_t token) {
+  for (;;) {
+    auto it = entries_.find(token);
+    if (it == entries_.end()) return;
+    Entry entry = it->second;
+    CmMessage m;
+    const ssize_t n = recv(entry.sock, &m, sizeof m, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n != static_cast<ssize_t>(sizeof m) || !m.Valid()) {
+      // Gone (0), broken, or not one of us: the connection ends here.
+      if (entry.id) {
+        OnPeerGone(entry.id);
+      } else {
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, entry.sock, nullptr);
+        close(entry.sock);
+        entries_.erase(token);
+      }
+      return;
+    }
+    if (!entry.id) {
+      if ((m.type == CmMessageType::kReq || m.type == CmMessageType::kSidrReq) && entry.listen_id) {
+        OnRequest(entry.listen_id, entry.sock, m);
+        it = entries_.find(token);
+        if (it != entries_.end() && !it->second.id) {  // refused
+          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, entry.sock, nullptr);
+          close(entry.sock);
+          entries_.erase(token);
+          return;
+        }
+      }
+      continue;
+    }
+    OnMessage(entry.id, m);
+  }
+}
+
+void CmService::OnRequest(CmId* listener, int sock, const CmMessage& req) {
+  const LocalPort* port = listener->port ? listener->port : PortAddresses::Get().Find(
+                                                                reinterpret_cast<const sockaddr*>(&req.dst));
+  if (!port) return;
+  EventChannel* channel = EventChannel::From(listener->pub_.channel);
+  if (listener->sync) {
+    channel = EventChannel::Create();  // the new id's own events (librdmacm migrates it)
+    if (!channel) return;
+  }
+  auto* id = new CmId(channel, listener->pub_.context, listener->pub_.ps, listener->pub_.qp_type, listener->sync);
+  id->AttachPort(port);
+  std::memcpy(id->src(), &req.dst, sizeof req.dst);
+  std::memcpy(id->dst(), &req.src, sizeof req.src);
+  std::memcpy(id->pub_.route.addr.addr.ibaddr.dgid.raw, req.gid, 16);
+  id->remote = req;
+  id->have_remote = true;
+  id->responder_resources = req.initiator_depth;
+  id->initiator_depth = req.responder_resources;
+  id->retry_count = req.retry_count;
+  id->rnr_retry_count = req.rnr_retry_count;
+  id->psn = std::random_device()() & 0xffffff;
+  id->state = CmId::State::kRequestReceived;
+  for (auto& [token, entry] : entries_) {
+    if (entry.sock == sock) {
+      entry.id = id;
+      id->sock = sock;
+      id->token = token;
+    }
+  }
+  // The request is the listener's event, about the new id.
+  QueueEvent(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req, listener, EventChannel::From(listener->pub_.channel));
+}
+
+void CmService::OnMessage(CmId* id, const CmMessage& m) {
+  using S = CmId::State;
+  switch (m.type) {
+    case CmMessageType::kRep:
+      if (id->state != S::kConnecting) return;
+      id->remote = m;
+      id->have_remote = true;
+      std::memcpy(id->pub_.route.addr.addr.ibaddr.dgid.raw, m.gid, 16);
+      if (!id->pub_.qp) {
+        // A QP the program manages: it moves it and calls rdma_establish.
+        QueueEvent(id, RDMA_CM_EVENT_CONNECT_RESPONSE, 0, &m);
+        return;
+      }
+      if (id->ModifyQp(IBV_QPS_RTR) != 0 || id->ModifyQp(IBV_QPS_RTS) != 0) {
+        CmMessage rej;
+        id->Describe(&rej);
+        rej.type = CmMessageType::kRej;
+        rej.reason = kRejConsumerDefined;
+        Send(id, rej);
+        id->state = S::kRouteResolved;
+        QueueEvent(id, RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL);
+        return;
+      }
+      {
+        CmMessage rtu;
+        id->Describe(&rtu);
+        rtu.type = CmMessageType::kRtu;
+        Send(id, rtu);
+      }
+      id->state = S::kConnected;
+      QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
+      return;
+    case CmMessageType::kSidrRep:
+      if (id->state != S::kConnecting) return;
+      id->state = S::kRouteResolved;
+      Close(id);
+      if (m.reason != 0) {
+        QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED, &m);
+      } else {
+        QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
+      }
+      return;
+    case CmMessageType::kRtu:
+      if (id->state != S::kAccepted) return;
+      id->state = S::kConnected;
+      QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
+      return;
+    case CmMessageType::kRej:
+      if (id->state != S::kConnecting && id->state != S::kAccepted) return;
+      id->state = S::kRouteResolved;
+      Close(id);
+      QueueEvent(id, RDMA_CM_EVENT_REJECTED, m.reason, &m);
+      return;
+    case CmMessageType::kDreq:
+      if (id->state == S::kConnected) {
+        id->peer_dreq = true;
+        id->state = S::kDisconnected;
+        QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
+      } else if (id->state == S::kDisconnecting) {
+        // Both asked at once: answer, and this is our end of it.
+        CmMessage drep;
+        id->Describe(&drep);
+        drep.type = CmMessageType::kDrep;
+        Send(id, drep);
+        id->state = S::kDisconnected;
+        QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
+      }
+      return;
+    case CmMessageType::kDrep:
+      if (id->state != S::kDisconnecting) return;
+      id->state = S::kDisconnected;
+      QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
+      return;
+    case CmMessageType::kReq:
+    case CmMessageType::kSidrReq:
+      return;  // only as the first message of a connection
+  }
+}
+
+void CmService::OnPeerGone(CmId* id) {
+  using S = CmId::State;
+  Close(id);
+  switch (id->state) {
+    case S::kConnecting:
+    case S::kAccepted:
+      id->state = S::kRouteResolved;
+      QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+      return;
+    case S::kConnected:
+    case S::kDisconnecting:
+      id->state = S::kDisconnected;
+      QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      return;
+    default:
+      return;  // a request not accepted yet: rdma_accept will say the peer is gone
+  }
+}
+
+}  // namespace simverbs::rdmacm

@@ -1,0 +1,84 @@
+#pragma once
+
+// The connection manager of this process: no daemon and no kernel, the
+// processes of a fabric talk to each other directly.
+//
+// A listening id binds an abstract Unix SEQPACKET socket named after the user,
+// the fabric (SIMVERBS_FABRIC), the port space, the address ("any" for the
+// wildcard) and the port; rdma_connect connects to the socket of the address
+// it resolved, else to the wildcard one, and the two ids then exchange the
+// CM's messages (cm_message.h) over that connection. Abstract sockets are
+// reachable by any user of the network namespace, so each side checks the
+// other's uid (SO_PEERCRED) and drops a stranger. A peer that exits or is
+// killed closes its sockets: the survivor sees DISCONNECTED (connected) or
+// UNREACHABLE (connecting), never a hang.
+//
+// One thread per process (started by the first listen or connect) waits on
+// every socket with epoll and turns messages into events on the ids' channels.
+// All CM state is guarded by one lock, mu().
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cm_message.h"
+#include "event_channel.h"
+
+namespace simverbs::rdmacm {
+
+class CmId;
+
+class CmService {
+ public:
+  static CmService& Get();
+  std::mutex& mu() { return mu_; }
+
+  // Requires: mu(). 0 or an errno.
+  int Listen(CmId* id);
+  // Connects to the peer of id->dst() and sends `req`; 0, or an errno when the
+  // address has no listener (ECONNREFUSED) or the socket layer failed.
+  int Connect(CmId* id, const CmMessage& req);
+  int Send(CmId* id, const CmMessage& m);
+  // Closes the id's socket; nothing more arrives for it.
+  void Close(CmId* id);
+
+  // Queues an event for `id` on its channel (or `channel`: a request goes to
+  // the listener's). Requires: mu().
+  void QueueEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from = nullptr,
+                  CmId* listen_id = nullptr, EventChannel* channel = nullptr);
+
+  // A port number no id of this process uses (ephemeral range).
+  uint16_t EphemeralPort();
+
+ private:
+  CmService() = default;
+  void EnsureThread();
+  void Run();
+  void Register(CmId* id, int sock, bool listener);
+  void OnListener(CmId* listener);
+  void OnConnection(uint64_t token);
+  void OnMessage(CmId* id, const CmMessage& m);
+  void OnRequest(CmId* listener, int sock, const CmMessage& req);
+  void OnPeerGone(CmId* id);
+  std::string SocketName(uint16_t ps, const std::string& address, uint16_t port) const;
+
+  struct Entry {
+    CmId* id = nullptr;  // nullptr: an accepted socket whose REQ has not come yet
+    int sock = -1;
+    bool listener = false;
+    CmId* listen_id = nullptr;  // for an accepted socket: the listener it came through
+  };
+
+  std::mutex mu_;
+  int epoll_fd_ = -1;
+  std::thread thread_;
+  uint64_t next_token_ = 1;
+  std::map<uint64_t, Entry> entries_;
+  uint16_t next_port_ = 0;
+};
+
+}  // namespace simverbs::rdmacm

@@ -1,0 +1,545 @@
+// librdmacm's id and connection calls (rdma_cma.h), on the simulated devices.
+
+#include <rdma/rdma_cma.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "api.h"
+#include "cm_id.h"
+#include "cm_service.h"
+#include "event_channel.h"
+#include "port_addresses.h"
+
+using simverbs::rdmacm::CmEvent;
+using simverbs::rdmacm::CmId;
+using simverbs::rdmacm::CmMessage;
+using simverbs::rdmacm::CmMessageType;
+using simverbs::rdmacm::CmService;
+using simverbs::rdmacm::EventChannel;
+using simverbs::rdmacm::Fail;
+using simverbs::rdmacm::Guarded;
+using simverbs::rdmacm::LocalPort;
+using simverbs::rdmacm::PortAddresses;
+using State = simverbs::rdmacm::CmId::State;
+namespace cm = simverbs::rdmacm;
+
+namespace {
+
+uint32_t RandomPsn() { return std::random_device()() & 0xffffff; }
+
+ibv_qp_type QpTypeOf(rdma_port_space ps) {
+  return ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+}
+
+bool KnownPortSpace(rdma_port_space ps) {
+  return ps == RDMA_PS_TCP || ps == RDMA_PS_UDP || ps == RDMA_PS_IB || ps == RDMA_PS_IPOIB;
+}
+
+// Copies `addr` into `out`, giving it an ephemeral port if it has none.
+int TakeAddress(const sockaddr* addr, sockaddr* out) {
+  const socklen_t len = cm::AddressLength(addr);
+  if (len == 0) return EAFNOSUPPORT;
+  std::memset(out, 0, sizeof(sockaddr_storage));
+  std::memcpy(out, addr, len);
+  if (cm::AddressPort(out) == 0) cm::SetAddressPort(out, CmService::Get().EphemeralPort());
+  return 0;
+}
+
+uint8_t Capped(uint8_t asked, int device_max) { return static_cast<uint8_t>(std::min<int>(asked, device_max)); }
+
+int DeviceMaxRdAtomic(ibv_context* verbs) {
+  ibv_device_attr attr = {};
+  return verbs && ibv_query_device(verbs, &attr) == 0 ? attr.max_qp_rd_atom : 0;
+}
+
+void TakeConnParam(CmId* id, const rdma_conn_param* param) {
+  const int max = DeviceMaxRdAtomic(id->pub_.verbs);
+  id->responder_resources = Capped(param->responder_resources, max);
+  id->initiator_depth = Capped(param->initiator_depth, max);
+  id->retry_count = std::min<uint8_t>(param->retry_count, 7);
+  id->rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+}
+
+void CopyPrivateData(CmMessage* m, const void* data, uint8_t len) {
+  m->private_data_len = len;
+  if (data && len) std::memcpy(m->private_data, data, len);
+}
+
+}  // namespace
+
+int cm::CompleteSync(CmId* id, rdma_cm_event_type expected) {
+  if (!id->sync) return 0;
+  if (id->pub_.event) {
+    rdma_ack_cm_event(id->pub_.event);
+    id->pub_.event = nullptr;
+  }
+  CmEvent* e = EventChannel::From(id->pub_.channel)->Pop();
+  if (!e) return -1;
+  id->pub_.event = &e->pub;
+  if (e->pub.event == expected && e->pub.status == 0) return 0;
+  if (e->pub.status < 0) return Fail(-e->pub.status);
+  return Fail(e->pub.event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EIO);
+}
+
+extern "C" {
+
+int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, rdma_port_space ps) {
+  return Guarded([&] {
+    if (!id || !KnownPortSpace(ps)) return Fail(EINVAL);
+    EventChannel* events = channel ? EventChannel::From(channel) : EventChannel::Create();
+    if (!events) return -1;
+    auto* cm_id = new (std::nothrow) CmId(events, context, ps, QpTypeOf(ps), channel == nullptr);
+    if (!cm_id) {
+      if (!channel) delete events;
+      return Fail(ENOMEM);
+    }
+    *id = cm_id->pub();
+    return 0;
+  });
+}
+
+int rdma_destroy_id(rdma_cm_id* pub) {
+  return Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    if (id->sync && pub->event) {
+      rdma_ack_cm_event(pub->event);
+      pub->event = nullptr;
+    }
+    CmService& service = CmService::Get();
+    std::unique_lock<std::mutex> lock(service.mu());
+    service.Close(id);  // a connected peer sees the socket close: its DISCONNECTED
+    EventChannel* channel = EventChannel::From(pub->channel);
+    // Events not read yet go with the id; events read must be acked first (rdma_ack_cm_event(3)).
+    for (CmEvent* e : channel->Withdraw(id)) {
+      --id->unacked;
+      delete e;
+    }
+    id->acked.wait(lock, [id] { return id->unacked <= 0; });
+    lock.unlock();
+    delete pub->route.path_rec;
+    delete id->ep_qp_attr;
+    if (id->sync) delete channel;
+    delete id;
+    return 0;
+  });
+}
+
+int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr) {
+  return Guarded([&] {
+    if (!pub || !addr) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    std::lock_guard<std::mutex> lock(CmService::Get().mu());
+    if (id->state != State::kIdle) return Fail(EINVAL);
+    if (cm::AddressLength(addr) == 0) return Fail(EAFNOSUPPORT);
+    const LocalPort* port = nullptr;
+    if (!cm::IsWildcard(addr)) {
+      port = PortAddresses::Get().Find(addr);
+      if (!port) return Fail(EADDRNOTAVAIL);  // no simulated port has this address
+    }
+    if (int err = TakeAddress(addr, id->src())) return Fail(err);
+    if (port) id->AttachPort(port);
+    id->state = State::kAddrBound;
+    return 0;
+  });
+}
+
+int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, int /*timeout_ms*/) {
+  const int rc = Guarded([&] {
+    if (!pub || !dst_addr || cm::AddressLength(dst_addr) == 0) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kIdle && id->state != State::kAddrBound) return Fail(EINVAL);
+    if (id->state == State::kIdle) {
+      sockaddr_storage any = {};
+      any.ss_family = dst_addr->sa_family;
+      const sockaddr* src = src_addr ? src_addr : reinterpret_cast<sockaddr*>(&any);
+      if (int err = TakeAddress(src, id->src())) return Fail(err);
+      if (!cm::IsWildcard(src)) {
+        const LocalPort* port = PortAddresses::Get().Find(src);
+        if (!port) return Fail(EADDRNOTAVAIL);
+        id->AttachPort(port);
+      }
+      id->state = State::kAddrBound;
+    }
+    std::memset(id->dst(), 0, sizeof(sockaddr_storage));
+    std::memcpy(id->dst(), dst_addr, cm::AddressLength(dst_addr));
+    const LocalPort* remote = PortAddresses::Get().Find(dst_addr);
+    if (!remote) {
+      // No simulated port has the address: as an ARP that is never answered.
+      service.QueueEvent(id, RDMA_CM_EVENT_ADDR_ERROR, -EHOSTUNREACH);
+      return 0;
+    }
+    if (!id->port) id->AttachPort(remote);
+    const int gid_index = remote->ethernet ? remote->ipv4_gid_index : 0;
+    if (gid_index < static_cast<int>(remote->gids.size())) {
+      pub->route.addr.addr.ibaddr.dgid = remote->gids[gid_index];
+    }
+    id->state = State::kAddrResolved;
+    service.QueueEvent(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+    return 0;
+  });
+  if (rc != 0) return rc;
+  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ADDR_RESOLVED);
+}
+
+int rdma_resolve_route(rdma_cm_id* pub, int /*timeout_ms*/) {
+  const int rc = Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kAddrResolved) return Fail(EINVAL);
+    if (!pub->route.path_rec) pub->route.path_rec = new ibv_sa_path_rec();
+    ibv_sa_path_rec& path = *pub->route.path_rec;
+    path = {};
+    path.dgid = pub->route.addr.addr.ibaddr.dgid;
+    path.sgid = pub->route.addr.addr.ibaddr.sgid;
+    const LocalPort* remote = PortAddresses::Get().Find(id->dst());
+    path.dlid = htobe16(remote ? remote->lid : 0);
+    path.slid = htobe16(id->port->lid);
+    path.pkey = htobe16(0xffff);
+    path.mtu = static_cast<uint8_t>(id->port->active_mtu);
+    path.mtu_selector = 2;  // exactly
+    path.reversible = 1;
+    path.numb_path = 1;
+    path.hop_limit = id->port->ethernet ? 64 : 0;
+    pub->route.num_paths = 1;
+    id->state = State::kRouteResolved;
+    service.QueueEvent(id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
+    return 0;
+  });
+  if (rc != 0) return rc;
+  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ROUTE_RESOLVED);
+}
+
+int rdma_create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
+  return Guarded([&] {
+    if (!pub || !attr || !pub->verbs || pub->qp) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+      attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+      attr->pd = pub->pd;
+    } else if (attr->pd->context != pub->verbs) {
+      return Fail(EINVAL);
+    }
+    if (!attr->pd) return Fail(EINVAL);
+    if (!attr->srq && pub->srq) attr->srq = pub->srq;
+    // CQs the program does not give are made here, each with a channel (librdmacm's ucma_create_cqs).
+    bool own = false;
+    if (!attr->send_cq || !attr->recv_cq) {
+      if (!pub->recv_cq) {
+        pub->recv_cq_channel = ibv_create_comp_channel(pub->verbs);
+        if (!pub->recv_cq_channel) return -1;
+        pub->recv_cq = ibv_create_cq(pub->verbs, std::max<int>(attr->cap.max_recv_wr, 1), pub, pub->recv_cq_channel, 0);
+        pub->send_cq_channel = ibv_create_comp_channel(pub->verbs);
+        pub->send_cq = ibv_create_cq(pub->verbs, std::max<int>(attr->cap.max_send_wr, 1), pub, pub->send_cq_channel, 0);
+        own = true;
+        if (!pub->recv_cq || !pub->send_cq || !pub->send_cq_channel) {
+          const int err = errno ? errno : ENOMEM;
+          if (pub->send_cq) ibv_destroy_cq(pub->send_cq);
+          if (pub->recv_cq) ibv_destroy_cq(pub->recv_cq);
+          if (pub->send_cq_channel) ibv_destroy_comp_channel(pub->send_cq_channel);
+          ibv_destroy_comp_channel(pub->recv_cq_channel);
+          pub->send_cq = pub->recv_cq = nullptr;
+          pub->send_cq_channel = pub->recv_cq_channel = nullptr;
+          return Fail(err);
+        }
+      }
+      if (!attr->send_cq) attr->send_cq = pub->send_cq;
+      if (!attr->recv_cq) attr->recv_cq = pub->recv_cq;
+    }
+    ibv_qp* qp = ibv_create_qp_ex(pub->verbs, attr);
+    if (!qp) return -1;
+    std::lock_guard<std::mutex> lock(CmService::Get().mu());
+    pub->qp = qp;
+    id->own_cqs = id->own_cqs || own;
+    int err = id->ModifyQp(IBV_QPS_INIT);
+    if (!err && pub->qp_type == IBV_QPT_UD) {
+      err = id->ModifyQp(IBV_QPS_RTR);
+      if (!err) err = id->ModifyQp(IBV_QPS_RTS);
+    }
+    if (err) {
+      pub->qp = nullptr;
+      ibv_destroy_qp(qp);
+      return Fail(err);
+    }
+    pub->pd = qp->pd;
+    return 0;
+  });
+}
+
+int rdma_create_qp(rdma_cm_id* pub, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  return Guarded([&] {
+    if (!pub || !qp_init_attr) return Fail(EINVAL);
+    ibv_qp_init_attr_ex attr = {};
+    std::memcpy(&attr, qp_init_attr, sizeof *qp_init_attr);
+    attr.comp_mask = IBV_QP_INIT_ATTR_PD;
+    attr.pd = pd;
+    if (rdma_create_qp_ex(pub, &attr) != 0) return -1;
+    qp_init_attr->cap = attr.cap;
+    qp_init_attr->send_cq = attr.send_cq;
+    qp_init_attr->recv_cq = attr.recv_cq;
+    return 0;
+  });
+}
+
+void rdma_destroy_qp(rdma_cm_id* pub) {
+  Guarded([&] {
+    if (!pub || !pub->qp) return 0;
+    ibv_destroy_qp(pub->qp);
+    pub->qp = nullptr;
+    CmId* id = CmId::From(pub);
+    if (id->own_cqs) {
+      if (pub->send_cq) ibv_destroy_cq(pub->send_cq);
+      if (pub->recv_cq) ibv_destroy_cq(pub->recv_cq);
+      if (pub->send_cq_channel) ibv_destroy_comp_channel(pub->send_cq_channel);
+      if (pub->recv_cq_channel) ibv_destroy_comp_channel(pub->recv_cq_channel);
+      pub->send_cq = pub->recv_cq = nullptr;
+      pub->send_cq_channel = pub->recv_cq_channel = nullptr;
+      id->own_cqs = false;
+    }
+    return 0;
+  });
+}
+
+int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
+  const int rc = Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kRouteResolved) return Fail(EINVAL);
+    const bool ud = pub->qp_type == IBV_QPT_UD;
+    const size_t header = pub->ps == RDMA_PS_IB ? 0 : cm::kCmaHeader;
+    const size_t limit = (ud ? cm::kSidrReqPrivateData : cm::kReqPrivateData) - header;
+    if (param && param->private_data_len > limit) return Fail(EINVAL);
+    if (!ud && !pub->qp && !param) return Fail(EINVAL);  // nothing says which QP connects
+    if (param) TakeConnParam(id, param);
+    id->psn = RandomPsn();
+    CmMessage req;
+    id->Describe(&req);
+    req.type = ud ? CmMessageType::kSidrReq : CmMessageType::kReq;
+    req.responder_resources = id->responder_resources;
+    req.initiator_depth = id->initiator_depth;
+    req.retry_count = id->retry_count;
+    req.rnr_retry_count = id->rnr_retry_count;
+    if (param) {
+      if (!pub->qp) req.qpn = param->qp_num & 0xffffff;
+      req.flow_control = param->flow_control;
+      req.srq = param->srq;
+      CopyPrivateData(&req, param->private_data, param->private_data_len);
+    }
+    id->state = State::kConnecting;
+    if (service.Connect(id, req) != 0) {
+      // Nobody listens there: the remote CM rejects the request (invalid service ID).
+      id->state = State::kRouteResolved;
+      if (ud) {
+        service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED);
+      } else {
+        CmMessage rej;
+        rej.type = CmMessageType::kRej;
+        rej.port_space = static_cast<uint16_t>(pub->ps);
+        service.QueueEvent(id, RDMA_CM_EVENT_REJECTED, cm::kRejInvalidServiceId, &rej);
+      }
+    }
+    return 0;
+  });
+  if (rc != 0) return rc;
+  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ESTABLISHED);
+}
+
+int rdma_listen(rdma_cm_id* pub, int backlog) {
+  return Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kAddrBound) return Fail(EINVAL);
+    id->backlog = backlog;
+    if (int err = service.Listen(id)) return Fail(err);
+    id->state = State::kListen;
+    return 0;
+  });
+}
+
+int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
+  return Guarded([&] {
+    if (!listen || !id) return Fail(EINVAL);
+    CmId* listener = CmId::From(listen);
+    if (!listener->sync) return Fail(EINVAL);
+    for (;;) {
+      CmEvent* e = EventChannel::From(listen->channel)->Pop();
+      if (!e) return -1;
+      if (e->pub.event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+        rdma_ack_cm_event(&e->pub);
+        continue;
+      }
+      if (listener->ep_qp_attr) {
+        ibv_qp_init_attr_ex attr = *listener->ep_qp_attr;
+        if (rdma_create_qp_ex(e->pub.id, &attr) != 0) {
+          const int err = errno;
+          rdma_ack_cm_event(&e->pub);
+          return Fail(err);
+        }
+      }
+      *id = e->pub.id;
+      (*id)->event = &e->pub;
+      return 0;
+    }
+  });
+}
+
+int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
+  const int rc = Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kRequestReceived) return Fail(EINVAL);
+    const bool ud = pub->qp_type == IBV_QPT_UD;
+    if (param && param->private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRepPrivateData)) return Fail(EINVAL);
+    if (!ud && !pub->qp && !param) return Fail(EINVAL);
+    if (param) {
+      const int max = DeviceMaxRdAtomic(pub->verbs);
+      id->responder_resources = Capped(param->responder_resources, max);
+      id->initiator_depth = Capped(param->initiator_depth, max);
+    }
+    if (id->sock < 0) {
+      // The peer left before the answer.
+      service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+      return 0;
+    }
+    CmMessage rep;
+    id->Describe(&rep);
+    rep.type = ud ? CmMessageType::kSidrRep : CmMessageType::kRep;
+    rep.responder_resources = id->responder_resources;
+    rep.initiator_depth = id->initiator_depth;
+    rep.qkey = id->qkey;
+    if (param) {
+      if (!pub->qp) rep.qpn = param->qp_num & 0xffffff;
+      rep.flow_control = param->flow_control;
+      rep.srq = param->srq;
+      rep.retry_count = id->retry_count;
+      rep.rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+      CopyPrivateData(&rep, param->private_data, param->private_data_len);
+    }
+    if (!ud) {
+      if (int err = id->ModifyQp(IBV_QPS_RTR)) return Fail(err);
+      if (int err = id->ModifyQp(IBV_QPS_RTS)) return Fail(err);
+    }
+    if (int err = service.Send(id, rep)) return Fail(err);
+    id->state = ud ? State::kConnected : State::kAccepted;
+    if (ud) service.Close(id);
+    return 0;
+  });
+  if (rc != 0 || pub->qp_type == IBV_QPT_UD) return rc;
+  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ESTABLISHED);
+}
+
+int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_len) {
+  return Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kRequestReceived) return Fail(EINVAL);
+    const bool ud = pub->qp_type == IBV_QPT_UD;
+    if (private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRejPrivateData)) return Fail(EINVAL);
+    CmMessage rej;
+    id->Describe(&rej);
+    rej.type = ud ? CmMessageType::kSidrRep : CmMessageType::kRej;
+    rej.reason = ud ? 1 : cm::kRejConsumerDefined;  // SIDR: "QP not supported"
+    CopyPrivateData(&rej, private_data, private_data_len);
+    service.Send(id, rej);  // a peer that is gone does not need the answer
+    service.Close(id);
+    id->state = State::kIdle;
+    return 0;
+  });
+}
+
+int rdma_disconnect(rdma_cm_id* pub) {
+  return Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    const bool answering = id->state == State::kDisconnected && id->peer_dreq;
+    if (id->state != State::kConnected && !answering) return Fail(EINVAL);
+    // The QP stops first: nothing completes after the disconnect but flushes.
+    id->ModifyQp(IBV_QPS_ERR);
+    CmMessage m;
+    id->Describe(&m);
+    m.type = answering ? CmMessageType::kDrep : CmMessageType::kDreq;
+    if (service.Send(id, m) != 0 && !answering) {
+      // The peer is gone: our end of the connection ends now.
+      service.Close(id);
+      id->state = State::kDisconnected;
+      service.QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      return 0;
+    }
+    if (answering) {
+      id->peer_dreq = false;
+      return 0;
+    }
+    id->state = State::kDisconnecting;
+    return 0;
+  });
+}
+
+int rdma_establish(rdma_cm_id* pub) {
+  const int rc = Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state != State::kConnecting || !id->have_remote) return Fail(EINVAL);
+    CmMessage rtu;
+    id->Describe(&rtu);
+    rtu.type = CmMessageType::kRtu;
+    if (int err = service.Send(id, rtu)) return Fail(err);
+    id->state = State::kConnected;
+    service.QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0);
+    return 0;
+  });
+  if (rc != 0) return rc;
+  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ESTABLISHED);
+}
+
+int rdma_init_qp_attr(rdma_cm_id* pub, ibv_qp_attr* qp_attr, int* qp_attr_mask) {
+  return Guarded([&] {
+    if (!pub || !qp_attr || !qp_attr_mask) return Fail(EINVAL);
+    std::lock_guard<std::mutex> lock(CmService::Get().mu());
+    if (int err = CmId::From(pub)->QpAttr(qp_attr->qp_state, qp_attr, qp_attr_mask)) return Fail(err);
+    return 0;
+  });
+}
+
+int rdma_migrate_id(rdma_cm_id* pub, rdma_event_channel* channel) {
+  return Guarded([&] {
+    if (!pub) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    EventChannel* target = channel ? EventChannel::From(channel) : EventChannel::Create();
+    if (!target) return -1;
+    std::unique_lock<std::mutex> lock(CmService::Get().mu());
+    EventChannel* old = EventChannel::From(pub->channel);
+    // Events not read yet move along; events read are acked first (librdmacm waits the same way).
+    std::vector<CmEvent*> moving = old->Withdraw(id);
+    const int queued = static_cast<int>(moving.size());
+    id->acked.wait(lock, [id, queued] { return id->unacked <= queued; });
+    const bool old_private = id->sync;
+    pub->channel = target->pub();
+    id->sync = channel == nullptr;
+    for (CmEvent* e : moving) target->Push(e);
+    if (old_private && old != target) delete old;
+    return 0;
+  });
+}
+
+}  // extern "C"
