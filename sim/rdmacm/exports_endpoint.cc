@@ -104,6 +104,8 @@ int rdma_create_ep(rdma_cm_id** id, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_
       rdma_destroy_id(cm_id);
       return Fail(err);
     };
+    // The QP's type is the address's (librdmacm does the same).
+    if (qp_init_attr) qp_init_attr->qp_type = static_cast<ibv_qp_type>(res->ai_qp_type);
     if (res->ai_flags & RAI_PASSIVE) {
       if (!res->ai_src_addr || rdma_bind_addr(cm_id, res->ai_src_addr) != 0) return fail();
       if (qp_init_attr) {

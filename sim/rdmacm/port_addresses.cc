@@ -1,5 +1,7 @@
 #include "port_addresses.h"
 
+#include "port_ipv4.h"
+
 #include <arpa/inet.h>
 
 #include <cstring>
@@ -9,13 +11,6 @@ namespace simverbs::rdmacm {
 
 namespace {
 
-bool Ipv4Mapped(const ibv_gid& gid, uint32_t* ip) {
-  static const uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(gid.raw, kPrefix, sizeof kPrefix) != 0) return false;
-  *ip = (uint32_t{gid.raw[12]} << 24) | (uint32_t{gid.raw[13]} << 16) | (uint32_t{gid.raw[14]} << 8) | gid.raw[15];
-  return true;
-}
-
 bool Zero(const ibv_gid& gid) {
   for (uint8_t b : gid.raw) {
     if (b) return false;
@@ -24,14 +19,6 @@ bool Zero(const ibv_gid& gid) {
 }
 
 }  // namespace
-
-uint32_t PortIpv4(const std::vector<ibv_gid>& gids, uint16_t lid) {
-  for (const ibv_gid& gid : gids) {
-    uint32_t ip = 0;
-    if (Ipv4Mapped(gid, &ip)) return ip;
-  }
-  return (10u << 24) | (128u << 16) | lid;
-}
 
 PortAddresses& PortAddresses::Get() {
   static PortAddresses* addresses = new PortAddresses();  // leaked: ids may outlive static destructors
@@ -61,7 +48,7 @@ PortAddresses::PortAddresses() {
         if (ibv_query_gid(verbs, p, i, &gid) != 0) break;
         lp.gids.push_back(gid);
       }
-      lp.ipv4 = PortIpv4(lp.gids, lp.lid);
+      lp.ipv4 = PortIpv4(lp.gids, [](const ibv_gid& g) { return g; }, lp.lid);
       // RoCE: the last GID that maps the address (the RoCE v2 one when a profile lists v1 first).
       for (size_t i = 0; i < lp.gids.size(); ++i) {
         uint32_t ip = 0;

@@ -2,12 +2,9 @@
 
 // The IP addresses of the simulated ports, as rdma_cm resolves them.
 //
-// A port's IPv4 address is the one behind its first IPv4-mapped GID
-// (::ffff:a.b.c.d, RoCE); a port without one (InfiniBand) gets
-// 10.128.<LID high byte>.<LID low byte>, which is unique on the fabric as the
-// LID is. Its IPv6 addresses are its other GIDs (fe80::<GUID> on InfiniBand).
-// 127.0.0.1, ::1 and the wildcard addresses resolve to the first active port.
-// `simverbs devices` prints the same addresses (PortIpv4 is shared).
+// A port's IPv4 address is PortIpv4's (port_ipv4.h); its IPv6 addresses are
+// its other GIDs (fe80::<GUID> on InfiniBand). 127.0.0.1, ::1 and the
+// wildcard addresses resolve to the first port.
 
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
@@ -19,9 +16,6 @@
 #include <vector>
 
 namespace simverbs::rdmacm {
-
-// The IPv4 address of a port with these GIDs and this LID (host byte order).
-uint32_t PortIpv4(const std::vector<ibv_gid>& gids, uint16_t lid);
 
 struct LocalPort {
   ibv_context* verbs = nullptr;

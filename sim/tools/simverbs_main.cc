@@ -22,6 +22,7 @@
 #include "counters_command.h"
 #include "inject_command.h"
 #include "profile.h"
+#include "../rdmacm/port_ipv4.h"
 #include "record.h"
 
 namespace {
@@ -82,9 +83,12 @@ int Devices(const std::string& profile) {
   for (const auto& dev : load.profile.devices) {
     for (size_t i = 0; i < dev.ports.size(); ++i) {
       const ibv_port_attr& a = dev.ports[i].attr;
-      std::printf("  %s port %zu: %s, %s, lid %u, %zu GIDs\n", dev.name.c_str(), i + 1,
+      const uint32_t ip = simverbs::rdmacm::PortIpv4(
+          dev.ports[i].gids, [](const simverbs::GidProfile& g) { return g.gid; }, a.lid);
+      std::printf("  %s port %zu: %s, %s, lid %u, %zu GIDs, rdma_cm address %s\n", dev.name.c_str(), i + 1,
                   a.link_layer == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "InfiniBand",
-                  a.state == IBV_PORT_ACTIVE ? "ACTIVE" : "not active", a.lid, dev.ports[i].gids.size());
+                  a.state == IBV_PORT_ACTIVE ? "ACTIVE" : "not active", a.lid, dev.ports[i].gids.size(),
+                  simverbs::rdmacm::Ipv4Text(ip).c_str());
     }
   }
   return 0;

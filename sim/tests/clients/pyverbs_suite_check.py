@@ -45,7 +45,8 @@ SKIP_REASONS = [
     (r"No supported port is up, can't run traffic",
      "a test that picks a RoCE GID type the profile does not list; rxe skips it too"),
     (r"doesn't have net interface",
-     "rdma_cm tests: the simulated device has no net interface for rdma_cm (librdmacm is not simulated yet)"),
+     "rdma_cm tests: pyverbs looks for the device's net interface under /sys/class/infiniband, which a "
+     "simulated device does not have yet"),
 ]
 
 

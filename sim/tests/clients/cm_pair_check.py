@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Runs unmodified Debian rdma_cm programs (rdmacm-utils, perftest -R) as a server and a client process
+on the simulator, through the simulator's librdmacm.so.1, and checks that both succeed.
+
+usage: cm_pair_check.py SIMVERBS_CLI PROFILE FABRIC BASE_PORT
+
+Each pair gets its own rdma_cm port. The server is known to listen when its listening socket shows in
+/proc/net/unix (the simulator's CM listens on an abstract socket named after the user, the fabric and
+the port); a failure prints both outputs.
+"""
+import os
+import subprocess
+import sys
+import time
+
+cli, profile, fabric, base_port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+# (name, server command, client command, lines the client's output must contain); {p} is the port.
+CASES = [
+    ("rping -v -C 10", ["rping", "-s", "-a", "0.0.0.0", "-p", "{p}", "-v", "-C", "10"],
+     ["rping", "-c", "-a", "127.0.0.1", "-p", "{p}", "-v", "-C", "10"],
+     [f"ping data: rdma-ping-{i}: " for i in range(10)]),
+    ("ucmatose", ["ucmatose", "-p", "{p}"], ["ucmatose", "-s", "127.0.0.1", "-p", "{p}"], ["test complete"]),
+    ("ucmatose -c 4 -C 20", ["ucmatose", "-p", "{p}", "-c", "4", "-C", "20"],
+     ["ucmatose", "-s", "127.0.0.1", "-p", "{p}", "-c", "4", "-C", "20"], ["test complete"]),
+    # udaddy's -p is the port space: it always uses port 7174 (the fabric keeps parallel runs apart).
+    ("udaddy", ["udaddy"], ["udaddy", "-s", "127.0.0.1"], ["test complete"]),
+    ("rdma_server/rdma_client", ["rdma_server", "-p", "{p}"], ["rdma_client", "-s", "127.0.0.1", "-p", "{p}"],
+     ["rdma_client: end 0"]),
+    ("ib_send_lat -R", ["ib_send_lat", "-R", "-n", "200", "-p", "{p}"],
+     ["ib_send_lat", "-R", "-n", "200", "-p", "{p}", "127.0.0.1"], []),
+    ("ib_write_bw -R", ["ib_write_bw", "-R", "-n", "200", "-p", "{p}"],
+     ["ib_write_bw", "-R", "-n", "200", "-p", "{p}", "127.0.0.1"], []),
+    ("ib_read_bw -R", ["ib_read_bw", "-R", "-n", "200", "-p", "{p}"],
+     ["ib_read_bw", "-R", "-n", "200", "-p", "{p}", "127.0.0.1"], []),
+]
+
+
+def listening(port):
+    suffix = f"-{port}"
+    try:
+        lines = open("/proc/net/unix").read().splitlines()[1:]
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        # Flags 00010000: a listening socket.
+        if len(fields) >= 8 and fields[3] == "00010000" and fields[7].startswith("@simverbs-cm-") and \
+                fields[7].endswith(suffix):
+            return True
+    return False
+
+
+def main():
+    env = dict(os.environ, SIMVERBS_FABRIC=fabric)
+    failures = []
+    for i, (name, server_cmd, client_cmd, wanted) in enumerate(CASES):
+        port = str(base_port + i) if "{p}" in server_cmd else "7174"
+        server_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in server_cmd]
+        client_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in client_cmd]
+        server = subprocess.Popen(server_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.time() + 20
+        while time.time() < deadline and server.poll() is None and not listening(port):
+            time.sleep(0.02)
+        if not listening(port):
+            server.kill()
+            failures.append((name, "the server never listened", server.communicate()[0], ""))
+            continue
+        client = subprocess.Popen(client_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        try:
+            client_out = client.communicate(timeout=60)[0]
+            server_out = server.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            client.kill()
+            server.kill()
+            failures.append((name, "timed out", server.communicate()[0], client.communicate()[0]))
+            continue
+        missing = [w for w in wanted if w not in client_out]
+        if client.returncode != 0 or server.returncode != 0:
+            failures.append((name, f"client exit {client.returncode}, server exit {server.returncode}", server_out,
+                             client_out))
+        elif missing:
+            failures.append((name, f"the client did not print {missing[0]!r}", server_out, client_out))
+        else:
+            print(f"ok   {name}")
+    for name, why, server_out, client_out in failures:
+        print(f"FAIL {name}: {why}\n--- server:\n{server_out}\n--- client:\n{client_out}")
+    print(f"{len(CASES) - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
