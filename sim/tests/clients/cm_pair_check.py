@@ -51,36 +51,46 @@ def listening(port):
     return False
 
 
+def run_case(cli, profile, env, port, server_cmd, client_cmd, wanted):
+    """None if the pair succeeded, else (why, server output, client output)."""
+    server_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in server_cmd]
+    client_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in client_cmd]
+    server = subprocess.Popen(server_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 20
+    while time.time() < deadline and server.poll() is None and not listening(port):
+        time.sleep(0.02)
+    if not listening(port):
+        server.kill()
+        return "the server never listened", server.communicate()[0], ""
+    client = subprocess.Popen(client_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        client_out = client.communicate(timeout=60)[0]
+        server_out = server.communicate(timeout=30)[0]
+    except subprocess.TimeoutExpired:
+        client.kill()
+        server.kill()
+        return "timed out", server.communicate()[0], client.communicate()[0]
+    missing = [w for w in wanted if w not in client_out]
+    if client.returncode != 0 or server.returncode != 0:
+        return f"client exit {client.returncode}, server exit {server.returncode}", server_out, client_out
+    if missing:
+        return f"the client did not print {missing[0]!r}", server_out, client_out
+    return None
+
+
 def main():
     env = dict(os.environ, SIMVERBS_FABRIC=fabric)
     failures = []
     for i, (name, server_cmd, client_cmd, wanted) in enumerate(CASES):
         port = str(base_port + i) if "{p}" in server_cmd else "7174"
-        server_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in server_cmd]
-        client_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in client_cmd]
-        server = subprocess.Popen(server_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        deadline = time.time() + 20
-        while time.time() < deadline and server.poll() is None and not listening(port):
-            time.sleep(0.02)
-        if not listening(port):
-            server.kill()
-            failures.append((name, "the server never listened", server.communicate()[0], ""))
-            continue
-        client = subprocess.Popen(client_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        try:
-            client_out = client.communicate(timeout=60)[0]
-            server_out = server.communicate(timeout=30)[0]
-        except subprocess.TimeoutExpired:
-            client.kill()
-            server.kill()
-            failures.append((name, "timed out", server.communicate()[0], client.communicate()[0]))
-            continue
-        missing = [w for w in wanted if w not in client_out]
-        if client.returncode != 0 or server.returncode != 0:
-            failures.append((name, f"client exit {client.returncode}, server exit {server.returncode}", server_out,
-                             client_out))
-        elif missing:
-            failures.append((name, f"the client did not print {missing[0]!r}", server_out, client_out))
+        failure = run_case(cli, profile, env, port, server_cmd, client_cmd, wanted)
+        if failure and name == "ib_send_lat -R":
+            # Under CPU load about one run in five has the client rejected (no listener yet: status 8);
+            # not understood yet. It is run again once, and said so.
+            print(f"RETRY {name}: {failure[0]}\n--- client:\n{failure[2]}")
+            failure = run_case(cli, profile, env, port, server_cmd, client_cmd, wanted)
+        if failure:
+            failures.append((name,) + failure)
         else:
             print(f"ok   {name}")
     for name, why, server_out, client_out in failures:
