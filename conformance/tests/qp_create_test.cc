@@ -51,6 +51,21 @@ class QpCreateTest : public QpTest {
     return MakeInitAttr(type, send_cq_.get(), recv_cq_.get(), caps);
   }
 
+  // ibv_create_qp_ex attributes in the fixture's PD and CQs, 4 WRs and 1 SGE each way.
+  ibv_qp_init_attr_ex InitEx(ibv_qp_type type, uint32_t comp_mask) {
+    ibv_qp_init_attr_ex attr = {};
+    attr.qp_type = type;
+    attr.send_cq = send_cq_.get();
+    attr.recv_cq = recv_cq_.get();
+    attr.cap.max_send_wr = 4;
+    attr.cap.max_recv_wr = 4;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    attr.comp_mask = comp_mask;
+    attr.pd = pd();
+    return attr;
+  }
+
   CqPtr send_cq_;
   CqPtr recv_cq_;
   QpPtr qp_;  // destroyed before the CQs above
@@ -318,16 +333,7 @@ TEST_F(QpCreateTest, DestroySucceeds) {
 // Checks: an RC QP created with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS (SEND | RDMA_WRITE) gives a
 //   non-NULL ibv_qp_ex whose qp_base is the QP.
 TEST_F(QpCreateTest, CreateQpExGivesQpEx) {
-  ibv_qp_init_attr_ex attr = {};
-  attr.qp_type = IBV_QPT_RC;
-  attr.send_cq = send_cq_.get();
-  attr.recv_cq = recv_cq_.get();
-  attr.cap.max_send_wr = 4;
-  attr.cap.max_recv_wr = 4;
-  attr.cap.max_send_sge = 1;
-  attr.cap.max_recv_sge = 1;
-  attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  attr.pd = pd();
+  ibv_qp_init_attr_ex attr = InitEx(IBV_QPT_RC, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
   attr.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
   auto call = CaptureErrno([&] { return ibv_create_qp_ex(context(), &attr); });
   ASSERT_THAT(call, ReturnsObject());
@@ -345,16 +351,7 @@ TEST_F(QpCreateTest, CreateQpExGivesQpEx) {
 //   are created.
 TEST_F(QpCreateTest, CreateQpExSucceeds_CreateFlagsMaskWithNoFlag) {
   for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UD}) {
-    ibv_qp_init_attr_ex attr = {};
-    attr.qp_type = type;
-    attr.send_cq = send_cq_.get();
-    attr.recv_cq = recv_cq_.get();
-    attr.cap.max_send_wr = 4;
-    attr.cap.max_recv_wr = 4;
-    attr.cap.max_send_sge = 1;
-    attr.cap.max_recv_sge = 1;
-    attr.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
-    attr.pd = pd();
+    ibv_qp_init_attr_ex attr = InitEx(type, IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS);
     attr.create_flags = 0;
     auto call = CaptureErrno([&] { return ibv_create_qp_ex(context(), &attr); });
     EXPECT_THAT(call, ReturnsObject()) << "QP type " << type;

@@ -22,12 +22,14 @@ void CmId::AttachPort(const LocalPort* p) {
   pub_.port_num = p->port;
   if (!pub_.pd) pub_.pd = PortAddresses::Get().DefaultPd(p->verbs);
   rdma_ib_addr& ib = pub_.route.addr.addr.ibaddr;
-  const int index = p->ethernet ? p->ipv4_gid_index : 0;
-  if (index < static_cast<int>(p->gids.size())) ib.sgid = p->gids[index];
+  ib.sgid = p->ConnectionGid();
   ib.pkey = 0xffff;
 }
 
-void CmId::Describe(CmMessage* m) const {
+CmMessage CmId::Message(CmMessageType type) const {
+  CmMessage message;
+  CmMessage* m = &message;
+  m->type = type;
   m->qpn = pub_.qp ? pub_.qp->qp_num : 0;
   m->psn = psn;
   m->lid = port ? port->lid : 0;
@@ -36,6 +38,7 @@ void CmId::Describe(CmMessage* m) const {
   m->port_space = static_cast<uint16_t>(pub_.ps);
   std::memcpy(&m->src, &pub_.route.addr.src_storage, sizeof m->src);
   std::memcpy(&m->dst, &pub_.route.addr.dst_storage, sizeof m->dst);
+  return message;
 }
 
 int CmId::QpAttr(ibv_qp_state target, ibv_qp_attr* attr, int* mask) const {
@@ -67,14 +70,7 @@ int CmId::QpAttr(ibv_qp_state target, ibv_qp_attr* attr, int* mask) const {
       attr->rq_psn = remote.psn;
       attr->max_dest_rd_atomic = responder_resources;
       attr->min_rnr_timer = 12;  // 0.64 ms
-      attr->ah_attr.port_num = port->port;
-      attr->ah_attr.dlid = remote.lid;
-      if (port->ethernet) {
-        attr->ah_attr.is_global = 1;
-        std::memcpy(attr->ah_attr.grh.dgid.raw, remote.gid, 16);
-        attr->ah_attr.grh.sgid_index = static_cast<uint8_t>(port->ipv4_gid_index);
-        attr->ah_attr.grh.hop_limit = 64;
-      }
+      attr->ah_attr = port->AhTo(remote.lid, remote.gid);
       // The responder resources are known now: read and atomic follow them.
       attr->qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
       if (responder_resources) attr->qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;

@@ -52,8 +52,8 @@ class CmId {
   int QpAttr(ibv_qp_state state, ibv_qp_attr* attr, int* mask) const;
   // Moves id->qp (if the id has one) to `state`; 0 or an errno.
   int ModifyQp(ibv_qp_state state) const;
-  // Fills the parts of a message that describe this end.
-  void Describe(CmMessage* m) const;
+  // A message of `type` that describes this end (QP, PSN, LID, GID, addresses).
+  CmMessage Message(CmMessageType type) const;
 
   rdma_cm_id pub_ = {};  // first: the program's pointer is ours
   bool sync = false;     // created without a channel: calls wait for their events

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "cm_id.h"
 #include "port_addresses.h"
@@ -113,7 +114,6 @@ int CmService::Listen(CmId* id) {
 }
 
 int CmService::Connect(CmId* id, const CmMessage& req) {
-  const std::string port_space = std::to_string(id->pub_.ps);
   int sock = -1;
   for (const std::string& address : {AddressText(id->dst()), std::string("any")}) {
     sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -140,21 +140,23 @@ int CmService::Send(CmId* id, const CmMessage& m) {
   return 0;
 }
 
+void CmService::Drop(uint64_t token) {
+  auto it = entries_.find(token);
+  if (it == entries_.end()) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.sock, nullptr);
+  close(it->second.sock);
+  entries_.erase(it);
+}
+
 void CmService::Close(CmId* id) {
   if (id->sock < 0) return;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, id->sock, nullptr);
-  close(id->sock);
-  entries_.erase(id->token);
+  Drop(id->token);
   // Accepted sockets that came through this listener and have not said REQ yet.
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    if (it->second.listen_id == id && !it->second.id) {
-      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.sock, nullptr);
-      close(it->second.sock);
-      it = entries_.erase(it);
-    } else {
-      ++it;
-    }
+  std::vector<uint64_t> pending;
+  for (const auto& [token, entry] : entries_) {
+    if (entry.listen_id == id && !entry.id) pending.push_back(token);
   }
+  for (uint64_t token : pending) Drop(token);
   id->sock = -1;
   id->token = 0;
 }
@@ -163,7 +165,6 @@ void CmService::QueueEvent(CmId* id, rdma_cm_event_type type, int status, const 
                            EventChannel* channel) {
   auto* e = new CmEvent();
   e->id = id;
-  e->listen_id = listen_id;
   e->pub.id = id->pub();
   e->pub.listen_id = listen_id ? listen_id->pub() : nullptr;
   e->pub.event = type;
@@ -177,16 +178,7 @@ void CmService::QueueEvent(CmId* id, rdma_cm_event_type type, int status, const 
       ud.private_data_len = reported;
       ud.qp_num = from->qpn;
       ud.qkey = from->qkey;
-      if (type == RDMA_CM_EVENT_ESTABLISHED && id->port) {
-        ud.ah_attr.port_num = id->port->port;
-        ud.ah_attr.dlid = from->lid;
-        if (id->port->ethernet) {
-          ud.ah_attr.is_global = 1;
-          std::memcpy(ud.ah_attr.grh.dgid.raw, from->gid, 16);
-          ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(id->port->ipv4_gid_index);
-          ud.ah_attr.grh.hop_limit = 64;
-        }
-      }
+      if (type == RDMA_CM_EVENT_ESTABLISHED && id->port) ud.ah_attr = id->port->AhTo(from->lid, from->gid);
     } else {
       rdma_conn_param& c = e->pub.param.conn;
       c.private_data = e->private_data;
@@ -252,20 +244,16 @@ void CmService::OnConnection(uint64_t token) {
       if (entry.id) {
         OnPeerGone(entry.id);
       } else {
-        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, entry.sock, nullptr);
-        close(entry.sock);
-        entries_.erase(token);
+        Drop(token);
       }
       return;
     }
     if (!entry.id) {
       if ((m.type == CmMessageType::kReq || m.type == CmMessageType::kSidrReq) && entry.listen_id) {
-        OnRequest(entry.listen_id, entry.sock, m);
+        OnRequest(entry.listen_id, token, m);
         it = entries_.find(token);
         if (it != entries_.end() && !it->second.id) {  // refused
-          epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, entry.sock, nullptr);
-          close(entry.sock);
-          entries_.erase(token);
+          Drop(token);
           return;
         }
       }
@@ -275,7 +263,7 @@ void CmService::OnConnection(uint64_t token) {
   }
 }
 
-void CmService::OnRequest(CmId* listener, int sock, const CmMessage& req) {
+void CmService::OnRequest(CmId* listener, uint64_t token, const CmMessage& req) {
   const LocalPort* port = listener->port ? listener->port : PortAddresses::Get().Find(
                                                                 reinterpret_cast<const sockaddr*>(&req.dst));
   if (!port) return;
@@ -297,13 +285,10 @@ void CmService::OnRequest(CmId* listener, int sock, const CmMessage& req) {
   id->rnr_retry_count = req.rnr_retry_count;
   id->psn = std::random_device()() & 0xffffff;
   id->state = CmId::State::kRequestReceived;
-  for (auto& [token, entry] : entries_) {
-    if (entry.sock == sock) {
-      entry.id = id;
-      id->sock = sock;
-      id->token = token;
-    }
-  }
+  Entry& entry = entries_[token];
+  entry.id = id;
+  id->sock = entry.sock;
+  id->token = token;
   // The request is the listener's event, about the new id.
   QueueEvent(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req, listener, EventChannel::From(listener->pub_.channel));
 }
@@ -322,21 +307,14 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
         return;
       }
       if (id->ModifyQp(IBV_QPS_RTR) != 0 || id->ModifyQp(IBV_QPS_RTS) != 0) {
-        CmMessage rej;
-        id->Describe(&rej);
-        rej.type = CmMessageType::kRej;
+        CmMessage rej = id->Message(CmMessageType::kRej);
         rej.reason = kRejConsumerDefined;
         Send(id, rej);
         id->state = S::kRouteResolved;
         QueueEvent(id, RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL);
         return;
       }
-      {
-        CmMessage rtu;
-        id->Describe(&rtu);
-        rtu.type = CmMessageType::kRtu;
-        Send(id, rtu);
-      }
+      Send(id, id->Message(CmMessageType::kRtu));
       id->state = S::kConnected;
       QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
       return;
@@ -368,10 +346,7 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
         QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
       } else if (id->state == S::kDisconnecting) {
         // Both asked at once: answer, and this is our end of it.
-        CmMessage drep;
-        id->Describe(&drep);
-        drep.type = CmMessageType::kDrep;
-        Send(id, drep);
+        Send(id, id->Message(CmMessageType::kDrep));
         id->state = S::kDisconnected;
         QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
       }

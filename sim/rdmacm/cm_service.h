@@ -62,7 +62,9 @@ class CmService {
   void OnListener(CmId* listener);
   void OnConnection(uint64_t token);
   void OnMessage(CmId* id, const CmMessage& m);
-  void OnRequest(CmId* listener, int sock, const CmMessage& req);
+  void OnRequest(CmId* listener, uint64_t token, const CmMessage& req);
+  // Stops watching an entry's socket, closes it and forgets the entry.
+  void Drop(uint64_t token);
   void OnPeerGone(CmId* id);
   std::string SocketName(uint16_t ps, const std::string& address, uint16_t port) const;
 

@@ -23,7 +23,6 @@ class CmId;
 struct CmEvent {
   rdma_cm_event pub = {};  // first: the program's pointer is ours
   CmId* id = nullptr;       // counted in id->unacked_ while not acked
-  CmId* listen_id = nullptr;
   bool placeholder = false;  // stands for a withdrawn event: never handed out
   uint8_t private_data[kMaxPrivateData] = {};
 

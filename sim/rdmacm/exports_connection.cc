@@ -57,12 +57,27 @@ int DeviceMaxRdAtomic(ibv_context* verbs) {
   return verbs && ibv_query_device(verbs, &attr) == 0 ? attr.max_qp_rd_atom : 0;
 }
 
-void TakeConnParam(CmId* id, const rdma_conn_param* param) {
+// The RDMA read/atomic depths a connection parameter asks for, within the device's.
+void TakeRdAtomic(CmId* id, const rdma_conn_param* param) {
   const int max = DeviceMaxRdAtomic(id->pub_.verbs);
   id->responder_resources = Capped(param->responder_resources, max);
   id->initiator_depth = Capped(param->initiator_depth, max);
+}
+
+void TakeConnParam(CmId* id, const rdma_conn_param* param) {
+  TakeRdAtomic(id, param);
   id->retry_count = std::min<uint8_t>(param->retry_count, 7);
   id->rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+}
+
+// Destroys the CQs and channels rdma_create_qp made for the id (it was given none).
+void DestroyOwnCqs(rdma_cm_id* pub) {
+  if (pub->send_cq) ibv_destroy_cq(pub->send_cq);
+  if (pub->recv_cq) ibv_destroy_cq(pub->recv_cq);
+  if (pub->send_cq_channel) ibv_destroy_comp_channel(pub->send_cq_channel);
+  if (pub->recv_cq_channel) ibv_destroy_comp_channel(pub->recv_cq_channel);
+  pub->send_cq = pub->recv_cq = nullptr;
+  pub->send_cq_channel = pub->recv_cq_channel = nullptr;
 }
 
 void CopyPrivateData(CmMessage* m, const void* data, uint8_t len) {
@@ -177,10 +192,7 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
       return 0;
     }
     if (!id->port) id->AttachPort(remote);
-    const int gid_index = remote->ethernet ? remote->ipv4_gid_index : 0;
-    if (gid_index < static_cast<int>(remote->gids.size())) {
-      pub->route.addr.addr.ibaddr.dgid = remote->gids[gid_index];
-    }
+    pub->route.addr.addr.ibaddr.dgid = remote->ConnectionGid();
     id->state = State::kAddrResolved;
     service.QueueEvent(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
     return 0;
@@ -243,12 +255,7 @@ int rdma_create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
         own = true;
         if (!pub->recv_cq || !pub->send_cq || !pub->send_cq_channel) {
           const int err = errno ? errno : ENOMEM;
-          if (pub->send_cq) ibv_destroy_cq(pub->send_cq);
-          if (pub->recv_cq) ibv_destroy_cq(pub->recv_cq);
-          if (pub->send_cq_channel) ibv_destroy_comp_channel(pub->send_cq_channel);
-          ibv_destroy_comp_channel(pub->recv_cq_channel);
-          pub->send_cq = pub->recv_cq = nullptr;
-          pub->send_cq_channel = pub->recv_cq_channel = nullptr;
+          DestroyOwnCqs(pub);
           return Fail(err);
         }
       }
@@ -297,12 +304,7 @@ void rdma_destroy_qp(rdma_cm_id* pub) {
     pub->qp = nullptr;
     CmId* id = CmId::From(pub);
     if (id->own_cqs) {
-      if (pub->send_cq) ibv_destroy_cq(pub->send_cq);
-      if (pub->recv_cq) ibv_destroy_cq(pub->recv_cq);
-      if (pub->send_cq_channel) ibv_destroy_comp_channel(pub->send_cq_channel);
-      if (pub->recv_cq_channel) ibv_destroy_comp_channel(pub->recv_cq_channel);
-      pub->send_cq = pub->recv_cq = nullptr;
-      pub->send_cq_channel = pub->recv_cq_channel = nullptr;
+      DestroyOwnCqs(pub);
       id->own_cqs = false;
     }
     return 0;
@@ -323,9 +325,7 @@ int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
     if (!ud && !pub->qp && !param) return Fail(EINVAL);  // nothing says which QP connects
     if (param) TakeConnParam(id, param);
     id->psn = RandomPsn();
-    CmMessage req;
-    id->Describe(&req);
-    req.type = ud ? CmMessageType::kSidrReq : CmMessageType::kReq;
+    CmMessage req = id->Message(ud ? CmMessageType::kSidrReq : CmMessageType::kReq);
     req.responder_resources = id->responder_resources;
     req.initiator_depth = id->initiator_depth;
     req.retry_count = id->retry_count;
@@ -406,19 +406,13 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (param && param->private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRepPrivateData)) return Fail(EINVAL);
     if (!ud && !pub->qp && !param) return Fail(EINVAL);
-    if (param) {
-      const int max = DeviceMaxRdAtomic(pub->verbs);
-      id->responder_resources = Capped(param->responder_resources, max);
-      id->initiator_depth = Capped(param->initiator_depth, max);
-    }
+    if (param) TakeRdAtomic(id, param);
     if (id->sock < 0) {
       // The peer left before the answer.
       service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       return 0;
     }
-    CmMessage rep;
-    id->Describe(&rep);
-    rep.type = ud ? CmMessageType::kSidrRep : CmMessageType::kRep;
+    CmMessage rep = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRep);
     rep.responder_resources = id->responder_resources;
     rep.initiator_depth = id->initiator_depth;
     rep.qkey = id->qkey;
@@ -452,9 +446,7 @@ int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_
     if (id->state != State::kRequestReceived) return Fail(EINVAL);
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRejPrivateData)) return Fail(EINVAL);
-    CmMessage rej;
-    id->Describe(&rej);
-    rej.type = ud ? CmMessageType::kSidrRep : CmMessageType::kRej;
+    CmMessage rej = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRej);
     rej.reason = ud ? 1 : cm::kRejConsumerDefined;  // SIDR: "QP not supported"
     CopyPrivateData(&rej, private_data, private_data_len);
     service.Send(id, rej);  // a peer that is gone does not need the answer
@@ -474,10 +466,7 @@ int rdma_disconnect(rdma_cm_id* pub) {
     if (id->state != State::kConnected && !answering) return Fail(EINVAL);
     // The QP stops first: nothing completes after the disconnect but flushes.
     id->ModifyQp(IBV_QPS_ERR);
-    CmMessage m;
-    id->Describe(&m);
-    m.type = answering ? CmMessageType::kDrep : CmMessageType::kDreq;
-    if (service.Send(id, m) != 0 && !answering) {
+    if (service.Send(id, id->Message(answering ? CmMessageType::kDrep : CmMessageType::kDreq)) != 0 && !answering) {
       // The peer is gone: our end of the connection ends now.
       service.Close(id);
       id->state = State::kDisconnected;
@@ -500,10 +489,7 @@ int rdma_establish(rdma_cm_id* pub) {
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
     if (id->state != State::kConnecting || !id->have_remote) return Fail(EINVAL);
-    CmMessage rtu;
-    id->Describe(&rtu);
-    rtu.type = CmMessageType::kRtu;
-    if (int err = service.Send(id, rtu)) return Fail(err);
+    if (int err = service.Send(id, id->Message(CmMessageType::kRtu))) return Fail(err);
     id->state = State::kConnected;
     service.QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     return 0;

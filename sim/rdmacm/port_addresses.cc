@@ -60,26 +60,41 @@ PortAddresses::PortAddresses() {
   ibv_free_device_list(list);
 }
 
+ibv_gid LocalPort::ConnectionGid() const {
+  const int index = ConnectionGidIndex();
+  return index < static_cast<int>(gids.size()) ? gids[index] : ibv_gid{};
+}
+
+ibv_ah_attr LocalPort::AhTo(uint16_t lid, const uint8_t gid[16]) const {
+  ibv_ah_attr ah = {};
+  ah.port_num = port;
+  ah.dlid = lid;
+  if (ethernet) {  // RoCE needs a GRH
+    ah.is_global = 1;
+    std::memcpy(ah.grh.dgid.raw, gid, 16);
+    ah.grh.sgid_index = static_cast<uint8_t>(ipv4_gid_index);
+    ah.grh.hop_limit = 64;
+  }
+  return ah;
+}
+
+const LocalPort* PortAddresses::FindIpv4(uint32_t ip) const {
+  for (const LocalPort& p : ports_) {
+    if (p.ipv4 == ip) return &p;
+  }
+  return nullptr;
+}
+
 const LocalPort* PortAddresses::Find(const sockaddr* addr) const {
   if (!addr || ports_.empty()) return nullptr;
   if (IsWildcard(addr) || IsLoopback(addr)) return &ports_.front();
-  if (addr->sa_family == AF_INET) {
-    const uint32_t ip = ntohl(reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr);
-    for (const LocalPort& p : ports_) {
-      if (p.ipv4 == ip) return &p;
-    }
-    return nullptr;
-  }
+  if (addr->sa_family == AF_INET) return FindIpv4(ntohl(reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr));
   if (addr->sa_family == AF_INET6) {
     const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr;
     ibv_gid gid;
     std::memcpy(gid.raw, a.s6_addr, 16);
     uint32_t ip = 0;
-    if (Ipv4Mapped(gid, &ip)) {
-      for (const LocalPort& p : ports_) {
-        if (p.ipv4 == ip) return &p;
-      }
-    }
+    if (Ipv4Mapped(gid, &ip)) return FindIpv4(ip);
     for (const LocalPort& p : ports_) {
       for (const ibv_gid& g : p.gids) {
         if (!Zero(g) && std::memcmp(g.raw, gid.raw, 16) == 0) return &p;

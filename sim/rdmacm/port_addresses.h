@@ -26,6 +26,12 @@ struct LocalPort {
   uint32_t ipv4 = 0;           // host byte order
   std::vector<ibv_gid> gids;   // the whole table, index = GID index
   int ipv4_gid_index = 0;      // the GID a RoCE connection to ipv4 uses (0 on InfiniBand)
+
+  // The GID index and GID connections of this port use (the IPv4 one on RoCE, 0 on InfiniBand).
+  int ConnectionGidIndex() const { return ethernet ? ipv4_gid_index : 0; }
+  ibv_gid ConnectionGid() const;
+  // The address handle from this port to a peer port with this LID and GID.
+  ibv_ah_attr AhTo(uint16_t lid, const uint8_t gid[16]) const;
 };
 
 class PortAddresses {
@@ -37,6 +43,8 @@ class PortAddresses {
   const std::vector<LocalPort>& ports() const { return ports_; }
   // The port `addr` names: its IPv4 or IPv6 address, loopback or wildcard (first port).
   const LocalPort* Find(const sockaddr* addr) const;
+  // The port whose IPv4 address is `ip` (host byte order).
+  const LocalPort* FindIpv4(uint32_t ip) const;
   // The port of a device context.
   const LocalPort* Find(ibv_context* verbs, uint8_t port) const;
   // A PD per device, for ids that are given none (librdmacm does the same).

@@ -65,7 +65,8 @@ def run_case(cli, profile, env, port, server_cmd, client_cmd, wanted):
     client = subprocess.Popen(client_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         client_out = client.communicate(timeout=60)[0]
-        server_out = server.communicate(timeout=30)[0]
+        # A server whose client failed may wait for ever (perftest has no timeout): 5 s for it then.
+        server_out = server.communicate(timeout=30 if client.returncode == 0 else 5)[0]
     except subprocess.TimeoutExpired:
         client.kill()
         server.kill()
@@ -84,9 +85,14 @@ def main():
     for i, (name, server_cmd, client_cmd, wanted) in enumerate(CASES):
         port = str(base_port + i) if "{p}" in server_cmd else "7174"
         failure = run_case(cli, profile, env, port, server_cmd, client_cmd, wanted)
-        if failure and name == "ib_send_lat -R":
-            # Under CPU load about one run in five has the client rejected (no listener yet: status 8);
-            # not understood yet. It is run again once, and said so.
+        # perftest -R connects twice on the port (its handshake, then the test's QPs); under CPU load the
+        # client's second connect can come before the server listens again, and is rejected (status 8),
+        # as on real rdma_cm: perftest later added retry_rdma_connect ("the listener may not be ready when
+        # the rdma client attempts to connect"; up to 10 tries), which Debian's 4.5-0.17 lacks. That
+        # rejection, and only it, is run again, up to 4 more times, and said so.
+        for _ in range(4):
+            if not (failure and name.startswith("ib_") and "REJECTED; error: 8" in failure[2]):
+                break
             print(f"RETRY {name}: {failure[0]}\n--- client:\n{failure[2]}")
             failure = run_case(cli, profile, env, port, server_cmd, client_cmd, wanted)
         if failure:
