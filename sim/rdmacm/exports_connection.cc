@@ -263,10 +263,13 @@ int rdma_create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
       if (!attr->recv_cq) attr->recv_cq = pub->recv_cq;
     }
     ibv_qp* qp = ibv_create_qp_ex(pub->verbs, attr);
-    if (!qp) return -1;
+    if (!qp) {
+      const int err = errno;
+      if (own) DestroyOwnCqs(pub);  // as librdmacm: the CQs made for a QP that failed go with it
+      return Fail(err);
+    }
     std::lock_guard<std::mutex> lock(CmService::Get().mu());
     pub->qp = qp;
-    id->own_cqs = id->own_cqs || own;
     int err = id->ModifyQp(IBV_QPS_INIT);
     if (!err && pub->qp_type == IBV_QPT_UD) {
       err = id->ModifyQp(IBV_QPS_RTR);
@@ -275,8 +278,10 @@ int rdma_create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
     if (err) {
       pub->qp = nullptr;
       ibv_destroy_qp(qp);
+      if (own) DestroyOwnCqs(pub);
       return Fail(err);
     }
+    id->own_cqs = id->own_cqs || own;
     pub->pd = qp->pd;
     return 0;
   });
