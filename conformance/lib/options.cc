@@ -33,7 +33,7 @@ bool ParseOptions(const std::vector<std::string>& args, Options* options, std::s
       has_value = true;
     }
     const bool known = name == "--device" || name == "--port" || name == "--gid-index" || name == "--backends-dir" ||
-                       name == "--backend";
+                       name == "--backend" || name == "--cm-address";
     if (!known) {
       *error = "unknown option '" + args[i] + "'";
       return false;
@@ -58,6 +58,8 @@ bool ParseOptions(const std::vector<std::string>& args, Options* options, std::s
         *error = "--gid-index expects an integer in [0, 65535], got '" + value + "'";
         return false;
       }
+    } else if (name == "--cm-address") {
+      options->cm_address = value;
     } else if (name == "--backends-dir") {
       options->backends_dir = value;
     } else {
@@ -73,7 +75,8 @@ std::string OptionsUsage() {
          "  --port N             port to test (default: 1)\n"
          "  --gid-index N        GID table index to use (default: 0)\n"
          "  --backends-dir DIR   directory of <backend>.json answer files\n"
-         "  --backend NAME       backend file to load instead of the detected one\n";
+         "  --backend NAME       backend file to load instead of the detected one\n"
+         "  --cm-address IPV4    the port's address for the rdma_cm tests (default: found by binding)\n";
 }
 
 const Options& CurrentOptions() { return MutableOptions(); }

@@ -12,6 +12,7 @@ struct Options {
   int gid_index = 0;
   std::string backends_dir;  // where <backend>.json files live
   std::string backend;       // empty: detect (sim, rxe or hw)
+  std::string cm_address;    // empty: find the port's IPv4 address for rdma_cm (cm_address.h)
 };
 
 // Parses the arguments InitGoogleTest left in argv. Returns false and sets

@@ -61,6 +61,7 @@ class CmId {
   State state = State::kIdle;
   uint64_t token = 0;     // the service's handle for this id's socket (0: none)
   int sock = -1;          // connection or listening socket
+  int bound_sock = -1;    // rdma_bind_addr's reservation of the port; rdma_listen listens on it
   int backlog = 0;
   uint32_t psn = 0;       // our starting PSN
   CmMessage remote;       // what the peer said of itself (REQ or REP)

@@ -1,5 +1,6 @@
 #include "cm_service.h"
 
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -58,8 +59,30 @@ size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
 }  // namespace
 
 CmService& CmService::Get() {
-  static CmService* service = new CmService();  // leaked: its thread lives to the end
+  static CmService* service = [] {
+    auto* s = new CmService();  // leaked: its thread lives to the end
+    // A forked child has none of the parent's threads: it starts with no
+    // connections and its own thread, as a fresh process does with the real
+    // librdmacm (a new event channel opens its own /dev/infiniband/rdma_cm).
+    // The lock is held across fork so the child never copies it held.
+    pthread_atfork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); }, [] { Get().AfterForkInChild(); });
+    return s;
+  }();
   return *service;
+}
+
+void CmService::AfterForkInChild() {
+  for (auto& [token, entry] : entries_) {
+    close(entry.sock);  // the child's copy; the parent's stays open
+    if (entry.id) {
+      entry.id->sock = -1;
+      entry.id->token = 0;
+    }
+  }
+  entries_.clear();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  epoll_fd_ = -1;
+  mu_.unlock();
 }
 
 std::string CmService::SocketName(uint16_t ps, const std::string& address, uint16_t port) const {
@@ -99,16 +122,55 @@ void CmService::Register(CmId* id, int sock, bool listener) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, sock, &ev);
 }
 
-int CmService::Listen(CmId* id) {
+bool CmService::NameTaken(const std::string& name) const {
+  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (sock < 0) return false;
+  socklen_t len = 0;
+  sockaddr_un a = AbstractAddress(name, &len);
+  const bool taken = bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0 && errno == EADDRINUSE;
+  close(sock);
+  return taken;
+}
+
+int CmService::Reserve(CmId* id) {
+  const uint16_t ps = id->pub_.ps;
+  const uint16_t port = AddressPort(id->src());
+  // The names that conflict with this one: the wildcard's for an address, every address's for the wildcard.
+  std::vector<std::string> others;
+  if (IsWildcard(id->src())) {
+    others.push_back("127.0.0.1");
+    for (const LocalPort& p : PortAddresses::Get().ports()) {
+      sockaddr_in sin = {};
+      sin.sin_family = AF_INET;
+      sin.sin_addr.s_addr = htonl(p.ipv4);
+      others.push_back(AddressText(reinterpret_cast<sockaddr*>(&sin)));
+    }
+  } else {
+    others.push_back("any");
+  }
+  for (const std::string& other : others) {
+    if (NameTaken(SocketName(ps, other, port))) return EADDRINUSE;
+  }
   const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (sock < 0) return errno;
   socklen_t len = 0;
-  sockaddr_un a = AbstractAddress(SocketName(id->pub_.ps, AddressText(id->src()), AddressPort(id->src())), &len);
-  if (bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(sock, id->backlog > 0 ? id->backlog : 128) != 0) {
+  sockaddr_un a = AbstractAddress(SocketName(ps, AddressText(id->src()), port), &len);
+  if (bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0) {
     const int err = errno;
     close(sock);
-    return err == EADDRINUSE ? EADDRINUSE : err;
+    return err;
   }
+  id->bound_sock = sock;
+  return 0;
+}
+
+int CmService::Listen(CmId* id) {
+  if (id->bound_sock < 0) {
+    if (int err = Reserve(id)) return err;
+  }
+  if (listen(id->bound_sock, id->backlog > 0 ? id->backlog : 128) != 0) return errno;
+  const int sock = id->bound_sock;
+  id->bound_sock = -1;
   Register(id, sock, true);
   return 0;
 }
@@ -149,6 +211,8 @@ void CmService::Drop(uint64_t token) {
 }
 
 void CmService::Close(CmId* id) {
+  if (id->bound_sock >= 0) close(id->bound_sock);
+  id->bound_sock = -1;
   if (id->sock < 0) return;
   Drop(id->token);
   // Accepted sockets that came through this listener and have not said REQ yet.

@@ -15,7 +15,8 @@
 //
 // One thread per process (started by the first listen or connect) waits on
 // every socket with epoll and turns messages into events on the ids' channels.
-// All CM state is guarded by one lock, mu().
+// All CM state is guarded by one lock, mu(). A forked child starts afresh:
+// none of the parent's connections, a thread of its own once it needs one.
 
 #include <sys/socket.h>
 
@@ -37,6 +38,11 @@ class CmService {
   static CmService& Get();
   std::mutex& mu() { return mu_; }
 
+  // Takes id->src()'s port in id's port space for the life of the id
+  // (rdma_bind_addr): EADDRINUSE when an id of the fabric has that address and
+  // port, or the wildcard on that port (or, for the wildcard, any address on
+  // it). Requires: mu().
+  int Reserve(CmId* id);
   // Requires: mu(). 0 or an errno.
   int Listen(CmId* id);
   // Connects to the peer of id->dst() and sends `req`; 0, or an errno when the
@@ -57,6 +63,8 @@ class CmService {
  private:
   CmService() = default;
   void EnsureThread();
+  // pthread_atfork's child handler: forgets the parent's sockets and thread.
+  void AfterForkInChild();
   void Run();
   void Register(CmId* id, int sock, bool listener);
   void OnListener(CmId* listener);
@@ -67,6 +75,8 @@ class CmService {
   void Drop(uint64_t token);
   void OnPeerGone(CmId* id);
   std::string SocketName(uint16_t ps, const std::string& address, uint16_t port) const;
+  // True when some id of the fabric holds this name.
+  bool NameTaken(const std::string& name) const;
 
   struct Entry {
     CmId* id = nullptr;  // nullptr: an accepted socket whose REQ has not come yet

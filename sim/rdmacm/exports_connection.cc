@@ -158,6 +158,13 @@ int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr) {
       if (!port) return Fail(EADDRNOTAVAIL);  // no simulated port has this address
     }
     if (int err = TakeAddress(addr, id->src())) return Fail(err);
+    int err = CmService::Get().Reserve(id);
+    // Port 0: rdma_cm picks a free port (rdma_bind_addr(3)); try others when one is taken.
+    for (int tries = 0; err == EADDRINUSE && cm::AddressPort(addr) == 0 && tries < 64; ++tries) {
+      cm::SetAddressPort(id->src(), CmService::Get().EphemeralPort());
+      err = CmService::Get().Reserve(id);
+    }
+    if (err) return Fail(err);
     if (port) id->AttachPort(port);
     id->state = State::kAddrBound;
     return 0;

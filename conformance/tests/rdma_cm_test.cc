@@ -1,0 +1,630 @@
+// rdma_cm (librdmacm): the event channel, address and route resolution, and
+// connections on the device and port under test, reached by their IPv4
+// address (cm_address.h). Client and server are two ids on one device, the
+// way rping runs on one host. Every test runs in a watchdog child, so a CM
+// that never answers, or an rdma_destroy_id that never returns, fails the
+// test instead of hanging the run; each side's events have their own channel.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "conformance/lib/blocking_call.h"
+#include "conformance/lib/cm_address.h"
+#include "conformance/lib/cm_event_wait.h"
+#include "conformance/lib/cm_handles.h"
+#include "conformance/lib/device_opener.h"
+#include "conformance/lib/errno_capture.h"
+#include "conformance/lib/fd_poll.h"
+#include "conformance/lib/options.h"
+#include "conformance/lib/pipe.h"
+#include "conformance/lib/timeouts.h"
+#include "conformance/lib/verbs_handles.h"
+#include "conformance/lib/verbs_test.h"
+#include "conformance/lib/watchdog.h"
+
+namespace conformance {
+namespace {
+
+// The IB CM reject reasons rdma_cm reports as the status of REJECTED (IBTA Vol 1 12.6.7.2).
+constexpr int kRejInvalidServiceId = 8;
+constexpr int kRejConsumerDefined = 28;
+// Private data a program may send (IBTA CM field sizes less rdma_cm's 36-byte header for REQ).
+constexpr size_t kReqPrivateData = 56;
+constexpr size_t kRepPrivateData = 196;
+constexpr size_t kRejPrivateData = 148;
+// rdma_cm's resolve timeouts, in ms.
+constexpr int kResolveTimeoutMs = 2000;
+
+std::array<uint8_t, 256> Pattern(uint8_t seed) {
+  std::array<uint8_t, 256> bytes = {};
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(seed + i * 7);
+  return bytes;
+}
+
+// One side of a connection: its channel, its id, and (once made) its PD and QP.
+struct CmSide {
+  CmChannelPtr channel;
+  CmIdPtr id;
+  PdPtr pd;
+  // Declared last: acknowledged before the id goes.
+  CmEventPtr event;
+};
+
+class RdmaCmTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    if (HasFatalFailure()) return;
+    static const Found found = FindInChild(device_name(), port());
+    if (!found.ok) {
+      // The simulator always gives its ports an address: not finding one is a bug there.
+      if (Sim()) FAIL() << found.why;
+      GTEST_SKIP() << found.why;
+    }
+    address_ = found.address;
+  }
+
+  sockaddr_in Address(uint16_t port_number) const {
+    sockaddr_in sin = {};
+    sin.sin_family = AF_INET;
+    sin.sin_addr = address_;
+    sin.sin_port = htons(port_number);
+    return sin;
+  }
+
+  // A channel and an id on it.
+  static void NewSide(CmSide* side, rdma_port_space ps) {
+    side->channel.reset(rdma_create_event_channel());
+    ASSERT_NE(side->channel, nullptr) << "rdma_create_event_channel: " << ErrnoName(errno);
+    rdma_cm_id* id = nullptr;
+    ASSERT_EQ(rdma_create_id(side->channel.get(), &id, nullptr, ps), 0) << "rdma_create_id: " << ErrnoName(errno);
+    side->id.reset(id);
+  }
+
+  // A listener on the port's address, on a port rdma_cm chose; *port_number is that port.
+  void Listen(CmSide* server, rdma_port_space ps, uint16_t* port_number) const {
+    ASSERT_NO_FATAL_FAILURE(NewSide(server, ps));
+    sockaddr_in sin = Address(0);
+    ASSERT_EQ(rdma_bind_addr(server->id.get(), reinterpret_cast<sockaddr*>(&sin)), 0)
+        << "rdma_bind_addr: " << ErrnoName(errno);
+    ASSERT_EQ(rdma_listen(server->id.get(), 4), 0) << "rdma_listen: " << ErrnoName(errno);
+    *port_number = ntohs(rdma_get_src_port(server->id.get()));
+    ASSERT_NE(*port_number, 0) << "rdma_get_src_port of a listener bound to port 0";
+  }
+
+  // A client id with its address and route to port_number resolved.
+  void Resolve(CmSide* client, rdma_port_space ps, uint16_t port_number) const {
+    ASSERT_NO_FATAL_FAILURE(NewSide(client, ps));
+    sockaddr_in dst = Address(port_number);
+    ASSERT_EQ(rdma_resolve_addr(client->id.get(), nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs), 0)
+        << "rdma_resolve_addr: " << ErrnoName(errno);
+    ASSERT_TRUE(GetCmEventWithin(client->channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, kReturnWindow, &client->event));
+    client->event.reset();
+    ASSERT_EQ(rdma_resolve_route(client->id.get(), kResolveTimeoutMs), 0) << "rdma_resolve_route: " << ErrnoName(errno);
+    ASSERT_TRUE(GetCmEventWithin(client->channel.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, kReturnWindow, &client->event));
+    client->event.reset();
+  }
+
+  // A PD on the id's device and a QP of `type` made by rdma_create_qp.
+  static void CreateQp(CmSide* side, ibv_qp_type type) {
+    ASSERT_NE(side->id->verbs, nullptr) << "the id has no device after address resolution";
+    side->pd.reset(ibv_alloc_pd(side->id->verbs));
+    ASSERT_NE(side->pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+    ibv_qp_init_attr attr = {};
+    attr.qp_type = type;
+    attr.cap.max_send_wr = 4;
+    attr.cap.max_recv_wr = 4;
+    attr.cap.max_send_sge = 1;
+    attr.cap.max_recv_sge = 1;
+    attr.sq_sig_all = 1;
+    ASSERT_EQ(rdma_create_qp(side->id.get(), side->pd.get(), &attr), 0) << "rdma_create_qp: " << ErrnoName(errno);
+  }
+
+  // Client connects with req_data, the server accepts with rep_data; both see ESTABLISHED.
+  // server_conn (the accepted id) ends up with a QP of its own.
+  void Connect(CmSide* server, CmSide* server_conn, CmSide* client, const void* req_data, uint8_t req_len,
+               const void* rep_data, uint8_t rep_len) const {
+    uint16_t port_number = 0;
+    ASSERT_NO_FATAL_FAILURE(Listen(server, RDMA_PS_TCP, &port_number));
+    ASSERT_NO_FATAL_FAILURE(Resolve(client, RDMA_PS_TCP, port_number));
+    ASSERT_NO_FATAL_FAILURE(CreateQp(client, IBV_QPT_RC));
+    rdma_conn_param param = {};
+    param.private_data = req_data;
+    param.private_data_len = req_len;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
+    ASSERT_TRUE(GetCmEventWithin(server->channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                 &server->event));
+    server_conn->id.reset(server->event->id);
+    server->event.reset();  // the request is the new id's event: its destroy waits for this ack
+    ASSERT_NO_FATAL_FAILURE(CreateQp(server_conn, IBV_QPT_RC));
+    rdma_conn_param accept = {};
+    accept.private_data = rep_data;
+    accept.private_data_len = rep_len;
+    accept.retry_count = 7;
+    accept.rnr_retry_count = 7;
+    ASSERT_EQ(rdma_accept(server_conn->id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
+    ASSERT_TRUE(GetCmEventWithin(client->channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client->event));
+    ASSERT_TRUE(GetCmEventWithin(server->channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow,
+                                 &server_conn->event));
+  }
+
+  in_addr address_ = {};
+
+ private:
+  struct Found {
+    bool ok = false;
+    in_addr address = {};
+    std::string why;
+  };
+
+  // FindCmAddress, once, in a child: librdmacm opens every device when it is
+  // first used, and the kernel refuses write(2) on a uverbs fd from a process
+  // other than the one that opened it (ib_safe_file_access), so the tests'
+  // children must be the first users of rdma_cm, not inherit the parent's.
+  static Found FindInChild(const std::string& device, uint8_t port_number) {
+    Found found;
+    Pipe answer;
+    if (answer.fds[0] < 0) {
+      found.why = "pipe: " + ErrnoName(errno);
+      return found;
+    }
+    const ChildResult child = RunInChild(
+        [&] {
+          ContextPtr context = OpenDeviceByName(device, &found.why);
+          if (context) {
+            found.ok = FindCmAddress(context.get(), port_number, CurrentOptions().cm_address, &found.address,
+                                     &found.why);
+          }
+          std::string out = std::string(found.ok ? "1" : "0") +
+                            std::string(reinterpret_cast<const char*>(&found.address), sizeof found.address) +
+                            found.why;
+          return write(answer.fds[1], out.data(), out.size()) == static_cast<ssize_t>(out.size()) ? 0 : 1;
+        },
+        kChildTimeout, "finding the port's rdma_cm address");
+    char buf[4096] = {};
+    const ssize_t n = child.ok() ? read(answer.fds[0], buf, sizeof buf) : -1;
+    if (n < 1 + static_cast<ssize_t>(sizeof(in_addr))) {
+      found.why = "finding the port's rdma_cm address failed: " + child.Describe();
+      return found;
+    }
+    found.ok = buf[0] == '1';
+    std::memcpy(&found.address, buf + 1, sizeof found.address);
+    found.why.assign(buf + 1 + sizeof found.address, static_cast<size_t>(n) - 1 - sizeof found.address);
+    return found;
+  }
+};
+
+ibv_qp_state QpState(ibv_qp* qp) {
+  ibv_qp_attr attr = {};
+  ibv_qp_init_attr init = {};
+  if (ibv_query_qp(qp, &attr, IBV_QP_STATE, &init) != 0) return static_cast<ibv_qp_state>(-1);
+  return attr.qp_state;
+}
+
+// Rule: rdma_create_event_channel(3): "Each event channel is mapped to a file descriptor. ... Users
+//   may make the fd non-blocking, poll or select the fd"; rdma_get_cm_event(3): "The default
+//   synchronous behavior of this routine can be changed by modifying the file descriptor".
+// Checks: on a fresh channel with O_NONBLOCK, rdma_get_cm_event fails at once with EAGAIN and the
+//   fd is not readable; after rdma_resolve_addr the fd becomes readable and the event is
+//   ADDR_RESOLVED for that id, with status 0.
+TEST_F(RdmaCmTest, ChannelFdIsPollableAndNonBlocking) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide client;
+        ASSERT_NO_FATAL_FAILURE(NewSide(&client, RDMA_PS_TCP));
+        ASSERT_EQ(SetNonBlocking(client.channel->fd), 0) << ErrnoName(errno);
+        EXPECT_FALSE(WaitReadable(client.channel->fd, kQuietWindow)) << "readable with no event";
+        rdma_cm_event* event = nullptr;
+        IntCall call = CaptureErrno([&] { return rdma_get_cm_event(client.channel.get(), &event); });
+        EXPECT_EQ(call.rc, -1);
+        EXPECT_EQ(call.err, EAGAIN) << ErrnoName(call.err);
+        if (call.rc == 0) rdma_ack_cm_event(event);
+        sockaddr_in dst = Address(1);
+        ASSERT_EQ(rdma_resolve_addr(client.id.get(), nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs),
+                  0)
+            << ErrnoName(errno);
+        ASSERT_TRUE(WaitReadable(client.channel->fd, kReturnWindow)) << "no event after rdma_resolve_addr";
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, kQuietWindow, &client.event));
+        EXPECT_EQ(client.event->id, client.id.get());
+        EXPECT_EQ(client.event->status, 0);
+      },
+      kChildTimeout, "rdma_cm event channel fd");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_resolve_addr(3): "If successful, the specified rdma_cm_id will be bound to a local
+//   device"; rdma_resolve_route(3) completes with RDMA_CM_EVENT_ROUTE_RESOLVED (rdma_get_cm_event(3)).
+// Checks: resolving the port's own address binds the id to the device and port under test
+//   (id->verbs names it, id->port_num is the port), and the route then resolves with status 0;
+//   rdma_get_peer_addr is the address resolved.
+TEST_F(RdmaCmTest, ResolveBindsTheIdToTheDeviceAndPort) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide client;
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, 7471));
+        ASSERT_NE(client.id->verbs, nullptr);
+        EXPECT_EQ(ibv_get_device_name(client.id->verbs->device), device_name());
+        EXPECT_EQ(client.id->port_num, port());
+        const auto* peer = reinterpret_cast<const sockaddr_in*>(rdma_get_peer_addr(client.id.get()));
+        EXPECT_EQ(peer->sin_family, AF_INET);
+        EXPECT_EQ(peer->sin_addr.s_addr, address_.s_addr);
+        EXPECT_EQ(ntohs(rdma_get_dst_port(client.id.get())), 7471);
+      },
+      kChildTimeout, "rdma_resolve_addr and rdma_resolve_route");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_get_cm_event(3): REJECTED "Indicates that a connection request or response was
+//   rejected by the remote end point. ... Under InfiniBand, this is the reject reason carried in
+//   the IB CM REJ message"; the IB CM answers a REQ for a service ID nobody listens on with
+//   reason 8, invalid service ID (IBTA Vol 1 12.6.7.2).
+// Checks: rdma_connect to a port nobody listens on gives REJECTED with status 8, and the id can be
+//   destroyed after.
+TEST_F(RdmaCmTest, ConnectWithoutListenerIsRejectedWithInvalidServiceId) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        // Take a port rdma_cm hands out, then free it: nobody listens there now.
+        uint16_t port_number = 0;
+        {
+          CmSide probe;
+          ASSERT_NO_FATAL_FAILURE(Listen(&probe, RDMA_PS_TCP, &port_number));
+        }
+        CmSide client;
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kRejInvalidServiceId);
+      },
+      kChildTimeout, "rdma_connect to a port with no listener");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_connect(3): private_data "The contents of the buffer are copied and transparently
+//   passed to the remote side as part of the communication request"; rdma_accept(3) likewise for
+//   the reply; rdma_get_cm_event(3): CONNECT_REQUEST's id "references a new id for that
+//   communication" and listen_id "the corresponding listening request identifier". The IBTA CM
+//   carries 56 bytes of a program's data in a REQ (92 less rdma_cm's header) and 196 in a REP.
+// Checks: with the largest private data on both sides, the server's CONNECT_REQUEST has a new
+//   id, listen_id the listener, and the client's 56 bytes; the client's ESTABLISHED has the
+//   server's 196 bytes; both ends' QPs are in RTS.
+TEST_F(RdmaCmTest, ConnectAndAcceptCarryTheirPrivateData) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        const auto req = Pattern(1);
+        const auto rep = Pattern(99);
+        CmSide server, conn, client;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        rdma_conn_param param = {};
+        param.private_data = req.data();
+        param.private_data_len = kReqPrivateData;
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        conn.id.reset(server.event->id);
+        EXPECT_NE(conn.id.get(), server.id.get());
+        EXPECT_EQ(server.event->listen_id, server.id.get());
+        const rdma_conn_param& got_req = server.event->param.conn;
+        ASSERT_GE(got_req.private_data_len, kReqPrivateData);
+        EXPECT_EQ(std::memcmp(got_req.private_data, req.data(), kReqPrivateData), 0) << "REQ private data differs";
+        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
+        rdma_conn_param accept = {};
+        accept.private_data = rep.data();
+        accept.private_data_len = kRepPrivateData;
+        ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event));
+        const rdma_conn_param& got_rep = client.event->param.conn;
+        ASSERT_GE(got_rep.private_data_len, kRepPrivateData);
+        EXPECT_EQ(std::memcmp(got_rep.private_data, rep.data(), kRepPrivateData), 0) << "REP private data differs";
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+        EXPECT_EQ(conn.event->id, conn.id.get());
+        EXPECT_EQ(QpState(client.id->qp), IBV_QPS_RTS);
+        EXPECT_EQ(QpState(conn.id->qp), IBV_QPS_RTS);
+      },
+      kChildTimeout, "rdma_connect/rdma_accept with private data");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: the IBTA CM has room for 56 bytes of a program's data in a REQ (92 less rdma_cm's 36-byte
+//   header for RDMA_PS_TCP); the kernel's rdma_connect refuses more with EINVAL (ib_send_cm_req).
+// Checks: rdma_connect with 57 bytes of private data fails with EINVAL, and the same id then
+//   connects with 56 (the failed call changed nothing): the server sees its CONNECT_REQUEST.
+TEST_F(RdmaCmTest, ConnectWithTooMuchPrivateDataIsEinval) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        const auto req = Pattern(5);
+        CmSide server, client;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        rdma_conn_param param = {};
+        param.private_data = req.data();
+        param.private_data_len = kReqPrivateData + 1;
+        IntCall call = CaptureErrno([&] { return rdma_connect(client.id.get(), &param); });
+        EXPECT_EQ(call.rc, -1);
+        EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
+        param.private_data_len = kReqPrivateData;
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        CmIdPtr request(server.event->id);
+        server.event.reset();
+        rdma_reject(request.get(), nullptr, 0);
+      },
+      kChildTimeout, "rdma_connect with 57 bytes of private data");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_reject(3): "If the underlying RDMA transport supports private data in the reject
+//   message, the specified data will be passed to the remote side"; rdma_get_cm_event(3):
+//   REJECTED's status is the reason of the IB CM REJ, which for a consumer's reject is 28
+//   (IBTA Vol 1 12.6.7.2); the REJ carries 148 bytes of private data.
+// Checks: the server rejects with 148 bytes; the client gets REJECTED, status 28, with those bytes.
+TEST_F(RdmaCmTest, RejectCarriesConsumerReasonAndPrivateData) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        const auto rej = Pattern(42);
+        CmSide server, conn, client;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        conn.id.reset(server.event->id);
+        server.event.reset();
+        ASSERT_EQ(rdma_reject(conn.id.get(), rej.data(), kRejPrivateData), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kRejConsumerDefined);
+        const rdma_conn_param& got = client.event->param.conn;
+        ASSERT_GE(got.private_data_len, kRejPrivateData);
+        EXPECT_EQ(std::memcmp(got.private_data, rej.data(), kRejPrivateData), 0) << "REJ private data differs";
+      },
+      kChildTimeout, "rdma_reject with private data");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_disconnect(3): "Disconnects a connection and transitions any associated QP to the
+//   error state ... After successfully disconnecting, an RDMA_CM_EVENT_DISCONNECTED event will be
+//   generated on both sides of the connection."
+// Checks: after the client's rdma_disconnect its QP is in ERROR at once, and both ends get
+//   DISCONNECTED; the server's rdma_disconnect then returns 0.
+TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client, nullptr, 0, nullptr, 0));
+        client.event.reset();
+        conn.event.reset();
+        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
+        EXPECT_EQ(QpState(client.id->qp), IBV_QPS_ERR);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        EXPECT_EQ(conn.event->id, conn.id.get());
+        EXPECT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->id, client.id.get());
+      },
+      kChildTimeout, "rdma_disconnect");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_create_qp(3): the QP is "allocated and bound to the rdma_cm_id" and rdma_cm moves
+//   it through the states a connection needs; rdma_post_send(3)/rdma_post_recv(3) post on it.
+// Checks: on a connection made by rdma_cm, a 64-byte SEND posted with rdma_post_send arrives
+//   whole in the buffer of the server's rdma_post_recv, both completions are successful.
+TEST_F(RdmaCmTest, SendArrivesOverTheConnection) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client, nullptr, 0, nullptr, 0));
+        const auto sent = Pattern(17);
+        std::array<uint8_t, 64> send_buf = {};
+        std::array<uint8_t, 64> recv_buf = {};
+        std::memcpy(send_buf.data(), sent.data(), send_buf.size());
+        MrPtr send_mr(rdma_reg_msgs(client.id.get(), send_buf.data(), send_buf.size()));
+        ASSERT_NE(send_mr, nullptr) << ErrnoName(errno);
+        MrPtr recv_mr(rdma_reg_msgs(conn.id.get(), recv_buf.data(), recv_buf.size()));
+        ASSERT_NE(recv_mr, nullptr) << ErrnoName(errno);
+        ASSERT_EQ(rdma_post_recv(conn.id.get(), nullptr, recv_buf.data(), recv_buf.size(), recv_mr.get()), 0)
+            << ErrnoName(errno);
+        ASSERT_EQ(rdma_post_send(client.id.get(), nullptr, send_buf.data(), send_buf.size(), send_mr.get(), 0), 0)
+            << ErrnoName(errno);
+        ibv_wc wc = {};
+        ASSERT_EQ(rdma_get_send_comp(client.id.get(), &wc), 1) << ErrnoName(errno);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        ASSERT_EQ(rdma_get_recv_comp(conn.id.get(), &wc), 1) << ErrnoName(errno);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        EXPECT_EQ(wc.byte_len, send_buf.size());
+        EXPECT_EQ(recv_buf, send_buf);
+      },
+      kChildTimeout, "SEND over an rdma_cm connection");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_get_cm_event(3): "All events that are reported must be acknowledged by calling
+//   rdma_ack_cm_event. Destruction of an rdma_cm_id will block until related events have been
+//   acknowledged."
+// Checks: with ADDR_RESOLVED read and not acknowledged, rdma_destroy_id is still blocked after
+//   200 ms; after rdma_ack_cm_event it returns 0 within 2 s.
+TEST_F(RdmaCmTest, DestroyIdWaitsForUnackedEvent) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide client;
+        ASSERT_NO_FATAL_FAILURE(NewSide(&client, RDMA_PS_TCP));
+        sockaddr_in dst = Address(1);
+        ASSERT_EQ(rdma_resolve_addr(client.id.get(), nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs),
+                  0)
+            << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, kReturnWindow, &client.event));
+        rdma_cm_id* id = client.id.release();
+        rdma_cm_event* event = client.event.release();
+        BlockingCall destroy([id] { return rdma_destroy_id(id); });
+        if (!ExpectBlocks(destroy, kBlockWindow)) return;
+        if (!ExpectReturnsAfter(destroy, [event] { rdma_ack_cm_event(event); }, kReturnWindow)) return;
+        EXPECT_EQ(destroy.result(), 0);
+      },
+      kChildTimeout, "rdma_destroy_id with an unacknowledged event");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_bind_addr(3): "If used to bind to port 0, the rdma_cm will select an available
+//   port"; a port in use cannot be bound again (rdma_cm's port spaces are like TCP's: EADDRINUSE).
+// Checks: a second id binding the port the first one got fails with EADDRINUSE; once the first is
+//   destroyed the port can be bound again.
+TEST_F(RdmaCmTest, BindingAPortInUseIsEaddrinuse) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide first, second;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&first, RDMA_PS_TCP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(NewSide(&second, RDMA_PS_TCP));
+        sockaddr_in sin = Address(port_number);
+        IntCall call = CaptureErrno([&] { return rdma_bind_addr(second.id.get(), reinterpret_cast<sockaddr*>(&sin)); });
+        EXPECT_EQ(call.rc, -1);
+        EXPECT_EQ(call.err, EADDRINUSE) << ErrnoName(call.err);
+        first.id.reset();
+        CmSide third;
+        ASSERT_NO_FATAL_FAILURE(NewSide(&third, RDMA_PS_TCP));
+        EXPECT_EQ(rdma_bind_addr(third.id.get(), reinterpret_cast<sockaddr*>(&sin)), 0) << ErrnoName(errno);
+      },
+      kChildTimeout, "rdma_bind_addr on a port in use");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_connect(3): "For an rdma_cm_id of type RDMA_PS_UDP, it initiates a lookup of the
+//   remote QP providing the datagram service"; rdma_get_cm_event(3), UD EVENT DATA: ESTABLISHED
+//   gives "qp_num ... The QP number of the remote endpoint" and its qkey; rdma_cm's UD QPs use
+//   RDMA_UDP_QKEY.
+// Checks: after the server accepts the lookup, the client's ESTABLISHED names the server's QP
+//   number and qkey RDMA_UDP_QKEY, and a datagram sent with the address handle made from the
+//   event's ah_attr arrives in the server's receive buffer.
+TEST_F(RdmaCmTest, UdLookupGivesTheRemoteQpAndQkey) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_UDP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_UDP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_UD));
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        conn.id.reset(server.event->id);
+        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_UD));
+        // A UD receive has 40 bytes of GRH space first.
+        std::array<uint8_t, 40 + 64> recv_buf = {};
+        MrPtr recv_mr(rdma_reg_msgs(conn.id.get(), recv_buf.data(), recv_buf.size()));
+        ASSERT_NE(recv_mr, nullptr) << ErrnoName(errno);
+        ASSERT_EQ(rdma_post_recv(conn.id.get(), nullptr, recv_buf.data(), recv_buf.size(), recv_mr.get()), 0)
+            << ErrnoName(errno);
+        rdma_conn_param accept = {};
+        accept.qp_num = conn.id->qp->qp_num;
+        ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event));
+        const rdma_ud_param ud = client.event->param.ud;
+        EXPECT_EQ(ud.qp_num, conn.id->qp->qp_num);
+        EXPECT_EQ(ud.qkey, RDMA_UDP_QKEY);
+        AhPtr ah(ibv_create_ah(client.pd.get(), const_cast<ibv_ah_attr*>(&ud.ah_attr)));
+        ASSERT_NE(ah, nullptr) << "ibv_create_ah from the event's ah_attr: " << ErrnoName(errno);
+        const auto sent = Pattern(77);
+        std::array<uint8_t, 64> send_buf = {};
+        std::memcpy(send_buf.data(), sent.data(), send_buf.size());
+        MrPtr send_mr(rdma_reg_msgs(client.id.get(), send_buf.data(), send_buf.size()));
+        ASSERT_NE(send_mr, nullptr) << ErrnoName(errno);
+        ASSERT_EQ(rdma_post_ud_send(client.id.get(), nullptr, send_buf.data(), send_buf.size(), send_mr.get(), 0,
+                                    ah.get(), ud.qp_num),
+                  0)
+            << ErrnoName(errno);
+        ibv_wc wc = {};
+        ASSERT_EQ(rdma_get_send_comp(client.id.get(), &wc), 1) << ErrnoName(errno);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        ASSERT_EQ(rdma_get_recv_comp(conn.id.get(), &wc), 1) << ErrnoName(errno);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        EXPECT_EQ(wc.byte_len, 40 + send_buf.size());
+        EXPECT_EQ(std::memcmp(recv_buf.data() + 40, send_buf.data(), send_buf.size()), 0) << "datagram differs";
+      },
+      kChildTimeout, "RDMA_PS_UDP lookup and a datagram");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: a connection whose peer process dies ends: the kernel's rdma_cm destroys the dead
+//   process's ids and sends a DREQ, so the survivor gets RDMA_CM_EVENT_DISCONNECTED
+//   (rdma_get_cm_event(3): "The connection has been disconnected").
+// Checks: a server in a child process accepts, then is killed with SIGKILL; the client gets
+//   DISCONNECTED within 2 s.
+TEST_F(RdmaCmTest, PeerKilledGivesDisconnected) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        Pipe ready;
+        ASSERT_GE(ready.fds[0], 0) << ErrnoName(errno);
+        const pid_t server_pid = fork();
+        ASSERT_GE(server_pid, 0) << ErrnoName(errno);
+        if (server_pid == 0) {
+          // The server: listen, say the port, accept, wait to be killed.
+          CmSide server, conn;
+          uint16_t port_number = 0;
+          Listen(&server, RDMA_PS_TCP, &port_number);
+          if (port_number == 0 || write(ready.fds[1], &port_number, sizeof port_number) != sizeof port_number) _exit(1);
+          if (!GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kChildTimeout, &server.event)) {
+            _exit(2);
+          }
+          conn.id.reset(server.event->id);
+          server.event.reset();
+          CreateQp(&conn, IBV_QPT_RC);
+          rdma_conn_param accept = {};
+          if (rdma_accept(conn.id.get(), &accept) != 0) _exit(3);
+          for (;;) pause();
+        }
+        uint16_t port_number = 0;
+        const bool got_port = WaitReadable(ready.fds[0], kReturnWindow) &&
+                              read(ready.fds[0], &port_number, sizeof port_number) == sizeof port_number;
+        CmSide client;
+        if (got_port) {
+          Resolve(&client, RDMA_PS_TCP, port_number);
+          if (client.id && client.id->verbs) CreateQp(&client, IBV_QPT_RC);
+        }
+        bool established = false;
+        if (client.id && client.id->qp) {
+          rdma_conn_param param = {};
+          EXPECT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+          established =
+              GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event);
+          EXPECT_TRUE(established) << "the server in the child never accepted";
+          client.event.reset();
+        }
+        kill(server_pid, SIGKILL);
+        waitpid(server_pid, nullptr, 0);
+        ASSERT_TRUE(got_port) << "the server in the child never said its port";
+        if (!established) return;
+        EXPECT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
+      },
+      kChildTimeout, "a peer killed while connected");
+  EXPECT_TRUE(Passed(result));
+}
+
+}  // namespace
+}  // namespace conformance
