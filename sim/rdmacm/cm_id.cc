@@ -81,7 +81,9 @@ int CmId::QpAttr(ibv_qp_state target, ibv_qp_attr* attr, int* mask) const {
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       attr->sq_psn = ud ? 0 : psn;
       if (ud) return 0;
-      attr->timeout = 14;  // 4.096 us * 2^14 = 67 ms, as the kernel's default packet life time gives
+      // 4.096 us * 2^14 = 67 ms, as the kernel's default packet life time gives, unless
+      // RDMA_OPTION_ID_ACK_TIMEOUT set one.
+      attr->timeout = ack_timeout >= 0 ? static_cast<uint8_t>(ack_timeout) : 14;
       attr->retry_cnt = retry_count;
       attr->rnr_retry = rnr_retry_count;
       attr->max_rd_atomic = initiator_depth;
@@ -103,6 +105,13 @@ int CmId::ModifyQp(ibv_qp_state target) const {
   int mask = 0;
   if (int err = QpAttr(target, &attr, &mask)) return err;
   return ibv_modify_qp(pub_.qp, &attr, mask);
+}
+
+void CmId::DetachGroups() {
+  for (MulticastGroup& g : groups) {
+    if (g.attached && pub_.qp) ibv_detach_mcast(pub_.qp, &g.mgid, g.mlid);
+    g.attached = false;
+  }
 }
 
 }  // namespace simverbs::rdmacm

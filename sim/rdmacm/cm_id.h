@@ -13,9 +13,11 @@
 #include <rdma/rdma_cma.h>
 
 #include <condition_variable>
+#include <vector>
 #include <cstdint>
 
 #include "cm_message.h"
+#include "multicast_group.h"
 
 namespace simverbs::rdmacm {
 
@@ -69,6 +71,7 @@ class CmId {
   uint8_t responder_resources = 0;
   uint8_t initiator_depth = 0;
   uint8_t retry_count = 7;
+  int ack_timeout = -1;   // RDMA_OPTION_ID_ACK_TIMEOUT (-1: not set)
   uint8_t rnr_retry_count = 7;
   uint32_t qkey = 0x01234567;  // RDMA_UDP_QKEY
   bool peer_dreq = false;      // the peer asked to disconnect first
@@ -77,6 +80,10 @@ class CmId {
   std::condition_variable acked;
   ibv_qp_init_attr_ex* ep_qp_attr = nullptr;  // rdma_create_ep on a passive id: for rdma_get_request
   bool own_cqs = false;  // rdma_create_qp made the CQs and their channels
+  std::vector<MulticastGroup> groups;  // joined with rdma_join_multicast(_ex)
+
+  // Detaches the QP from every group it is attached to (leaving them is the caller's).
+  void DetachGroups();
 };
 
 }  // namespace simverbs::rdmacm

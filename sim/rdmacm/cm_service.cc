@@ -225,8 +225,8 @@ void CmService::Close(CmId* id) {
   id->token = 0;
 }
 
-void CmService::QueueEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from, CmId* listen_id,
-                           EventChannel* channel) {
+CmEvent* CmService::NewEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from,
+                            CmId* listen_id) {
   auto* e = new CmEvent();
   e->id = id;
   e->pub.id = id->pub();
@@ -257,8 +257,32 @@ void CmService::QueueEvent(CmId* id, rdma_cm_event_type type, int status, const 
       c.qp_num = from->qpn;
     }
   }
+  return e;
+}
+
+void CmService::Deliver(CmId* id, CmEvent* e, EventChannel* channel) {
   ++id->unacked;
   (channel ? channel : EventChannel::From(id->pub_.channel))->Push(e);
+}
+
+void CmService::QueueEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from, CmId* listen_id,
+                           EventChannel* channel) {
+  Deliver(id, NewEvent(id, type, status, from, listen_id), channel);
+}
+
+void CmService::QueueMulticastJoin(CmId* id, const MulticastGroup& group) {
+  CmEvent* e = NewEvent(id, RDMA_CM_EVENT_MULTICAST_JOIN, 0, nullptr, nullptr);
+  rdma_ud_param& ud = e->pub.param.ud;
+  ud.private_data = group.context;
+  ud.private_data_len = 0;
+  ud.qp_num = 0xffffff;
+  ud.qkey = id->qkey;
+  ud.ah_attr = id->port->AhTo(group.mlid, group.mgid.raw);
+  // A group's address handle has a GRH on InfiniBand too (ib_init_ah_from_mcmember).
+  ud.ah_attr.is_global = 1;
+  ud.ah_attr.grh.dgid = group.mgid;
+  ud.ah_attr.grh.hop_limit = ud.ah_attr.grh.hop_limit ? ud.ah_attr.grh.hop_limit : 1;
+  Deliver(id, e, nullptr);
 }
 
 void CmService::Run() {

@@ -28,6 +28,7 @@
 
 #include "cm_message.h"
 #include "event_channel.h"
+#include "multicast_group.h"
 
 namespace simverbs::rdmacm {
 
@@ -57,12 +58,21 @@ class CmService {
   void QueueEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from = nullptr,
                   CmId* listen_id = nullptr, EventChannel* channel = nullptr);
 
+  // MULTICAST_JOIN for a group `id` joined: the group's address handle, QPN
+  // 0xffffff, the id's qkey, and the program's context as private_data.
+  // Requires: mu().
+  void QueueMulticastJoin(CmId* id, const MulticastGroup& group);
+
   // A port number no id of this process uses (ephemeral range).
   uint16_t EphemeralPort();
 
  private:
   CmService() = default;
   void EnsureThread();
+  // An event of `type` for `id` (its data from the peer's message `from`), not queued yet.
+  CmEvent* NewEvent(CmId* id, rdma_cm_event_type type, int status, const CmMessage* from, CmId* listen_id);
+  // Queues e on id's channel (or `channel`), counting it against id's acks.
+  void Deliver(CmId* id, CmEvent* e, EventChannel* channel);
   // pthread_atfork's child handler: forgets the parent's sockets and thread.
   void AfterForkInChild();
   void Run();

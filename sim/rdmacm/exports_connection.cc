@@ -192,6 +192,16 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
     }
     std::memset(id->dst(), 0, sizeof(sockaddr_storage));
     std::memcpy(id->dst(), dst_addr, cm::AddressLength(dst_addr));
+    if (cm::IsMulticastAddress(dst_addr)) {
+      // A group is reached through the source's port (the kernel resolves it on the route's device).
+      if (!id->port) id->AttachPort(&PortAddresses::Get().ports().front());
+      cm::MulticastGroup group;
+      cm::GroupOf(dst_addr, id->port->ethernet, pub->ps == RDMA_PS_UDP, &group);
+      pub->route.addr.addr.ibaddr.dgid = group.mgid;
+      id->state = State::kAddrResolved;
+      service.QueueEvent(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+      return 0;
+    }
     const LocalPort* remote = PortAddresses::Get().Find(dst_addr);
     if (!remote) {
       // No simulated port has the address: as an ARP that is never answered.
@@ -312,6 +322,7 @@ int rdma_create_qp(rdma_cm_id* pub, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) 
 void rdma_destroy_qp(rdma_cm_id* pub) {
   Guarded([&] {
     if (!pub || !pub->qp) return 0;
+    CmId::From(pub)->DetachGroups();
     ibv_destroy_qp(pub->qp);
     pub->qp = nullptr;
     CmId* id = CmId::From(pub);
@@ -495,19 +506,18 @@ int rdma_disconnect(rdma_cm_id* pub) {
 }
 
 int rdma_establish(rdma_cm_id* pub) {
-  const int rc = Guarded([&] {
+  return Guarded([&] {
     if (!pub) return Fail(EINVAL);
     CmId* id = CmId::From(pub);
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
     if (id->state != State::kConnecting || !id->have_remote) return Fail(EINVAL);
+    // The RTU tells the passive side (its ESTABLISHED); this side has had its
+    // CONNECT_RESPONSE and gets no event, as with the kernel's rdma_cm.
     if (int err = service.Send(id, id->Message(CmMessageType::kRtu))) return Fail(err);
     id->state = State::kConnected;
-    service.QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0);
     return 0;
   });
-  if (rc != 0) return rc;
-  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ESTABLISHED);
 }
 
 int rdma_init_qp_attr(rdma_cm_id* pub, ibv_qp_attr* qp_attr, int* qp_attr_mask) {

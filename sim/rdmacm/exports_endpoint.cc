@@ -51,7 +51,8 @@ extern "C" {
 
 int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints, rdma_addrinfo** res) {
   return Guarded([&] {
-    if (!res || (!node && !service)) return Fail(EINVAL);
+    // As librdmacm: with neither node nor service the hints alone describe the result.
+    if (!res || (!node && !service && !hints)) return Fail(EINVAL);
     auto* ai = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
     if (!ai) return Fail(ENOMEM);
     ai->ai_flags = hints ? hints->ai_flags : 0;
@@ -60,21 +61,25 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
                                                  : (ai->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
     const int family = hints && hints->ai_family ? hints->ai_family : AF_UNSPEC;
     const bool passive = ai->ai_flags & RAI_PASSIVE;
-    sockaddr* addr = Lookup(node, service, family, passive, passive ? &ai->ai_src_len : &ai->ai_dst_len);
-    if (!addr) {
-      const int err = errno;
-      std::free(ai);
-      return Fail(err);
+    ai->ai_family = family;
+    if (node || service) {
+      sockaddr* addr = Lookup(node, service, family, passive, passive ? &ai->ai_src_len : &ai->ai_dst_len);
+      if (!addr) {
+        const int err = errno;
+        std::free(ai);
+        return Fail(err);
+      }
+      (passive ? ai->ai_src_addr : ai->ai_dst_addr) = addr;
+      ai->ai_family = addr->sa_family;
     }
-    (passive ? ai->ai_src_addr : ai->ai_dst_addr) = addr;
-    ai->ai_family = addr->sa_family;
-    if (!passive && hints && hints->ai_src_addr && hints->ai_src_len) {
+    if (!ai->ai_src_addr && hints && hints->ai_src_addr && hints->ai_src_len) {
       ai->ai_src_addr = static_cast<sockaddr*>(std::calloc(1, hints->ai_src_len));
       if (ai->ai_src_addr) {
         std::memcpy(ai->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
         ai->ai_src_len = hints->ai_src_len;
       }
     }
+    if (ai->ai_family == AF_UNSPEC && ai->ai_src_addr) ai->ai_family = ai->ai_src_addr->sa_family;
     *res = ai;
     return 0;
   });

@@ -18,6 +18,7 @@ using simverbs::rdmacm::CmService;
 using simverbs::rdmacm::EventChannel;
 using simverbs::rdmacm::Fail;
 using simverbs::rdmacm::Guarded;
+using simverbs::rdmacm::MulticastGroup;
 using simverbs::rdmacm::PortAddresses;
 
 extern "C" {
@@ -115,8 +116,13 @@ int rdma_set_option(rdma_cm_id* id, int level, int optname, void* optval, size_t
       case RDMA_OPTION_ID_REUSEADDR:
       case RDMA_OPTION_ID_AFONLY:
         return optlen == sizeof(int) ? 0 : Fail(EINVAL);
-      case RDMA_OPTION_ID_ACK_TIMEOUT:
-        return optlen == sizeof(uint8_t) ? 0 : Fail(EINVAL);
+      case RDMA_OPTION_ID_ACK_TIMEOUT: {
+        // The kernel takes values up to 31 (the QP's 5-bit timeout field).
+        if (optlen != sizeof(uint8_t) || *static_cast<uint8_t*>(optval) > 31) return Fail(EINVAL);
+        std::lock_guard<std::mutex> lock(CmService::Get().mu());
+        CmId::From(id)->ack_timeout = *static_cast<uint8_t*>(optval);
+        return 0;
+      }
       default:
         return Fail(ENOSYS);
     }
@@ -131,10 +137,62 @@ int rdma_notify(rdma_cm_id* id, ibv_event_type event) {
   return event == IBV_EVENT_COMM_EST ? 0 : Fail(EINVAL);
 }
 
-// rdma_cm multicast is not simulated yet.
-int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return Fail(ENOSYS); }
-int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return Fail(ENOSYS); }
-int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return Fail(ENOSYS); }
+int rdma_join_multicast_ex(rdma_cm_id* pub, rdma_cm_join_mc_attr_ex* attr, void* context) {
+  return Guarded([&] {
+    // As librdmacm: the address and the join flags are both required.
+    if (!pub || !attr || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS) || !attr->addr ||
+        !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS) || attr->join_flags >= RDMA_MC_JOIN_FLAG_RESERVED) {
+      return Fail(EINVAL);
+    }
+    CmId* id = CmId::From(pub);
+    CmService& service = CmService::Get();
+    std::lock_guard<std::mutex> lock(service.mu());
+    // Multicast is for UD port spaces, on an id that resolution or a bind put on a port.
+    if (!id->port || pub->qp_type != IBV_QPT_UD) return Fail(EINVAL);
+    MulticastGroup group;
+    if (!simverbs::rdmacm::GroupOf(attr->addr, id->port->ethernet, pub->ps == RDMA_PS_UDP, &group)) {
+      return Fail(EINVAL);
+    }
+    group.context = context;
+    int status = 0;
+    // A send-only member is not attached (librdmacm's ucma_process_join does the same).
+    if (pub->qp && attr->join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
+      status = ibv_attach_mcast(pub->qp, &group.mgid, group.mlid);
+      group.attached = status == 0;
+    }
+    if (status != 0) {
+      service.QueueEvent(id, RDMA_CM_EVENT_MULTICAST_ERROR, -status);
+      return 0;
+    }
+    id->groups.push_back(group);
+    service.QueueMulticastJoin(id, id->groups.back());
+    return 0;
+  });
+}
+
+int rdma_join_multicast(rdma_cm_id* pub, sockaddr* addr, void* context) {
+  rdma_cm_join_mc_attr_ex attr = {};
+  attr.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+  attr.join_flags = RDMA_MC_JOIN_FLAG_FULLMEMBER;
+  attr.addr = addr;
+  return rdma_join_multicast_ex(pub, &attr, context);
+}
+
+int rdma_leave_multicast(rdma_cm_id* pub, sockaddr* addr) {
+  return Guarded([&] {
+    if (!pub || !addr) return Fail(EINVAL);
+    CmId* id = CmId::From(pub);
+    std::lock_guard<std::mutex> lock(CmService::Get().mu());
+    const socklen_t len = addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    for (auto it = id->groups.begin(); it != id->groups.end(); ++it) {
+      if (it->addr.ss_family != addr->sa_family || std::memcmp(&it->addr, addr, len) != 0) continue;
+      if (it->attached && pub->qp) ibv_detach_mcast(pub->qp, &it->mgid, it->mlid);
+      id->groups.erase(it);
+      return 0;
+    }
+    return Fail(EADDRNOTAVAIL);  // as librdmacm: not a group this id joined
+  });
+}
 
 // ECE (enhanced connection establishment): the simulated device offers no options.
 int rdma_set_local_ece(rdma_cm_id* id, ibv_ece* ece) { return id && ece ? 0 : Fail(EINVAL); }

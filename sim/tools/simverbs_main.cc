@@ -1,5 +1,6 @@
 // simverbs: the command line of the simulator.
-//   simverbs run [--profile P] -- CMD ARGS...   run a program on simulated devices
+//   simverbs run [--profile P] [--sysfs] -- CMD ARGS...
+//                                               run a program on simulated devices
 //   simverbs devices [--profile P]              list the devices a profile gives
 //   simverbs profiles                           list the profiles that can be named
 //   simverbs record [--device D] [--stable-identity] [--stable-mac MAC] [--name N] [OUT.json]
@@ -24,6 +25,7 @@
 #include "profile.h"
 #include "../rdmacm/port_ipv4.h"
 #include "record.h"
+#include "sysfs_namespace.h"
 
 namespace {
 
@@ -42,7 +44,7 @@ std::string FindLibDir() {
   return {};
 }
 
-int Run(const std::string& profile, const std::vector<std::string>& command) {
+int Run(const std::string& profile, bool sysfs, const std::vector<std::string>& command) {
   if (command.empty()) {
     std::fprintf(stderr, "simverbs run: no program given; usage: simverbs run [--profile P] -- PROGRAM [ARGS...]\n");
     return 2;
@@ -59,6 +61,14 @@ int Run(const std::string& profile, const std::vector<std::string>& command) {
                  "simverbs: cannot find the simulator's libibverbs.so.1 (set SIMVERBS_LIBDIR to the directory "
                  "that holds it)\n");
     return 2;
+  }
+  if (sysfs) {
+    std::vector<std::string> names;
+    for (const auto& dev : load.profile.devices) names.push_back(dev.name);
+    if (std::string error = simverbs::EnterSysfsNamespace(names); !error.empty()) {
+      std::fprintf(stderr, "simverbs run --sysfs: %s\n", error.c_str());
+      return 2;
+    }
   }
   std::string path = libdir;
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) path += std::string(":") + old;
@@ -101,6 +111,7 @@ int Devices(const std::string& profile) {
 // would reorder the program's own options).
 int RunCommand(int argc, char** argv) {
   std::string profile;
+  bool sysfs = false;
   int i = 2;
   for (; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -116,20 +127,25 @@ int RunCommand(int argc, char** argv) {
       profile = argv[++i];
     } else if (arg.rfind("--profile=", 0) == 0) {
       profile = arg.substr(10);
+    } else if (arg == "--sysfs") {
+      sysfs = true;
     } else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: simverbs run [--profile P] [--] PROGRAM [ARGS...]\n"
+      std::printf("usage: simverbs run [--profile P] [--sysfs] [--] PROGRAM [ARGS...]\n"
                   "Runs PROGRAM with the simulator's libibverbs.so.1 and the device profile P\n"
-                  "(a name from 'simverbs profiles' or a path to a .json file; default sim-ib).\n");
+                  "(a name from 'simverbs profiles' or a path to a .json file; default sim-ib).\n"
+                  "--sysfs: in a private mount namespace, list the simulated devices under\n"
+                  "/sys/class/infiniband, each with the loopback interface as its net device\n"
+                  "(device/net/lo), as tools such as pyverbs' tests look for one.\n");
       return 0;
     } else if (arg[0] == '-') {
-      std::fprintf(stderr, "simverbs run: unknown option '%s'; usage: simverbs run [--profile P] -- PROGRAM [ARGS...]\n",
+      std::fprintf(stderr, "simverbs run: unknown option '%s'; usage: simverbs run [--profile P] [--sysfs] -- PROGRAM [ARGS...]\n",
                    arg.c_str());
       return 2;
     } else {
       break;
     }
   }
-  return Run(profile, std::vector<std::string>(argv + i, argv + argc));
+  return Run(profile, sysfs, std::vector<std::string>(argv + i, argv + argc));
 }
 
 int main(int argc, char** argv) {

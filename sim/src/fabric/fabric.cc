@@ -646,6 +646,23 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   return true;
 }
 
+void Fabric::SendToAllPeers(const Packet& pkt) {
+  if (!segment_) return;
+  const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
+  for (int slot = 0; slot < kMaxProcs; ++slot) {
+    if (slot == slot_ || segment_->procs[slot].pid.load() == 0) continue;
+    Peer* peer = ReachPeer(slot);
+    if (!peer) continue;
+    uint64_t pos = 0;
+    if (peer->backlog.empty() && peer->ring->Push(pkt, src_device, &pos, slot_, generation_)) {
+      peer->last_pushed = pos;
+      peer->pushed = true;
+    } else {
+      CountXmitDiscard(src_device, pkt.src_port);  // a datagram to a full ring is lost
+    }
+  }
+}
+
 bool Fabric::FlushPeerLocked(Peer& peer) {
   bool moved = false;
   uint64_t pos = 0;
@@ -772,6 +789,7 @@ void Fabric::DrainInboundLocked() {
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
     wp.ToPacket(src, &pkt);
+    pkt.from_peer = true;
   })) {
     popped = true;
     Engine::Get().Transmit(std::move(pkt));

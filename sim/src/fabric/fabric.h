@@ -177,6 +177,9 @@ class Fabric {
   // kMaxBacklog); a datagram, or a packet beyond that bound, is dropped and
   // counted (CountXmitDiscard). Requires: engine lock.
   bool SendRemote(int device_index, const Packet& pkt);
+  // A multicast datagram: a copy to every other process of the fabric, which
+  // hands it to the group's members it has. A full ring loses that copy.
+  void SendToAllPeers(const Packet& pkt);
   // A packet from (device, port) was dropped at transmit: counted in the
   // port's port_xmit_discards, shared by the device's processes.
   void CountXmitDiscard(int device_index, int port);

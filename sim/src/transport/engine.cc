@@ -91,17 +91,23 @@ void Engine::DrainLocked() {
   draining_ = false;
 }
 
+bool IsMulticastDestination(const AddressVector& dst);  // below, with the groups
+
 void Engine::DeliverLocked(const Packet& pkt) {
   if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) {
     XrcRemoteLocked(pkt);  // between processes only: not addressed to a QP by its AV
     return;
   }
-  if (Group* group = pkt.transport == IBV_QPT_UD ? FindGroup(pkt.dst) : nullptr) {
-    // A copy for each member; the sending QP does not hear itself.
-    const std::set<Qp*> members = group->members;
-    for (Qp* member : members) {
-      if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
+  if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) {
+    if (Group* group = FindGroup(pkt.dst)) {
+      // A copy for each member here; the sending QP does not hear itself.
+      const std::set<Qp*> members = group->members;
+      for (Qp* member : members) {
+        if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
+      }
     }
+    // And one for every other process, which gives it to the members it has.
+    if (!pkt.from_peer) Fabric::Get().SendToAllPeers(pkt);
     return;
   }
   Device* dev = Route(pkt.dst);
@@ -135,6 +141,10 @@ bool IsMulticastGid(const ibv_gid& gid) {
 
 // IBTA: LIDs 0xC000-0xFFFE are multicast (0xFFFF is the permissive LID).
 bool IsMulticastLid(uint16_t lid) { return lid >= 0xc000 && lid != 0xffff; }
+
+bool IsMulticastDestination(const AddressVector& dst) {
+  return dst.is_global ? IsMulticastGid(dst.dgid) : IsMulticastLid(dst.dlid);
+}
 
 Engine::Group* Engine::FindGroup(const AddressVector& dst) {
   for (Group& g : groups_) {

@@ -47,6 +47,7 @@ struct Packet {
   uint32_t src_qpn = 0;
   AddressVector dst;
   uint32_t dst_qpn = 0;
+  bool from_peer = false;  // arrived from another process (a multicast copy is not sent on again)
   bool has_grh = false;
   ibv_gid sgid{};
   uint32_t qkey = 0;  // DETH (UD)

@@ -7,7 +7,8 @@ usage: pyverbs_suite_check.py SIMVERBS_CLI PROFILE [DEVICE]
 
 The suite is shipped gzipped in /usr/share/doc/rdma-core/tests; it is unpacked into a temporary
 directory and run there as `python3 run_tests.py --dev DEVICE -v` (DEVICE default sim0) under
-`simverbs run --profile PROFILE`.
+`simverbs run --profile PROFILE --sysfs` (the devices under /sys/class/infiniband with `lo` as their net
+interface, where pyverbs' rdma_cm tests look for an IP address).
 """
 import gzip
 import os
@@ -44,9 +45,6 @@ SKIP_REASONS = [
     (r"Link layer of port=1 is InfiniBand , skip RoCE test", "a RoCE-only check, on an InfiniBand profile"),
     (r"No supported port is up, can't run traffic",
      "a test that picks a RoCE GID type the profile does not list; rxe skips it too"),
-    (r"doesn't have net interface",
-     "rdma_cm tests: pyverbs looks for the device's net interface under /sys/class/infiniband, which a "
-     "simulated device does not have yet"),
 ]
 
 
@@ -87,7 +85,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         tests = os.path.join(tmp, "tests")
         unpack(tests)
-        proc = subprocess.run([cli, "run", "--profile", profile, "--", "/usr/bin/python3", "run_tests.py",
+        proc = subprocess.run([cli, "run", "--profile", profile, "--sysfs", "--", "/usr/bin/python3", "run_tests.py",
                                "--dev", device, "-v"], cwd=tests, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=900)
     results = parse(proc.stdout)

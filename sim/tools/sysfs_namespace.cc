@@ -1,0 +1,104 @@
+#include "sysfs_namespace.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace simverbs {
+namespace {
+
+constexpr const char* kClassDir = "/sys/class";
+constexpr const char* kInfinibandDir = "/sys/class/infiniband";
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// A user namespace in which we are ourselves (and hold the capabilities a mount namespace needs).
+std::string EnterUserNamespace() {
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+    return Errno("unshare(CLONE_NEWUSER | CLONE_NEWNS)") +
+           " (--sysfs needs unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1 and "
+           "user.max_user_namespaces > 0, or run as root)";
+  }
+  if (!WriteFile("/proc/self/setgroups", "deny") ||
+      !WriteFile("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1\n") ||
+      !WriteFile("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1\n")) {
+    return Errno("writing the user namespace's uid/gid maps");
+  }
+  return "";
+}
+
+// /sys/class/infiniband does not exist (no RDMA driver loaded) and sysfs takes
+// no new directories: put a tmpfs on /sys/class that holds every class of the
+// real one (bind-mounted from it) plus an empty infiniband.
+std::string MakeInfinibandDir() {
+  const int real = open(kClassDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (real < 0) return Errno(std::string("open ") + kClassDir);
+  std::vector<std::string> classes;
+  if (DIR* dir = fdopendir(dup(real))) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") classes.push_back(name);
+    }
+    closedir(dir);
+  }
+  std::string error;
+  if (mount("simverbs-class", kClassDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+    error = Errno(std::string("mounting a tmpfs on ") + kClassDir);
+  }
+  for (size_t i = 0; error.empty() && i < classes.size(); ++i) {
+    const std::string target = std::string(kClassDir) + "/" + classes[i];
+    const std::string source = "/proc/self/fd/" + std::to_string(real) + "/" + classes[i];
+    if (mkdir(target.c_str(), 0755) != 0 || mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+      error = Errno("bind-mounting " + target);
+    }
+  }
+  close(real);
+  if (error.empty() && mkdir(kInfinibandDir, 0755) != 0) error = Errno(std::string("mkdir ") + kInfinibandDir);
+  return error;
+}
+
+}  // namespace
+
+std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
+  if (geteuid() == 0) {
+    if (unshare(CLONE_NEWNS) != 0) return Errno("unshare(CLONE_NEWNS)");
+  } else if (std::string error = EnterUserNamespace(); !error.empty()) {
+    return error;
+  }
+  // Nothing mounted here may reach the rest of the system.
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return Errno("making / private");
+  struct stat st = {};
+  if (stat(kInfinibandDir, &st) == 0) {
+    // A real RDMA stack is loaded: hide its devices, as the simulator's libibverbs does.
+    if (mount("simverbs-infiniband", kInfinibandDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+      return Errno(std::string("mounting a tmpfs on ") + kInfinibandDir);
+    }
+  } else if (std::string error = MakeInfinibandDir(); !error.empty()) {
+    return error;
+  }
+  for (const std::string& name : device_names) {
+    const std::string device = std::string(kInfinibandDir) + "/" + name;
+    for (const std::string& path : {device, device + "/device", device + "/device/net", device + "/device/net/lo"}) {
+      if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + path);
+    }
+  }
+  return "";
+}
+
+}  // namespace simverbs

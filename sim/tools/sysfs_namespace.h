@@ -1,0 +1,19 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace simverbs {
+
+// `simverbs run --sysfs`: gives this process, and the program it then execs, a
+// private mount namespace in which /sys/class/infiniband lists the simulated
+// devices, each with the loopback interface as its net device
+// (/sys/class/infiniband/<dev>/device/net/lo). That is where pyverbs and
+// similar tools look for a device's IP address (then `ip addr show lo` gives
+// 127.0.0.1, which rdma_cm resolves to the first simulated port). Nothing
+// outside the namespace changes. Without root it first enters a user namespace
+// that maps the caller's uid and gid to themselves. Returns "" or what went
+// wrong and how to fix it.
+std::string EnterSysfsNamespace(const std::vector<std::string>& device_names);
+
+}  // namespace simverbs
