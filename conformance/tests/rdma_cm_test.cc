@@ -162,6 +162,24 @@ class RdmaCmTest : public VerbsTest {
                                  &server_conn->event));
   }
 
+  // Binds to the port's address, resolves the group, makes a UD QP and joins;
+  // side->event is MULTICAST_JOIN (nullptr and a failure when a step failed).
+  void JoinGroup(CmSide* side, const sockaddr_in* group) const {
+    ASSERT_NO_FATAL_FAILURE(NewSide(side, RDMA_PS_UDP));
+    sockaddr_in src = Address(0);
+    ASSERT_EQ(rdma_bind_addr(side->id.get(), reinterpret_cast<sockaddr*>(&src)), 0) << ErrnoName(errno);
+    sockaddr_in dst = *group;
+    ASSERT_EQ(rdma_resolve_addr(side->id.get(), reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst),
+                                kResolveTimeoutMs),
+              0)
+        << ErrnoName(errno);
+    ASSERT_TRUE(GetCmEventWithin(side->channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, kReturnWindow, &side->event));
+    side->event.reset();
+    ASSERT_NO_FATAL_FAILURE(CreateQp(side, IBV_QPT_UD));
+    ASSERT_EQ(rdma_join_multicast(side->id.get(), reinterpret_cast<sockaddr*>(&dst), nullptr), 0) << ErrnoName(errno);
+    ASSERT_TRUE(GetCmEventWithin(side->channel.get(), RDMA_CM_EVENT_MULTICAST_JOIN, kReturnWindow, &side->event));
+  }
+
   in_addr address_ = {};
 
  private:
@@ -568,6 +586,184 @@ TEST_F(RdmaCmTest, UdLookupGivesTheRemoteQpAndQkey) {
         EXPECT_EQ(std::memcmp(recv_buf.data() + 40, send_buf.data(), send_buf.size()), 0) << "datagram differs";
       },
       kChildTimeout, "RDMA_PS_UDP lookup and a datagram");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_set_option(3): RDMA_OPTION_ID_ACK_TIMEOUT "QP ACK timeout. The value calculated according
+//   to the formula 4.096 * 2^(ack_timeout) usec"; rdma_cm applies it when it moves the id's QP to RTS.
+// Checks: with ACK_TIMEOUT 21 set on the client id before rdma_connect, its QP's timeout
+//   (ibv_query_qp IBV_QP_TIMEOUT) is 21 once ESTABLISHED.
+TEST_F(RdmaCmTest, AckTimeoutOptionSetsTheQpTimeout) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        uint8_t timeout = 21;
+        ASSERT_EQ(rdma_set_option(client.id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                                  sizeof timeout),
+                  0)
+            << ErrnoName(errno);
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        conn.id.reset(server.event->id);
+        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
+        rdma_conn_param accept = {};
+        ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event));
+        ibv_qp_attr attr = {};
+        ibv_qp_init_attr init = {};
+        ASSERT_EQ(ibv_query_qp(client.id->qp, &attr, IBV_QP_TIMEOUT, &init), 0);
+        EXPECT_EQ(attr.timeout, 21);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+      },
+      kChildTimeout, "RDMA_OPTION_ID_ACK_TIMEOUT");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_establish(3): "Complete an active connection request. If a QP has not been created on
+//   the rdma_cm_id, this function should be called by the active side to complete the connection,
+//   after getting connect response event. This will trigger a connection established event on
+//   the passive side"; rdma_get_cm_event(3): CONNECT_RESPONSE "is only generated on rdma_cm_id's
+//   that do not have a QP associated with them".
+// Checks: a client whose QP is its own (not rdma_create_qp's) gets CONNECT_RESPONSE; after it moves
+//   the QP to RTS with rdma_init_qp_attr's attributes and calls rdma_establish, the server gets
+//   ESTABLISHED and the client no further event.
+TEST_F(RdmaCmTest, EstablishCompletesAConnectionWithTheProgramsQp) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        uint16_t port_number = 0;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        client.pd.reset(ibv_alloc_pd(client.id->verbs));
+        ASSERT_NE(client.pd, nullptr) << ErrnoName(errno);
+        CqPtr cq(ibv_create_cq(client.id->verbs, 4, nullptr, nullptr, 0));
+        ASSERT_NE(cq, nullptr) << ErrnoName(errno);
+        ibv_qp_init_attr init = {};
+        init.qp_type = IBV_QPT_RC;
+        init.send_cq = cq.get();
+        init.recv_cq = cq.get();
+        init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+        init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+        QpPtr qp(ibv_create_qp(client.pd.get(), &init));
+        ASSERT_NE(qp, nullptr) << ErrnoName(errno);
+        rdma_conn_param param = {};
+        param.qp_num = qp->qp_num;
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        conn.id.reset(server.event->id);
+        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
+        rdma_conn_param accept = {};
+        ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << ErrnoName(errno);
+        ASSERT_TRUE(
+            GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_CONNECT_RESPONSE, kReturnWindow, &client.event));
+        client.event.reset();
+        for (ibv_qp_state state : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+          ibv_qp_attr attr = {};
+          attr.qp_state = state;
+          int mask = 0;
+          ASSERT_EQ(rdma_init_qp_attr(client.id.get(), &attr, &mask), 0) << ErrnoName(errno);
+          ASSERT_EQ(ibv_modify_qp(qp.get(), &attr, mask), 0) << "to state " << state;
+        }
+        ASSERT_EQ(rdma_establish(client.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+        EXPECT_TRUE(NoCmEventWithin(client.channel.get(), kQuietWindow));
+        // The connection ends before the QP it uses goes.
+        EXPECT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
+        client.id.reset();
+      },
+      kChildTimeout, "rdma_establish with the program's QP");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_join_multicast(3): "Joins a multicast group and attaches an associated QP to the
+//   group"; the MULTICAST_JOIN event's UD data (rdma_get_cm_event(3)) gives the address handle,
+//   QPN and qkey to send to the group with; a datagram sent to a group reaches every QP attached
+//   to it (IBTA Vol 1 10.5), here one in another process.
+// Checks: a process joins 230.1.2.3 and posts a receive; this one joins too and sends 64 bytes to the
+//   group with the event's ah_attr, QPN 0xffffff and qkey; the other process receives them intact.
+TEST_F(RdmaCmTest, MulticastDatagramReachesAMemberInAnotherProcess) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        sockaddr_in group = {};
+        group.sin_family = AF_INET;
+        group.sin_addr.s_addr = htonl(0xe6010203);  // 230.1.2.3
+        const auto sent = Pattern(23);
+        Pipe ready, done;
+        ASSERT_GE(ready.fds[0], 0) << ErrnoName(errno);
+        ASSERT_GE(done.fds[0], 0) << ErrnoName(errno);
+        const pid_t member_pid = fork();
+        ASSERT_GE(member_pid, 0) << ErrnoName(errno);
+        if (member_pid == 0) {
+          // The other member: join, post a receive, say so, report what arrived.
+          CmSide member;
+          JoinGroup(&member, &group);
+          if (!member.id || !member.id->qp) _exit(1);
+          std::array<uint8_t, 40 + 64> recv_buf = {};
+          MrPtr mr(rdma_reg_msgs(member.id.get(), recv_buf.data(), recv_buf.size()));
+          if (!mr || rdma_post_recv(member.id.get(), nullptr, recv_buf.data(), recv_buf.size(), mr.get()) != 0) {
+            _exit(2);
+          }
+          const char go = 1;
+          if (write(ready.fds[1], &go, 1) != 1) _exit(3);
+          ibv_wc wc = {};
+          char verdict = 'x';
+          if (rdma_get_recv_comp(member.id.get(), &wc) == 1 && wc.status == IBV_WC_SUCCESS) {
+            verdict = wc.byte_len == recv_buf.size() && std::memcmp(recv_buf.data() + 40, sent.data(), 64) == 0 ? 'y'
+                                                                                                                 : 'n';
+          }
+          if (write(done.fds[1], &verdict, 1) != 1) _exit(4);
+          for (;;) pause();
+        }
+        char go = 0;
+        const bool member_ready = WaitReadable(ready.fds[0], kReturnWindow) && read(ready.fds[0], &go, 1) == 1;
+        CmSide sender;
+        if (member_ready) JoinGroup(&sender, &group);
+        char verdict = 0;
+        if (sender.event) {
+          const rdma_ud_param ud = sender.event->param.ud;
+          EXPECT_EQ(ud.qp_num, 0xffffffu);
+          AhPtr ah(ibv_create_ah(sender.pd.get(), const_cast<ibv_ah_attr*>(&ud.ah_attr)));
+          EXPECT_NE(ah, nullptr) << "ibv_create_ah from MULTICAST_JOIN's ah_attr: " << ErrnoName(errno);
+          std::array<uint8_t, 64> send_buf = {};
+          std::memcpy(send_buf.data(), sent.data(), send_buf.size());
+          MrPtr mr(rdma_reg_msgs(sender.id.get(), send_buf.data(), send_buf.size()));
+          EXPECT_NE(mr, nullptr) << ErrnoName(errno);
+          if (ah && mr) {
+            ibv_sge sge = {reinterpret_cast<uintptr_t>(send_buf.data()), static_cast<uint32_t>(send_buf.size()),
+                           mr->lkey};
+            ibv_send_wr wr = {};
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            wr.wr.ud.ah = ah.get();
+            wr.wr.ud.remote_qpn = ud.qp_num;
+            wr.wr.ud.remote_qkey = ud.qkey;
+            ibv_send_wr* bad = nullptr;
+            EXPECT_EQ(ibv_post_send(sender.id->qp, &wr, &bad), 0);
+            ibv_wc wc = {};
+            EXPECT_EQ(rdma_get_send_comp(sender.id.get(), &wc), 1) << ErrnoName(errno);
+            EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+          }
+          if (!WaitReadable(done.fds[0], kReturnWindow) || read(done.fds[0], &verdict, 1) != 1) verdict = 0;
+        }
+        kill(member_pid, SIGKILL);
+        waitpid(member_pid, nullptr, 0);
+        ASSERT_TRUE(member_ready) << "the member process never joined";
+        ASSERT_NE(sender.event, nullptr) << "this process could not join";
+        EXPECT_EQ(verdict, 'y') << (verdict == 0 ? "nothing arrived at the member within 2 s"
+                                                 : "the member received a failed or different datagram");
+      },
+      kChildTimeout, "rdma_cm multicast between two processes");
   EXPECT_TRUE(Passed(result));
 }
 
