@@ -225,6 +225,27 @@ TEST_F(QpPostTest, PostSendFails_InlineAboveMax) {
   EXPECT_EQ(bad, &wr);
 }
 
+// Rule: ibv_create_qp(3): "The function ibv_create_qp() will update the qp_init_attr->cap struct
+//   with the actual QP values of the QP that was created; the values will be greater than or equal
+//   to the values requested." A send WQE has room for its SGEs, which inline data may use: rxe
+//   (rxe_qp_init_req: max_inline = max(max_send_sge * 16, max_inline_data)) and mlx5 round
+//   max_inline_data up, and programs rely on it (rdma_xclient sends 16 bytes inline on a QP that
+//   asked for 0).
+// Checks: a QP created with max_send_sge 1 and max_inline_data 0 reports max_inline_data >= 16,
+//   and a 16-byte inline SEND with lkey 0 is accepted (ibv_post_send returns 0).
+TEST_F(QpPostTest, PostSendSucceeds_InlineWithinTheSgesRoom) {
+  EndConfig config;
+  config.caps.max_inline_data = 0;
+  config.caps.max_send_sge = 1;
+  ASSERT_TRUE(MakePair(config));
+  EXPECT_GE(Caps(a_.get()).max_inline_data, 16u);
+  ibv_sge sge = local_.Sge(0, 16);
+  sge.lkey = 0;  // inline data is copied at post: no key is needed
+  ibv_send_wr wr = SendWr(1, &sge, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a_.get(), &wr, &bad), 0);
+}
+
 // Rule: ibv_create_qp(3): max_recv_sge is the "max number of s/g elements in a WR in the RQ";
 //   ibv_post_recv(3): it stops at the first failure "and returns this failing WR through bad_wr".
 // Checks: a receive with num_sge = the QP's max_recv_sge + 1 returns EINVAL and sets *bad_wr.

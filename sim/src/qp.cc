@@ -1,5 +1,6 @@
 #include "qp.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -81,6 +82,13 @@ Qp::Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_in
   init_.cap = a.cap;
   if (srq || !recv_cq) init_.cap.max_recv_wr = init_.cap.max_recv_sge = 0;
   if (!send_cq) init_.cap.max_send_wr = init_.cap.max_send_sge = init_.cap.max_inline_data = 0;
+  // A send WQE has room for its SGEs or its inline data, whichever is larger, so
+  // inline data may use the SGEs' room too (rxe_qp_init_req: max_inline = max(sge
+  // * 16, inline); mlx5 likewise rounds up). ibv_create_qp(3) allows actual
+  // capabilities above the requested ones.
+  init_.cap.max_inline_data = std::max<uint32_t>(
+      init_.cap.max_inline_data,
+      std::min<uint32_t>(init_.cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)), kMaxInlineData));
   init_.qp_type = a.qp_type;
   init_.sq_sig_all = a.sq_sig_all;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;

@@ -27,6 +27,8 @@ CASES = [
     ("udaddy", ["udaddy"], ["udaddy", "-s", "127.0.0.1"], ["test complete"]),
     ("rdma_server/rdma_client", ["rdma_server", "-p", "{p}"], ["rdma_client", "-s", "127.0.0.1", "-p", "{p}"],
      ["rdma_client: end 0"]),
+    ("rdma_xserver/rdma_xclient -c r", ["rdma_xserver", "-p", "{p}", "-c", "r"],
+     ["rdma_xclient", "-s", "127.0.0.1", "-p", "{p}", "-c", "r"], ["rdma_xclient: end 0"]),
     ("ib_send_lat -R", ["ib_send_lat", "-R", "-n", "200", "-p", "{p}"],
      ["ib_send_lat", "-R", "-n", "200", "-p", "{p}", "127.0.0.1"], []),
     ("ib_write_bw -R", ["ib_write_bw", "-R", "-n", "200", "-p", "{p}"],
