@@ -76,10 +76,10 @@ std::string MakeInfinibandDir() {
 }  // namespace
 
 std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
-  if (geteuid() == 0) {
-    if (unshare(CLONE_NEWNS) != 0) return Errno("unshare(CLONE_NEWNS)");
-  } else if (std::string error = EnterUserNamespace(); !error.empty()) {
-    return error;
+  // Root needs only a mount namespace; in a container without CAP_SYS_ADMIN a
+  // user namespace may still give one.
+  if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0) {
+    if (std::string error = EnterUserNamespace(); !error.empty()) return error;
   }
   // Nothing mounted here may reach the rest of the system.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return Errno("making / private");
