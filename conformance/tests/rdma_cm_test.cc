@@ -44,6 +44,10 @@ constexpr int kRejConsumerDefined = 28;
 constexpr size_t kReqPrivateData = 56;
 constexpr size_t kRepPrivateData = 196;
 constexpr size_t kRejPrivateData = 148;
+// UD receive buffers start with the 40-byte GRH area (ibv_post_recv(3)).
+constexpr size_t kGrhBytes = 40;
+// IBTA Vol 1: a datagram to a multicast group carries the destination QP 0xFFFFFF.
+constexpr uint32_t kMulticastQpn = 0xffffff;
 // rdma_cm's resolve timeouts, in ms.
 constexpr int kResolveTimeoutMs = 2000;
 
@@ -132,28 +136,35 @@ class RdmaCmTest : public VerbsTest {
     ASSERT_EQ(rdma_create_qp(side->id.get(), side->pd.get(), &attr), 0) << "rdma_create_qp: " << ErrnoName(errno);
   }
 
-  // Client connects with req_data, the server accepts with rep_data; both see ESTABLISHED.
-  // server_conn (the accepted id) ends up with a QP of its own.
-  void Connect(CmSide* server, CmSide* server_conn, CmSide* client, const void* req_data, uint8_t req_len,
-               const void* rep_data, uint8_t rep_len) const {
+  // A listener in port space ps, and a client with its route to it resolved and
+  // a QP from rdma_create_qp (RC for RDMA_PS_TCP, UD for RDMA_PS_UDP).
+  void ListenAndResolve(CmSide* server, CmSide* client, rdma_port_space ps) const {
     uint16_t port_number = 0;
-    ASSERT_NO_FATAL_FAILURE(Listen(server, RDMA_PS_TCP, &port_number));
-    ASSERT_NO_FATAL_FAILURE(Resolve(client, RDMA_PS_TCP, port_number));
-    ASSERT_NO_FATAL_FAILURE(CreateQp(client, IBV_QPT_RC));
+    ASSERT_NO_FATAL_FAILURE(Listen(server, ps, &port_number));
+    ASSERT_NO_FATAL_FAILURE(Resolve(client, ps, port_number));
+    ASSERT_NO_FATAL_FAILURE(CreateQp(client, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC));
+  }
+
+  // Waits for the server's CONNECT_REQUEST and gives its new id to request,
+  // acknowledging the event (it is the new id's: its destroy waits for the ack).
+  static void TakeRequest(CmSide* server, CmSide* request) {
+    ASSERT_TRUE(GetCmEventWithin(server->channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                 &server->event));
+    request->id.reset(server->event->id);
+    server->event.reset();
+  }
+
+  // The client connects, the server accepts; both see ESTABLISHED. server_conn
+  // (the accepted id) ends up with a QP of its own.
+  void Connect(CmSide* server, CmSide* server_conn, CmSide* client) const {
+    ASSERT_NO_FATAL_FAILURE(ListenAndResolve(server, client, RDMA_PS_TCP));
     rdma_conn_param param = {};
-    param.private_data = req_data;
-    param.private_data_len = req_len;
     param.retry_count = 7;
     param.rnr_retry_count = 7;
     ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
-    ASSERT_TRUE(GetCmEventWithin(server->channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
-                                 &server->event));
-    server_conn->id.reset(server->event->id);
-    server->event.reset();  // the request is the new id's event: its destroy waits for this ack
+    ASSERT_NO_FATAL_FAILURE(TakeRequest(server, server_conn));
     ASSERT_NO_FATAL_FAILURE(CreateQp(server_conn, IBV_QPT_RC));
     rdma_conn_param accept = {};
-    accept.private_data = rep_data;
-    accept.private_data_len = rep_len;
     accept.retry_count = 7;
     accept.rnr_retry_count = 7;
     ASSERT_EQ(rdma_accept(server_conn->id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
@@ -327,10 +338,7 @@ TEST_F(RdmaCmTest, ConnectAndAcceptCarryTheirPrivateData) {
         const auto req = Pattern(1);
         const auto rep = Pattern(99);
         CmSide server, conn, client;
-        uint16_t port_number = 0;
-        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
         rdma_conn_param param = {};
         param.private_data = req.data();
         param.private_data_len = kReqPrivateData;
@@ -371,10 +379,7 @@ TEST_F(RdmaCmTest, ConnectWithTooMuchPrivateDataIsEinval) {
       [&] {
         const auto req = Pattern(5);
         CmSide server, client;
-        uint16_t port_number = 0;
-        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
         rdma_conn_param param = {};
         param.private_data = req.data();
         param.private_data_len = kReqPrivateData + 1;
@@ -383,11 +388,9 @@ TEST_F(RdmaCmTest, ConnectWithTooMuchPrivateDataIsEinval) {
         EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
         param.private_data_len = kReqPrivateData;
         ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
-                                     &server.event));
-        CmIdPtr request(server.event->id);
-        server.event.reset();
-        rdma_reject(request.get(), nullptr, 0);
+        CmSide request;
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &request));
+        rdma_reject(request.id.get(), nullptr, 0);
       },
       kChildTimeout, "rdma_connect with 57 bytes of private data");
   EXPECT_TRUE(Passed(result));
@@ -403,16 +406,10 @@ TEST_F(RdmaCmTest, RejectCarriesConsumerReasonAndPrivateData) {
       [&] {
         const auto rej = Pattern(42);
         CmSide server, conn, client;
-        uint16_t port_number = 0;
-        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
         rdma_conn_param param = {};
         ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
-                                     &server.event));
-        conn.id.reset(server.event->id);
-        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
         ASSERT_EQ(rdma_reject(conn.id.get(), rej.data(), kRejPrivateData), 0) << ErrnoName(errno);
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
         EXPECT_EQ(client.event->status, kRejConsumerDefined);
@@ -433,7 +430,7 @@ TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client;
-        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client, nullptr, 0, nullptr, 0));
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
         client.event.reset();
         conn.event.reset();
         ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
@@ -456,7 +453,7 @@ TEST_F(RdmaCmTest, SendArrivesOverTheConnection) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client;
-        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client, nullptr, 0, nullptr, 0));
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
         const auto sent = Pattern(17);
         std::array<uint8_t, 64> send_buf = {};
         std::array<uint8_t, 64> recv_buf = {};
@@ -542,19 +539,12 @@ TEST_F(RdmaCmTest, UdLookupGivesTheRemoteQpAndQkey) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client;
-        uint16_t port_number = 0;
-        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_UDP, &port_number));
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_UDP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_UD));
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_UDP));
         rdma_conn_param param = {};
         ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
-                                     &server.event));
-        conn.id.reset(server.event->id);
-        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
         ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_UD));
-        // A UD receive has 40 bytes of GRH space first.
-        std::array<uint8_t, 40 + 64> recv_buf = {};
+        std::array<uint8_t, kGrhBytes + 64> recv_buf = {};
         MrPtr recv_mr(rdma_reg_msgs(conn.id.get(), recv_buf.data(), recv_buf.size()));
         ASSERT_NE(recv_mr, nullptr) << ErrnoName(errno);
         ASSERT_EQ(rdma_post_recv(conn.id.get(), nullptr, recv_buf.data(), recv_buf.size(), recv_mr.get()), 0)
@@ -582,8 +572,8 @@ TEST_F(RdmaCmTest, UdLookupGivesTheRemoteQpAndQkey) {
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
         ASSERT_EQ(rdma_get_recv_comp(conn.id.get(), &wc), 1) << ErrnoName(errno);
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
-        EXPECT_EQ(wc.byte_len, 40 + send_buf.size());
-        EXPECT_EQ(std::memcmp(recv_buf.data() + 40, send_buf.data(), send_buf.size()), 0) << "datagram differs";
+        EXPECT_EQ(wc.byte_len, kGrhBytes + send_buf.size());
+        EXPECT_EQ(std::memcmp(recv_buf.data() + kGrhBytes, send_buf.data(), send_buf.size()), 0) << "datagram differs";
       },
       kChildTimeout, "RDMA_PS_UDP lookup and a datagram");
   EXPECT_TRUE(Passed(result));
@@ -597,10 +587,7 @@ TEST_F(RdmaCmTest, AckTimeoutOptionSetsTheQpTimeout) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client;
-        uint16_t port_number = 0;
-        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
         uint8_t timeout = 21;
         ASSERT_EQ(rdma_set_option(client.id.get(), RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
                                   sizeof timeout),
@@ -608,10 +595,7 @@ TEST_F(RdmaCmTest, AckTimeoutOptionSetsTheQpTimeout) {
             << ErrnoName(errno);
         rdma_conn_param param = {};
         ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
-                                     &server.event));
-        conn.id.reset(server.event->id);
-        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
         ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
         rdma_conn_param accept = {};
         ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << ErrnoName(errno);
@@ -656,10 +640,7 @@ TEST_F(RdmaCmTest, EstablishCompletesAConnectionWithTheProgramsQp) {
         rdma_conn_param param = {};
         param.qp_num = qp->qp_num;
         ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
-                                     &server.event));
-        conn.id.reset(server.event->id);
-        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
         ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
         rdma_conn_param accept = {};
         ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << ErrnoName(errno);
@@ -707,7 +688,7 @@ TEST_F(RdmaCmTest, MulticastDatagramReachesAMemberInAnotherProcess) {
           CmSide member;
           JoinGroup(&member, &group);
           if (!member.id || !member.id->qp) _exit(1);
-          std::array<uint8_t, 40 + 64> recv_buf = {};
+          std::array<uint8_t, kGrhBytes + 64> recv_buf = {};
           MrPtr mr(rdma_reg_msgs(member.id.get(), recv_buf.data(), recv_buf.size()));
           if (!mr || rdma_post_recv(member.id.get(), nullptr, recv_buf.data(), recv_buf.size(), mr.get()) != 0) {
             _exit(2);
@@ -717,7 +698,7 @@ TEST_F(RdmaCmTest, MulticastDatagramReachesAMemberInAnotherProcess) {
           ibv_wc wc = {};
           char verdict = 'x';
           if (rdma_get_recv_comp(member.id.get(), &wc) == 1 && wc.status == IBV_WC_SUCCESS) {
-            verdict = wc.byte_len == recv_buf.size() && std::memcmp(recv_buf.data() + 40, sent.data(), 64) == 0 ? 'y'
+            verdict = wc.byte_len == recv_buf.size() && std::memcmp(recv_buf.data() + kGrhBytes, sent.data(), 64) == 0 ? 'y'
                                                                                                                  : 'n';
           }
           if (write(done.fds[1], &verdict, 1) != 1) _exit(4);
@@ -730,7 +711,7 @@ TEST_F(RdmaCmTest, MulticastDatagramReachesAMemberInAnotherProcess) {
         char verdict = 0;
         if (sender.event) {
           const rdma_ud_param ud = sender.event->param.ud;
-          EXPECT_EQ(ud.qp_num, 0xffffffu);
+          EXPECT_EQ(ud.qp_num, kMulticastQpn);
           AhPtr ah(ibv_create_ah(sender.pd.get(), const_cast<ibv_ah_attr*>(&ud.ah_attr)));
           EXPECT_NE(ah, nullptr) << "ibv_create_ah from MULTICAST_JOIN's ah_attr: " << ErrnoName(errno);
           std::array<uint8_t, 64> send_buf = {};

@@ -15,6 +15,7 @@
 
 #include "cm_id.h"
 #include "port_addresses.h"
+#include "port_ipv4.h"
 
 namespace simverbs::rdmacm {
 
@@ -37,6 +38,21 @@ sockaddr_un AbstractAddress(const std::string& name, socklen_t* len) {
   std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   return a;
+}
+
+// A SEQPACKET socket bound to the abstract `name`; -1 with errno when it cannot be.
+int BoundSocket(const std::string& name) {
+  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (sock < 0) return -1;
+  socklen_t len = 0;
+  sockaddr_un a = AbstractAddress(name, &len);
+  if (bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    const int err = errno;
+    close(sock);
+    errno = err;
+    return -1;
+  }
+  return sock;
 }
 
 // The size of the private data field a message of `type` carries to the
@@ -123,13 +139,10 @@ void CmService::Register(CmId* id, int sock, bool listener) {
 }
 
 bool CmService::NameTaken(const std::string& name) const {
-  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (sock < 0) return false;
-  socklen_t len = 0;
-  sockaddr_un a = AbstractAddress(name, &len);
-  const bool taken = bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0 && errno == EADDRINUSE;
+  const int sock = BoundSocket(name);
+  if (sock < 0) return errno == EADDRINUSE;
   close(sock);
-  return taken;
+  return false;
 }
 
 int CmService::Reserve(CmId* id) {
@@ -139,27 +152,15 @@ int CmService::Reserve(CmId* id) {
   std::vector<std::string> others;
   if (IsWildcard(id->src())) {
     others.push_back("127.0.0.1");
-    for (const LocalPort& p : PortAddresses::Get().ports()) {
-      sockaddr_in sin = {};
-      sin.sin_family = AF_INET;
-      sin.sin_addr.s_addr = htonl(p.ipv4);
-      others.push_back(AddressText(reinterpret_cast<sockaddr*>(&sin)));
-    }
+    for (const LocalPort& p : PortAddresses::Get().ports()) others.push_back(Ipv4Text(p.ipv4));
   } else {
     others.push_back("any");
   }
   for (const std::string& other : others) {
     if (NameTaken(SocketName(ps, other, port))) return EADDRINUSE;
   }
-  const int sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  const int sock = BoundSocket(SocketName(ps, AddressText(id->src()), port));
   if (sock < 0) return errno;
-  socklen_t len = 0;
-  sockaddr_un a = AbstractAddress(SocketName(ps, AddressText(id->src()), port), &len);
-  if (bind(sock, reinterpret_cast<sockaddr*>(&a), len) != 0) {
-    const int err = errno;
-    close(sock);
-    return err;
-  }
   id->bound_sock = sock;
   return 0;
 }

@@ -615,18 +615,21 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
   return peer->ring ? peer.get() : nullptr;
 }
 
+bool Fabric::PushNow(Peer& peer, const Packet& pkt, int src_device) {
+  uint64_t pos = 0;
+  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, slot_, generation_)) return false;
+  peer.last_pushed = pos;
+  peer.pushed = true;
+  return true;
+}
+
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   const int slot = OwnerSlot(device_index, pkt.dst_qpn);
   if (slot < 0 || slot == slot_) return false;
   Peer* peer = ReachPeer(slot);
   if (!peer) return false;
   const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
-  uint64_t pos = 0;
-  if (!pkt.stream && peer->backlog.empty() && peer->ring->Push(pkt, src_device, &pos, slot_, generation_)) {
-    peer->last_pushed = pos;
-    peer->pushed = true;
-    return true;
-  }
+  if (!pkt.stream && PushNow(*peer, pkt, src_device)) return true;
   // The peer's ring is full. A datagram is dropped, as a congested fabric
   // does; a reliable packet waits in order, within a bound (beyond it the
   // requester's retransmission recovers it). A READ answer (a stream) waits
@@ -653,13 +656,7 @@ void Fabric::SendToAllPeers(const Packet& pkt) {
     if (slot == slot_ || segment_->procs[slot].pid.load() == 0) continue;
     Peer* peer = ReachPeer(slot);
     if (!peer) continue;
-    uint64_t pos = 0;
-    if (peer->backlog.empty() && peer->ring->Push(pkt, src_device, &pos, slot_, generation_)) {
-      peer->last_pushed = pos;
-      peer->pushed = true;
-    } else {
-      CountXmitDiscard(src_device, pkt.src_port);  // a datagram to a full ring is lost
-    }
+    if (!PushNow(*peer, pkt, src_device)) CountXmitDiscard(src_device, pkt.src_port);  // a full ring loses it
   }
 }
 

@@ -259,6 +259,9 @@ class Fabric {
   int OwnerSlot(int device_index, uint32_t qpn) const;
   // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
   Peer* ReachPeer(int slot);
+  // Puts pkt on the peer's ring now, behind nothing it holds back; false when
+  // the peer has a backlog or its ring is full (nothing is sent then).
+  bool PushNow(Peer& peer, const Packet& pkt, int src_device);
   bool PeerAlive(int slot) const;
   // The shared port_xmit_discards of (device, port), or nullptr when not
   // attached or out of range.

@@ -147,11 +147,9 @@ bool IsMulticastDestination(const AddressVector& dst) {
 }
 
 Engine::Group* Engine::FindGroup(const AddressVector& dst) {
+  if (!IsMulticastDestination(dst)) return nullptr;
   for (Group& g : groups_) {
-    if (dst.is_global ? (IsMulticastGid(dst.dgid) && std::memcmp(&g.mgid, &dst.dgid, sizeof g.mgid) == 0)
-                      : (IsMulticastLid(dst.dlid) && g.mlid == dst.dlid)) {
-      return &g;
-    }
+    if (dst.is_global ? std::memcmp(&g.mgid, &dst.dgid, sizeof g.mgid) == 0 : g.mlid == dst.dlid) return &g;
   }
   return nullptr;
 }
