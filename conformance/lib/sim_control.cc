@@ -39,6 +39,21 @@ SimControl::SimControl() {
   Resolve("simverbs_deliver_async_to", &deliver_async_to_);
   Resolve("simverbs_seed", &seed_);
   Resolve("simverbs_reseed", &reseed_);
+  Resolve("simverbs_cm_reject_requests", &cm_reject_requests_);
+  Resolve("simverbs_cm_drop_messages", &cm_drop_messages_);
+  Resolve("simverbs_cm_raise_event", &cm_raise_event_);
+}
+
+int SimControl::CmRejectRequests(unsigned count, int reason) const {
+  return cm_reject_requests_ ? cm_reject_requests_(count, reason) : EOPNOTSUPP;
+}
+
+int SimControl::CmDropMessages(simverbs_cm_message message, unsigned count) const {
+  return cm_drop_messages_ ? cm_drop_messages_(message, count) : EOPNOTSUPP;
+}
+
+int SimControl::CmRaiseEvent(ibv_context* context, uint8_t port_num, rdma_cm_event_type type) const {
+  return cm_raise_event_ ? cm_raise_event_(context, port_num, type) : -EOPNOTSUPP;
 }
 
 int SimControl::version() const { return version_ ? version_() : 0; }

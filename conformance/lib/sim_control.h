@@ -7,6 +7,7 @@
 // Declarations only: the functions are resolved at run time with dlsym, so the
 // suite never links against the simulator.
 #include "sim/include/simverbs/simverbs.h"
+#include "sim/include/simverbs/simverbs_rdmacm.h"
 
 namespace conformance {
 
@@ -42,6 +43,11 @@ class SimControl {
   // The scheduler's seed; 0 when missing (check available()).
   unsigned long long Seed() const;
   void Reseed(unsigned long long seed) const;
+  // rdma_cm faults (the simulator's librdmacm; simverbs_rdmacm.h). EOPNOTSUPP
+  // (-EOPNOTSUPP for CmRaiseEvent) when missing.
+  int CmRejectRequests(unsigned count, int reason) const;
+  int CmDropMessages(simverbs_cm_message message, unsigned count) const;
+  int CmRaiseEvent(ibv_context* context, uint8_t port_num, rdma_cm_event_type type) const;
 
  private:
   SimControl();
@@ -65,6 +71,9 @@ class SimControl {
   decltype(&simverbs_deliver_async_to) deliver_async_to_ = nullptr;
   decltype(&simverbs_seed) seed_ = nullptr;
   decltype(&simverbs_reseed) reseed_ = nullptr;
+  decltype(&simverbs_cm_reject_requests) cm_reject_requests_ = nullptr;
+  decltype(&simverbs_cm_drop_messages) cm_drop_messages_ = nullptr;
+  decltype(&simverbs_cm_raise_event) cm_raise_event_ = nullptr;
 };
 
 }  // namespace conformance

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +30,7 @@
 #include "conformance/lib/fd_poll.h"
 #include "conformance/lib/options.h"
 #include "conformance/lib/pipe.h"
+#include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_test.h"
@@ -40,6 +42,9 @@ namespace {
 // The IB CM reject reasons rdma_cm reports as the status of REJECTED (IBTA Vol 1 12.6.7.2).
 constexpr int kRejInvalidServiceId = 8;
 constexpr int kRejConsumerDefined = 28;
+// SIDR REP statuses (IBTA Vol 1 12.11.2): no listener for the service ID, and rejected.
+constexpr int kSidrUnsupported = 1;
+constexpr int kSidrReject = 2;
 // Private data a program may send (IBTA CM field sizes less rdma_cm's 36-byte header for REQ).
 constexpr size_t kReqPrivateData = 56;
 constexpr size_t kRepPrivateData = 196;
@@ -50,6 +55,10 @@ constexpr size_t kGrhBytes = 40;
 constexpr uint32_t kMulticastQpn = 0xffffff;
 // rdma_cm's resolve timeouts, in ms.
 constexpr int kResolveTimeoutMs = 2000;
+// How long a disconnected id may stay in timewait before TIMEWAIT_EXIT, and the
+// watchdog of a test that waits for it twice.
+constexpr std::chrono::milliseconds kTimewaitWindow = 10s;
+constexpr std::chrono::milliseconds kTimewaitChildTimeout = 30s;
 
 std::array<uint8_t, 256> Pattern(uint8_t seed) {
   std::array<uint8_t, 256> bytes = {};
@@ -445,6 +454,35 @@ TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: rdma_get_cm_event(3): RDMA_CM_EVENT_TIMEWAIT_EXIT "The QP associated with a connection has
+//   exited its timewait state and is now ready to be re-used. After a QP has been disconnected, it is
+//   maintained in a timewait state to allow any in flight packets to exit the network."
+// Checks: after a disconnect both ends have seen DISCONNECTED, each id that is kept gets
+//   TIMEWAIT_EXIT next (within 10 s: the kernel waits about twice the packet lifetime).
+TEST_F(RdmaCmTest, TimewaitExitFollowsDisconnect) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
+        client.event.reset();
+        conn.event.reset();
+        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        conn.event.reset();
+        ASSERT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
+        client.event.reset();
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_TIMEWAIT_EXIT, kTimewaitWindow, &client.event));
+        EXPECT_EQ(client.event->id, client.id.get());
+        EXPECT_EQ(client.event->status, 0);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_TIMEWAIT_EXIT, kTimewaitWindow, &conn.event));
+        EXPECT_EQ(conn.event->id, conn.id.get());
+        EXPECT_EQ(conn.event->status, 0);
+      },
+      kTimewaitChildTimeout, "TIMEWAIT_EXIT after rdma_disconnect");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: rdma_create_qp(3): the QP is "allocated and bound to the rdma_cm_id" and rdma_cm moves
 //   it through the states a connection needs; rdma_post_send(3)/rdma_post_recv(3) post on it.
 // Checks: on a connection made by rdma_cm, a 64-byte SEND posted with rdma_post_send arrives
@@ -576,6 +614,51 @@ TEST_F(RdmaCmTest, UdLookupGivesTheRemoteQpAndQkey) {
         EXPECT_EQ(std::memcmp(recv_buf.data() + kGrhBytes, send_buf.data(), send_buf.size()), 0) << "datagram differs";
       },
       kChildTimeout, "RDMA_PS_UDP lookup and a datagram");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_reject(3) on an RDMA_PS_UDP id answers the lookup with a SIDR REP whose status is
+//   "rejected" (IBTA Vol 1 12.11.2, status 2; the kernel's cma_send_sidr_rep(IB_SIDR_REJECT));
+//   rdma_get_cm_event(3): UNREACHABLE "the remote server is not reachable or unable to respond",
+//   and the kernel reports the SIDR status as the event's status (cma_sidr_rep_handler).
+// Checks: the server rejects the client's lookup; the client gets UNREACHABLE with status 2.
+TEST_F(RdmaCmTest, UdLookupRejectedGivesUnreachableWithSidrStatus) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_UDP));
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        ASSERT_EQ(rdma_reject(conn.id.get(), nullptr, 0), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kSidrReject);
+      },
+      kChildTimeout, "rdma_reject of an RDMA_PS_UDP lookup");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: the IB CM answers a SIDR REQ for a service ID nobody listens on with status 1, "service ID
+//   not supported" (IBTA Vol 1 12.11.2; the kernel's cm_sidr_req_handler); rdma_cm reports it as
+//   UNREACHABLE with that status.
+// Checks: an RDMA_PS_UDP rdma_connect to a port nobody listens on gives UNREACHABLE, status 1.
+TEST_F(RdmaCmTest, UdLookupWithoutListenerGivesUnreachableWithSidrStatus) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        uint16_t port_number = 0;
+        {
+          CmSide probe;
+          ASSERT_NO_FATAL_FAILURE(Listen(&probe, RDMA_PS_UDP, &port_number));
+        }
+        CmSide client;
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_UDP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_UD));
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kSidrUnsupported);
+      },
+      kChildTimeout, "RDMA_PS_UDP rdma_connect to a port with no listener");
   EXPECT_TRUE(Passed(result));
 }
 
@@ -800,6 +883,227 @@ TEST_F(RdmaCmTest, PeerKilledGivesDisconnected) {
         EXPECT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
       },
       kChildTimeout, "a peer killed while connected");
+  EXPECT_TRUE(Passed(result));
+}
+
+// ---- Faults of the simulated CM (simverbs_rdmacm.h): the simulator only.
+
+// A reject reason no program sends by itself: IBTA "stale connection".
+constexpr int kRejStaleConnection = 10;
+// How long the CM may take to give up on a message lost every time (16 tries).
+constexpr std::chrono::milliseconds kGiveUpWindow = 10s;
+
+class RdmaCmFaultTest : public RdmaCmTest {
+ protected:
+  void SetUp() override {
+    SKIP_IF(!Sim() || sim().CmRejectRequests(0, kRejConsumerDefined) == EOPNOTSUPP)
+        << "(simverbs_cm_* do not resolve: the backend is not the simulator, so CM faults cannot be injected)";
+    RdmaCmTest::SetUp();
+  }
+
+  static void StartConnect(CmSide* client) {
+    rdma_conn_param param = {};
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
+  }
+
+  static void Accept(CmSide* conn) {
+    ASSERT_NO_FATAL_FAILURE(CreateQp(conn, IBV_QPT_RC));
+    rdma_conn_param accept = {};
+    accept.retry_count = 7;
+    accept.rnr_retry_count = 7;
+    ASSERT_EQ(rdma_accept(conn->id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
+  }
+};
+
+// Rule: simverbs_rdmacm.h, simverbs_cm_reject_requests: the CM rejects the next requests "before the
+//   listener sees them", and the client gets REJECTED with that reason as its status
+//   (rdma_get_cm_event(3): REJECTED's status is "the reject reason carried in the IB CM REJ").
+// Checks: armed for one request with reason 10, the client gets REJECTED status 10 while the
+//   listener gets no event; a second client on the same listener then connects.
+TEST_F(RdmaCmFaultTest, RejectedRequestNeverReachesTheListener) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        uint16_t port_number = 0;
+        CmSide server, client, second, conn;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        ASSERT_EQ(sim().CmRejectRequests(1, kRejStaleConnection), 0);
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kRejStaleConnection);
+        EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "the listener heard of the request";
+        ASSERT_NO_FATAL_FAILURE(Resolve(&second, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&second, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&second));
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+      },
+      kChildTimeout, "simverbs_cm_reject_requests");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: simverbs_rdmacm.h, simverbs_cm_drop_messages: a REQ lost on every one of its 16 tries makes
+//   the CM give up with UNREACHABLE, status -ETIMEDOUT, as the kernel's rdma_cm reports
+//   IB_CM_REQ_ERROR (cma_ib_handler).
+// Checks: with 16 REQs lost, the client gets UNREACHABLE with -ETIMEDOUT and the listener no event.
+TEST_F(RdmaCmFaultTest, RequestLostOnEveryTryGivesUnreachable) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_EQ(sim().CmDropMessages(SIMVERBS_CM_REQ, 16), 0);
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kGiveUpWindow, &client.event));
+        EXPECT_EQ(client.event->status, -ETIMEDOUT);
+        EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "a lost REQ reached the listener";
+      },
+      kChildTimeout + kGiveUpWindow, "16 lost REQs");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: simverbs_rdmacm.h, simverbs_cm_drop_messages: "lose fewer than 16 and the connection is only
+//   late": the CM resends a REQ that gets no answer (IBTA Vol 1 12.4, CM timeouts and retries).
+// Checks: with 15 REQs lost, the 16th reaches the listener and the connection is established.
+TEST_F(RdmaCmFaultTest, RequestLostFewerTimesThanTheRetriesStillConnects) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client, conn;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_EQ(sim().CmDropMessages(SIMVERBS_CM_REQ, 15), 0);
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kGiveUpWindow,
+                                     &server.event));
+        conn.id.reset(server.event->id);
+        server.event.reset();
+        ASSERT_NO_FATAL_FAILURE(Accept(&conn));
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+      },
+      kChildTimeout + kGiveUpWindow, "15 lost REQs");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: simverbs_rdmacm.h, simverbs_cm_drop_messages: a REP lost on every try gives both sides
+//   UNREACHABLE with -ETIMEDOUT (the kernel's IB_CM_REP_ERROR on the passive side; the active
+//   side's REQ is never answered).
+// Checks: with 16 REPs lost, the accepted id and the client each get UNREACHABLE, -ETIMEDOUT.
+TEST_F(RdmaCmFaultTest, ReplyLostOnEveryTryGivesUnreachableOnBothSides) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client, conn;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        ASSERT_EQ(sim().CmDropMessages(SIMVERBS_CM_REP, 16), 0);
+        ASSERT_NO_FATAL_FAILURE(Accept(&conn));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kGiveUpWindow, &conn.event));
+        EXPECT_EQ(conn.event->id, conn.id.get());
+        EXPECT_EQ(conn.event->status, -ETIMEDOUT);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, -ETIMEDOUT);
+      },
+      kChildTimeout + kGiveUpWindow, "16 lost REPs");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: simverbs_rdmacm.h, simverbs_cm_drop_messages: when every DREQ is lost the side that
+//   disconnects still gets DISCONNECTED (the kernel reports IB_CM_DREQ_ERROR as DISCONNECTED) and
+//   then TIMEWAIT_EXIT; its peer hears nothing.
+// Checks: with 16 DREQs lost, the client gets DISCONNECTED, then TIMEWAIT_EXIT; the server's
+//   channel stays quiet.
+TEST_F(RdmaCmFaultTest, DisconnectRequestLostOnEveryTryStillEndsTheActiveSide) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
+        client.event.reset();
+        conn.event.reset();
+        ASSERT_EQ(sim().CmDropMessages(SIMVERBS_CM_DREQ, 16), 0);
+        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kGiveUpWindow, &client.event));
+        EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "a lost DREQ reached the server";
+        client.event.reset();
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_TIMEWAIT_EXIT, kTimewaitWindow, &client.event));
+      },
+      kChildTimeout + kGiveUpWindow + kTimewaitWindow, "16 lost DREQs");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: simverbs_rdmacm.h: IBV_EVENT_DEVICE_FATAL is followed by the device's removal, as on mlx5;
+//   rdma_get_cm_event(3): DEVICE_REMOVAL "The RDMA device associated with the rdma_cm_id has been
+//   removed. Upon receiving this event, the user must destroy the related rdma_cm_id."
+// Checks: after simverbs_raise_device_fatal, the listener bound to the port's address, the accepted
+//   id and the client each get DEVICE_REMOVAL with status 0, each id can be destroyed, and a new
+//   id no longer resolves to the removed device (ADDR_ERROR, or another device for a loopback
+//   address).
+TEST_F(RdmaCmFaultTest, DeviceFatalGivesDeviceRemovalToTheIdsOnTheDevice) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
+        client.event.reset();
+        conn.event.reset();
+        ASSERT_EQ(sim().RaiseDeviceFatal(context()), 0);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DEVICE_REMOVAL, kReturnWindow,
+                                     &client.event));
+        EXPECT_EQ(client.event->id, client.id.get());
+        EXPECT_EQ(client.event->status, 0);
+        // The listener's and the accepted id's, in either order.
+        CmEventPtr first, second;
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DEVICE_REMOVAL, kReturnWindow, &first));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DEVICE_REMOVAL, kReturnWindow, &second));
+        EXPECT_THAT((std::array<rdma_cm_id*, 2>{first->id, second->id}),
+                    testing::UnorderedElementsAre(server.id.get(), conn.id.get()));
+        first.reset();
+        second.reset();
+        client.event.reset();
+        EXPECT_EQ(rdma_destroy_id(conn.id.release()), 0) << ErrnoName(errno);
+        EXPECT_EQ(rdma_destroy_id(client.id.release()), 0) << ErrnoName(errno);
+        EXPECT_EQ(rdma_destroy_id(server.id.release()), 0) << ErrnoName(errno);
+        CmSide later;
+        ASSERT_NO_FATAL_FAILURE(NewSide(&later, RDMA_PS_TCP));
+        sockaddr_in dst = Address(1);
+        ASSERT_EQ(rdma_resolve_addr(later.id.get(), nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs), 0)
+            << ErrnoName(errno);
+        // Gone: the port's own address gives ADDR_ERROR; a loopback address goes to another device.
+        if (!GetCmEventWithin(later.channel.get(), RDMA_CM_EVENT_ADDR_ERROR, kReturnWindow, &later.event)) {
+          ASSERT_NE(later.event, nullptr) << "no event for rdma_resolve_addr after the removal";
+          ASSERT_EQ(later.event->event, RDMA_CM_EVENT_ADDR_RESOLVED) << rdma_event_str(later.event->event);
+          ASSERT_NE(later.id->verbs, nullptr);
+          EXPECT_NE(ibv_get_device_name(later.id->verbs->device), device_name())
+              << "a new id resolved to the removed device";
+        }
+      },
+      kChildTimeout, "DEVICE_REMOVAL after DEVICE_FATAL");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: simverbs_rdmacm.h, simverbs_cm_raise_event: ADDR_CHANGE reaches the ids bound to the port;
+//   rdma_get_cm_event(3): ADDR_CHANGE "The network device associated with this ID through address
+//   resolution changed its HW address".
+// Checks: with a listener bound to the port's address, a client resolved to it and an id never
+//   bound, the call reports 2 ids; the listener and the client get ADDR_CHANGE, the unbound id
+//   nothing; the connection can still be made afterwards.
+TEST_F(RdmaCmFaultTest, AddrChangeReachesTheIdsBoundToThePort) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client, idle, conn;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_NO_FATAL_FAILURE(NewSide(&idle, RDMA_PS_TCP));
+        EXPECT_EQ(sim().CmRaiseEvent(context(), port(), RDMA_CM_EVENT_ADDR_CHANGE), 2);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ADDR_CHANGE, kReturnWindow, &server.event));
+        EXPECT_EQ(server.event->id, server.id.get());
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ADDR_CHANGE, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->id, client.id.get());
+        EXPECT_TRUE(NoCmEventWithin(idle.channel.get(), kQuietWindow)) << "an id bound to nothing got an event";
+        server.event.reset();
+        client.event.reset();
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+      },
+      kChildTimeout, "simverbs_cm_raise_event ADDR_CHANGE");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -38,6 +38,7 @@ class CmId {
     kConnected,
     kDisconnecting,  // DREQ sent, DREP awaited
     kDisconnected,
+    kRemoved,        // DEVICE_REMOVAL: only rdma_destroy_id is left
   };
 
   CmId(EventChannel* channel, void* context, rdma_port_space ps, ibv_qp_type qp_type, bool sync);

@@ -41,6 +41,10 @@ constexpr size_t kMaxPrivateData = 224;
 // IBTA CM reject reasons rdma_cm reports in the event's status.
 constexpr int kRejInvalidServiceId = 8;
 constexpr int kRejConsumerDefined = 28;
+// SIDR REP statuses (IBTA Vol 1 12.11.2), the status of the UD client's
+// UNREACHABLE: no listener for the service ID, and rdma_reject.
+constexpr int kSidrUnsupported = 1;
+constexpr int kSidrReject = 2;
 
 constexpr uint32_t kCmMagic = 0x53434d31;  // "SCM1"
 

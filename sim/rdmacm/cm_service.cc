@@ -72,6 +72,9 @@ size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
   return 0;
 }
 
+// The epoll token of the timerfd (sockets' tokens start at 1).
+constexpr uint64_t kTimersToken = 0;
+
 }  // namespace
 
 CmService& CmService::Get() {
@@ -98,6 +101,7 @@ void CmService::AfterForkInChild() {
   entries_.clear();
   if (epoll_fd_ >= 0) close(epoll_fd_);
   epoll_fd_ = -1;
+  timers_.Forget();
   mu_.unlock();
 }
 
@@ -120,6 +124,10 @@ void CmService::EnsureThread() {
   if (epoll_fd_ >= 0) return;
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return;
+  epoll_event ev = {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kTimersToken;
+  if (timers_.fd() >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timers_.fd(), &ev);
   thread_ = std::thread([this] { Run(); });
   thread_.detach();
 }
@@ -188,19 +196,121 @@ int CmService::Connect(CmId* id, const CmMessage& req) {
     sock = -1;
   }
   if (sock < 0) return ECONNREFUSED;
-  if (send(sock, &req, sizeof req, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req)) {
-    const int err = errno;
-    close(sock);
+  Register(id, sock, false);
+  if (int err = SendOrLose(id, sock, req, 0)) {
+    Drop(id->token);
+    id->sock = -1;
+    id->token = 0;
     return err;
   }
-  Register(id, sock, false);
   return 0;
 }
 
 int CmService::Send(CmId* id, const CmMessage& m) {
   if (id->sock < 0) return ENOTCONN;
-  if (send(id->sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof m)) return errno;
+  return SendOrLose(id, id->sock, m, 0);
+}
+
+int CmService::SendOrLose(CmId* id, int sock, const CmMessage& m, int lost) {
+  if (CmFaults::Resent(m.type) && faults_.TakeDrop(m.type)) {
+    CmTimer timer;
+    timer.kind = CmTimer::Kind::kResend;
+    timer.id = id;
+    timer.message = m;
+    timer.lost = lost + 1;
+    timers_.Add(kResponseTimeout, timer);
+    return 0;
+  }
+  if (send(sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof m)) return errno;
   return 0;
+}
+
+void CmService::Forget(CmId* id) {
+  ids_.erase(id);
+  timers_.Cancel(id);
+}
+
+void CmService::StartTimewait(CmId* id) {
+  if (id->pub_.qp_type == IBV_QPT_UD) return;  // datagrams have no connection to wait out
+  CmTimer timer;
+  timer.kind = CmTimer::Kind::kTimewait;
+  timer.id = id;
+  timers_.Add(kTimewait, timer);
+}
+
+void CmService::OnTimers() {
+  for (const CmTimer& timer : timers_.TakeDue()) {
+    if (!ids_.count(timer.id)) continue;
+    if (timer.kind == CmTimer::Kind::kResend) {
+      Resend(timer);
+    } else if (timer.id->state == CmId::State::kDisconnected) {
+      QueueEvent(timer.id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
+    }
+  }
+}
+
+void CmService::Resend(const CmTimer& timer) {
+  using S = CmId::State;
+  CmId* id = timer.id;
+  bool waiting = false;  // does the id still wait for the answer to this message?
+  switch (timer.message.type) {
+    case CmMessageType::kReq:
+    case CmMessageType::kSidrReq: waiting = id->state == S::kConnecting && !id->have_remote; break;
+    case CmMessageType::kRep: waiting = id->state == S::kAccepted; break;
+    case CmMessageType::kDreq: waiting = id->state == S::kDisconnecting; break;
+    default: break;
+  }
+  if (!waiting || id->sock < 0) return;
+  if (timer.lost > kMaxRetries) {
+    GiveUp(id, timer.message.type);
+    return;
+  }
+  SendOrLose(id, id->sock, timer.message, timer.lost);  // a broken socket: OnPeerGone tells
+}
+
+void CmService::GiveUp(CmId* id, CmMessageType type) {
+  using S = CmId::State;
+  switch (type) {
+    case CmMessageType::kReq:
+    case CmMessageType::kSidrReq:
+      Close(id);
+      id->state = S::kRouteResolved;
+      QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+      return;
+    case CmMessageType::kRep:
+      // The peer sees the connection close while it waits for the REP: its UNREACHABLE.
+      Close(id);
+      id->state = S::kIdle;
+      QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
+      return;
+    case CmMessageType::kDreq:
+      id->state = S::kDisconnected;
+      QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      StartTimewait(id);
+      return;
+    default:
+      return;
+  }
+}
+
+int CmService::RaiseOnDevice(const std::string& device, int port, rdma_cm_event_type type) {
+  int reached = 0;
+  for (CmId* id : ids_) {
+    if (!id->port || id->state == CmId::State::kRemoved) continue;
+    if (device != ibv_get_device_name(id->port->verbs->device)) continue;
+    if (type == RDMA_CM_EVENT_ADDR_CHANGE) {
+      if (id->port->port != port) continue;
+    } else {
+      // The device is gone: so is every connection on it (the peer sees the socket close).
+      Close(id);
+      timers_.Cancel(id);
+      id->state = CmId::State::kRemoved;
+    }
+    QueueEvent(id, type, 0);
+    ++reached;
+  }
+  if (type == RDMA_CM_EVENT_DEVICE_REMOVAL) PortAddresses::Get().MarkRemoved(device);
+  return reached;
 }
 
 void CmService::Drop(uint64_t token) {
@@ -296,6 +406,10 @@ void CmService::Run() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == kTimersToken) {
+        OnTimers();
+        continue;
+      }
       auto it = entries_.find(events[i].data.u64);
       if (it == entries_.end()) continue;  // closed since
       if (it->second.listener) {
@@ -356,12 +470,25 @@ void CmService::OnRequest(CmId* listener, uint64_t token, const CmMessage& req) 
   const LocalPort* port = listener->port ? listener->port : PortAddresses::Get().Find(
                                                                 reinterpret_cast<const sockaddr*>(&req.dst));
   if (!port) return;
+  uint8_t reason = 0;
+  if (faults_.TakeReject(&reason)) {
+    // The CM answers for the listener, which never hears of the request.
+    CmMessage rej;
+    rej.type = req.type == CmMessageType::kSidrReq ? CmMessageType::kSidrRep : CmMessageType::kRej;
+    rej.reason = req.type == CmMessageType::kSidrReq ? kSidrReject : reason;
+    rej.port_space = req.port_space;
+    rej.src = req.dst;
+    rej.dst = req.src;
+    send(entries_[token].sock, &rej, sizeof rej, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return;  // the caller drops the connection
+  }
   EventChannel* channel = EventChannel::From(listener->pub_.channel);
   if (listener->sync) {
     channel = EventChannel::Create();  // the new id's own events (librdmacm migrates it)
     if (!channel) return;
   }
   auto* id = new CmId(channel, listener->pub_.context, listener->pub_.ps, listener->pub_.qp_type, listener->sync);
+  Adopt(id);
   id->AttachPort(port);
   std::memcpy(id->src(), &req.dst, sizeof req.dst);
   std::memcpy(id->dst(), &req.src, sizeof req.src);
@@ -412,7 +539,8 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
       id->state = S::kRouteResolved;
       Close(id);
       if (m.reason != 0) {
-        QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED, &m);
+        // The SIDR status is the event's status, as the kernel's cma_sidr_rep_handler reports it.
+        QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, m.reason, &m);
       } else {
         QueueEvent(id, RDMA_CM_EVENT_ESTABLISHED, 0, &m);
       }
@@ -438,12 +566,14 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
         Send(id, id->Message(CmMessageType::kDrep));
         id->state = S::kDisconnected;
         QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
+        StartTimewait(id);
       }
       return;
     case CmMessageType::kDrep:
       if (id->state != S::kDisconnecting) return;
       id->state = S::kDisconnected;
       QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
+      StartTimewait(id);
       return;
     case CmMessageType::kReq:
     case CmMessageType::kSidrReq:
@@ -461,9 +591,16 @@ void CmService::OnPeerGone(CmId* id) {
       QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       return;
     case S::kConnected:
+      // The kernel's rdma_cm sends the DREQ for an id whose process is gone:
+      // rdma_disconnect answers it, and timewait follows.
+      id->peer_dreq = true;
+      id->state = S::kDisconnected;
+      QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      return;
     case S::kDisconnecting:
       id->state = S::kDisconnected;
       QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      StartTimewait(id);
       return;
     default:
       return;  // a request not accepted yet: rdma_accept will say the peer is gone

@@ -15,18 +15,28 @@
 //
 // One thread per process (started by the first listen or connect) waits on
 // every socket with epoll and turns messages into events on the ids' channels.
+//
+// Time, as the IBTA CM keeps it: a message that needs an answer (REQ, REP,
+// DREQ, SIDR REQ) and was lost (a fault, cm_faults.h) is sent again after
+// kResponseTimeout, up to kMaxRetries times, then the CM gives up (the
+// events simverbs_rdmacm.h lists). A connection that has ended (DREP sent or
+// received) stays in timewait for kTimewait, then its id gets TIMEWAIT_EXIT.
 // All CM state is guarded by one lock, mu(). A forked child starts afresh:
 // none of the parent's connections, a thread of its own once it needs one.
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "cm_faults.h"
 #include "cm_message.h"
+#include "cm_timers.h"
 #include "event_channel.h"
 #include "multicast_group.h"
 
@@ -36,8 +46,26 @@ class CmId;
 
 class CmService {
  public:
+  // How long the CM waits for an answer before it resends (the kernel's
+  // rdma_cm waits about 4 s, CMA_CM_RESPONSE_TIMEOUT; shorter here so that a
+  // test of a lost message does not take a minute), and how often it resends
+  // (CMA_MAX_CM_RETRIES).
+  static constexpr std::chrono::milliseconds kResponseTimeout{100};
+  static constexpr int kMaxRetries = 15;
+  // Timewait: twice the packet lifetime; measured on rxe (kernel 6.1),
+  // TIMEWAIT_EXIT comes about 2 s after the disconnect.
+  static constexpr std::chrono::milliseconds kTimewait{2048};
+
   static CmService& Get();
   std::mutex& mu() { return mu_; }
+  // Requires: mu().
+  CmFaults& faults() { return faults_; }
+
+  // Every id of the process, for the events that reach all ids on a device.
+  // Requires: mu().
+  void Adopt(CmId* id) { ids_.insert(id); }
+  // The id is being destroyed: no timer fires for it any more. Requires: mu().
+  void Forget(CmId* id);
 
   // Takes id->src()'s port in id's port space for the life of the id
   // (rdma_bind_addr): EADDRINUSE when an id of the fabric has that address and
@@ -66,6 +94,15 @@ class CmService {
   // A port number no id of this process uses (ephemeral range).
   uint16_t EphemeralPort();
 
+  // The connection of `id` has ended (DREP sent or received, or the CM gave
+  // up on the DREQ): TIMEWAIT_EXIT follows after kTimewait. Requires: mu().
+  void StartTimewait(CmId* id);
+
+  // ADDR_CHANGE on the ids bound to port `port` of the device named
+  // `device`, or DEVICE_REMOVAL on all its ids (that device's addresses stop
+  // resolving). Returns the ids reached. Requires: mu().
+  int RaiseOnDevice(const std::string& device, int port, rdma_cm_event_type type);
+
  private:
   CmService() = default;
   void EnsureThread();
@@ -76,6 +113,13 @@ class CmService {
   // pthread_atfork's child handler: forgets the parent's sockets and thread.
   void AfterForkInChild();
   void Run();
+  void OnTimers();
+  // Resends a message that was lost, or gives up on it after kMaxRetries.
+  void Resend(const CmTimer& timer);
+  void GiveUp(CmId* id, CmMessageType type);
+  // Sends m on sock unless a fault loses it; a lost message that needs an
+  // answer is resent by a timer. `lost`: how often it was lost before.
+  int SendOrLose(CmId* id, int sock, const CmMessage& m, int lost);
   void Register(CmId* id, int sock, bool listener);
   void OnListener(CmId* listener);
   void OnConnection(uint64_t token);
@@ -101,6 +145,9 @@ class CmService {
   uint64_t next_token_ = 1;
   std::map<uint64_t, Entry> entries_;
   uint16_t next_port_ = 0;
+  CmFaults faults_;
+  CmTimers timers_;
+  std::set<CmId*> ids_;
 };
 
 }  // namespace simverbs::rdmacm

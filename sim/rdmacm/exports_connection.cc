@@ -113,6 +113,10 @@ int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** id, void* context, 
       if (!channel) delete events;
       return Fail(ENOMEM);
     }
+    {
+      std::lock_guard<std::mutex> lock(CmService::Get().mu());
+      CmService::Get().Adopt(cm_id);
+    }
     *id = cm_id->pub();
     return 0;
   });
@@ -129,6 +133,7 @@ int rdma_destroy_id(rdma_cm_id* pub) {
     CmService& service = CmService::Get();
     std::unique_lock<std::mutex> lock(service.mu());
     service.Close(id);  // a connected peer sees the socket close: its DISCONNECTED
+    service.Forget(id);
     EventChannel* channel = EventChannel::From(pub->channel);
     // Events not read yet go with the id; events read must be acked first (rdma_ack_cm_event(3)).
     for (CmEvent* e : channel->Withdraw(id)) {
@@ -361,10 +366,11 @@ int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
     }
     id->state = State::kConnecting;
     if (service.Connect(id, req) != 0) {
-      // Nobody listens there: the remote CM rejects the request (invalid service ID).
+      // Nobody listens there: the remote CM rejects the request (invalid service ID;
+      // a SIDR REQ gets "service ID not supported").
       id->state = State::kRouteResolved;
       if (ud) {
-        service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ECONNREFUSED);
+        service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, cm::kSidrUnsupported);
       } else {
         CmMessage rej;
         rej.type = CmMessageType::kRej;
@@ -470,7 +476,7 @@ int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRejPrivateData)) return Fail(EINVAL);
     CmMessage rej = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRej);
-    rej.reason = ud ? 1 : cm::kRejConsumerDefined;  // SIDR: "QP not supported"
+    rej.reason = ud ? cm::kSidrReject : cm::kRejConsumerDefined;
     CopyPrivateData(&rej, private_data, private_data_len);
     service.Send(id, rej);  // a peer that is gone does not need the answer
     service.Close(id);
@@ -494,10 +500,13 @@ int rdma_disconnect(rdma_cm_id* pub) {
       service.Close(id);
       id->state = State::kDisconnected;
       service.QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      service.StartTimewait(id);
       return 0;
     }
     if (answering) {
+      // The DREP is sent: the connection is over, timewait begins.
       id->peer_dreq = false;
+      service.StartTimewait(id);
       return 0;
     }
     id->state = State::kDisconnecting;

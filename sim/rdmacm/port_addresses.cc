@@ -80,14 +80,25 @@ ibv_ah_attr LocalPort::AhTo(uint16_t lid, const uint8_t gid[16]) const {
 
 const LocalPort* PortAddresses::FindIpv4(uint32_t ip) const {
   for (const LocalPort& p : ports_) {
-    if (p.ipv4 == ip) return &p;
+    if (p.ipv4 == ip && !p.removed) return &p;
   }
   return nullptr;
 }
 
+void PortAddresses::MarkRemoved(const std::string& device) {
+  for (LocalPort& p : ports_) {
+    if (device == ibv_get_device_name(p.verbs->device)) p.removed = true;
+  }
+}
+
 const LocalPort* PortAddresses::Find(const sockaddr* addr) const {
   if (!addr || ports_.empty()) return nullptr;
-  if (IsWildcard(addr) || IsLoopback(addr)) return &ports_.front();
+  if (IsWildcard(addr) || IsLoopback(addr)) {
+    for (const LocalPort& p : ports_) {
+      if (!p.removed) return &p;
+    }
+    return nullptr;
+  }
   if (addr->sa_family == AF_INET) return FindIpv4(ntohl(reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr));
   if (addr->sa_family == AF_INET6) {
     const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr;
@@ -97,7 +108,7 @@ const LocalPort* PortAddresses::Find(const sockaddr* addr) const {
     if (Ipv4Mapped(gid, &ip)) return FindIpv4(ip);
     for (const LocalPort& p : ports_) {
       for (const ibv_gid& g : p.gids) {
-        if (!Zero(g) && std::memcmp(g.raw, gid.raw, 16) == 0) return &p;
+        if (!p.removed && !Zero(g) && std::memcmp(g.raw, gid.raw, 16) == 0) return &p;
       }
     }
   }

@@ -1,6 +1,8 @@
 #pragma once
 
 // The IP addresses of the simulated ports, as rdma_cm resolves them.
+// The wildcard and loopback addresses go to the first port whose device has
+// not been removed.
 //
 // A port's IPv4 address is PortIpv4's (port_ipv4.h); its IPv6 addresses are
 // its other GIDs (fe80::<GUID> on InfiniBand). 127.0.0.1, ::1 and the
@@ -26,6 +28,7 @@ struct LocalPort {
   uint32_t ipv4 = 0;           // host byte order
   std::vector<ibv_gid> gids;   // the whole table, index = GID index
   int ipv4_gid_index = 0;      // the GID a RoCE connection to ipv4 uses (0 on InfiniBand)
+  bool removed = false;        // DEVICE_REMOVAL: its addresses no longer resolve
 
   // The GID index and GID connections of this port use (the IPv4 one on RoCE, 0 on InfiniBand).
   int ConnectionGidIndex() const { return ethernet ? ipv4_gid_index : 0; }
@@ -51,6 +54,9 @@ class PortAddresses {
   ibv_pd* DefaultPd(ibv_context* verbs);
   // The contexts, one per device, in device order.
   std::vector<ibv_context*> Contexts() const;
+  // The device named `device` is gone: Find no longer gives its ports.
+  // Requires: CmService::mu() (which every Find caller holds).
+  void MarkRemoved(const std::string& device);
 
  private:
   PortAddresses();

@@ -1,10 +1,12 @@
 #include "inject_command.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
 #include "event_element.h"
 #include "fabric/fabric.h"
+#include "fault/cm_link.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "profile.h"
@@ -14,7 +16,49 @@ namespace {
 constexpr const char* kEventList =
     "DEVICE_FATAL, PORT_ACTIVE, PORT_ERR, LID_CHANGE, PKEY_CHANGE, SM_CHANGE, CLIENT_REREGISTER, GID_CHANGE "
     "(device/port); QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, PATH_MIG, PATH_MIG_ERR, "
-    "QP_LAST_WQE_REACHED (--qp); CQ_ERR (--cq-of-qp); SRQ_ERR, SRQ_LIMIT_REACHED (--srq-of-qp)";
+    "QP_LAST_WQE_REACHED (--qp); CQ_ERR (--cq-of-qp); SRQ_ERR, SRQ_LIMIT_REACHED (--srq-of-qp); "
+    "rdma_cm: ADDR_CHANGE (device/port), CM_REJECT [--reason R] [--count N], CM_DROP --message M [--count N]";
+
+// The rdma_cm faults and events `inject` takes besides the async events.
+enum class CmKind { kNone, kAddrChange, kReject, kDrop };
+
+CmKind CmKindOf(const std::string& event) {
+  std::string upper;
+  for (char c : event) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("RDMA_CM_EVENT_", 0) == 0) upper = upper.substr(14);
+  if (upper == "ADDR_CHANGE") return CmKind::kAddrChange;
+  if (upper == "CM_REJECT") return CmKind::kReject;
+  if (upper == "CM_DROP") return CmKind::kDrop;
+  return CmKind::kNone;
+}
+
+// The fields of a CM fault request; an error message for options that do not fit.
+std::string FillCmFault(const InjectOptions& o, CmKind kind, simverbs::FaultRequest* r, std::string* what) {
+  using simverbs::FaultObject;
+  if (!o.qp.empty() || !o.cq_of_qp.empty() || !o.srq_of_qp.empty()) {
+    return o.event + " is not affiliated with a QP: leave out --qp, --cq-of-qp and --srq-of-qp";
+  }
+  if (kind == CmKind::kReject) {
+    if (o.reason < 1 || o.reason > 255) {
+      return "--reason " + std::to_string(o.reason) + " is not an IBTA CM reject reason (1..255; 28: consumer defined)";
+    }
+    r->object = FaultObject::kCmReject;
+    r->count = o.count ? o.count : 1;
+    r->argument = o.reason;
+    *what = "reject the next " + std::to_string(r->count) + " connection request(s) with reason " +
+            std::to_string(o.reason);
+    return "";
+  }
+  int message = 0;
+  if (!simverbs::ParseCmMessage(o.message, &message)) {
+    return "--message \"" + o.message + "\" is not a CM message the CM resends; one of " + simverbs::kCmMessageNames;
+  }
+  r->object = FaultObject::kCmDrop;
+  r->count = o.count ? o.count : 16;
+  r->argument = message;
+  *what = "lose the next " + std::to_string(r->count) + " " + o.message + " message(s)";
+  return "";
+}
 
 bool ParseQpn(const std::string& text, uint32_t* qpn) {
   char* end = nullptr;
@@ -61,6 +105,36 @@ std::string FillTarget(const InjectOptions& o, simverbs::EventElement element, s
   return "";
 }
 
+// CM_REJECT, CM_DROP: armed in every process of the fabric that uses rdma_cm.
+int RunCmFault(const InjectOptions& o, CmKind kind) {
+  const std::string fabric = simverbs::Fabric::NameFromEnvironment(o.fabric);
+  std::string what;
+  const simverbs::FaultPost post = simverbs::Fabric::PostFault(
+      fabric,
+      [&](const std::string&, simverbs::FaultRequest* r) -> std::string { return FillCmFault(o, kind, r, &what); },
+      o.timeout_ms);
+  if (!post.error.empty()) {
+    std::fprintf(stderr, "simverbs inject: %s\n", post.error.c_str());
+    return 2;
+  }
+  std::printf("%s: %s; armed in %u process(es) with rdma_cm; %d of %d process(es) answered\n",
+              kind == CmKind::kReject ? "CM_REJECT" : "CM_DROP", what.c_str(), post.delivered, post.answered,
+              post.processes);
+  if (post.answered < post.processes) {
+    std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms (pid %s)\n",
+                 post.processes - post.answered, o.timeout_ms, post.silent.c_str());
+    return 1;
+  }
+  if (post.delivered == 0) {
+    std::fprintf(stderr,
+                 "simverbs inject: no process on fabric \"%s\" uses rdma_cm yet (the fault is armed in a process "
+                 "once it has loaded librdmacm and opened a device)\n",
+                 fabric.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
@@ -74,17 +148,28 @@ CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
   cmd->add_option("--cq-of-qp", o->cq_of_qp, "CQ_ERR: the send CQ of this QP");
   cmd->add_flag("--recv-cq", o->recv_cq, "With --cq-of-qp: the QP's receive CQ instead");
   cmd->add_option("--srq-of-qp", o->srq_of_qp, "SRQ events: the SRQ this QP receives from");
+  cmd->add_option("--count", o->count,
+                  "CM_REJECT: how many requests (default 1); CM_DROP: how many messages (default 16: every try, "
+                  "so the CM gives up)");
+  cmd->add_option("--reason", o->reason, "CM_REJECT: the IBTA reject reason the client sees (default 28)");
+  cmd->add_option("--message", o->message, std::string("CM_DROP: the message lost, one of ") +
+                                                simverbs::kCmMessageNames + " (default REQ)");
   cmd->add_option("--timeout-ms", o->timeout_ms, "How long to wait for every process to answer (default 5000)");
   return cmd;
 }
 
 int RunInject(const InjectOptions& o) {
+  const CmKind cm = CmKindOf(o.event);
+  if (cm == CmKind::kReject || cm == CmKind::kDrop) return RunCmFault(o, cm);
   ibv_event_type type{};
-  if (!simverbs::ParseEventName(o.event, &type)) {
+  if (cm == CmKind::kNone && !simverbs::ParseEventName(o.event, &type)) {
     std::fprintf(stderr, "simverbs inject: unknown event \"%s\"; one of %s\n", o.event.c_str(), kEventList);
     return 2;
   }
-  const simverbs::EventElement element = simverbs::ElementOf(type);
+  const bool addr_change = cm == CmKind::kAddrChange;
+  // ADDR_CHANGE is an rdma_cm event on a port.
+  const simverbs::EventElement element = addr_change ? simverbs::EventElement::kPort : simverbs::ElementOf(type);
+  const char* name = addr_change ? "ADDR_CHANGE" : simverbs::EventName(type);
   const std::string fabric = simverbs::Fabric::NameFromEnvironment(o.fabric);
   std::string where;
   const simverbs::FaultPost post = simverbs::Fabric::PostFault(
@@ -115,7 +200,12 @@ int RunInject(const InjectOptions& o) {
           where += " port " + std::to_string(o.port);
         }
         const std::string error = FillTarget(o, element, r);
-        if (r->object != simverbs::FaultObject::kDevice) where += " QP " + std::to_string(r->qpn);
+        if (addr_change) {
+          r->event = simverbs::kCmEventAddrChange;
+          r->object = simverbs::FaultObject::kCmEvent;
+        } else if (r->object != simverbs::FaultObject::kDevice) {
+          where += " QP " + std::to_string(r->qpn);
+        }
         return error;
       },
       o.timeout_ms);
@@ -123,11 +213,18 @@ int RunInject(const InjectOptions& o) {
     std::fprintf(stderr, "simverbs inject: %s\n", post.error.c_str());
     return 2;
   }
-  std::printf("%s on %s: %u event(s) delivered; %d of %d process(es) answered\n", simverbs::EventName(type),
-              where.c_str(), post.delivered, post.answered, post.processes);
+  std::printf("%s on %s: %u event(s) delivered; %d of %d process(es) answered\n", name, where.c_str(),
+              post.delivered, post.answered, post.processes);
   if (post.answered < post.processes) {
     std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms (pid %s)\n",
                  post.processes - post.answered, o.timeout_ms, post.silent.c_str());
+    return 1;
+  }
+  if (addr_change && post.delivered == 0) {
+    std::fprintf(stderr,
+                 "simverbs inject: no rdma_cm id on fabric \"%s\" is bound to %s (ADDR_CHANGE reaches ids bound "
+                 "to the port: run it after the program's rdma_bind_addr or rdma_resolve_addr)\n",
+                 fabric.c_str(), where.c_str());
     return 1;
   }
   const bool affiliated = element != simverbs::EventElement::kPort && element != simverbs::EventElement::kDevice;

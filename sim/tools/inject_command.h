@@ -1,7 +1,9 @@
 #pragma once
 
 // `simverbs inject EVENT ...`: raises an async event in the processes that run
-// on a fabric (fault/mailbox.h describes how it gets there).
+// on a fabric (fault/mailbox.h describes how it gets there), or arms a fault
+// of their connection managers (CM_REJECT, CM_DROP; ADDR_CHANGE is an rdma_cm
+// event).
 
 #include <CLI/CLI.hpp>
 #include <string>
@@ -15,6 +17,9 @@ struct InjectOptions {
   std::string cq_of_qp; // CQ_ERR: the send CQ of this QP ...
   bool recv_cq = false; // ... or its receive CQ
   std::string srq_of_qp;
+  unsigned count = 0;       // CM_REJECT (default 1), CM_DROP (default 16: the CM gives up)
+  int reason = 28;          // CM_REJECT: the IBTA reject reason
+  std::string message = "REQ";  // CM_DROP: the message lost
   int timeout_ms = 5000;
 };
 

@@ -31,7 +31,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425234;  // "SIMFABR4"
+constexpr uint64_t kMagic = 0x53494d4641425235;  // "SIMFABR5"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -1036,6 +1036,8 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       request->port_num = fields.port_num;
       request->object = fields.object;
       request->qpn = fields.qpn;
+      request->count = fields.count;
+      request->argument = fields.argument;
       for (auto& word : request->answered) word.store(0);
       request->delivered.store(0);
       // The port state outlives the request: processes that join later see it.

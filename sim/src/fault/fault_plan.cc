@@ -23,6 +23,7 @@
 #include "device.h"
 #include "device_list.h"
 #include "event_element.h"
+#include "fault/cm_link.h"
 #include "fault/device_fatal.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
@@ -109,6 +110,7 @@ struct ActionKind {
   const char* field;  // the field of "action" that names this kind
   void (*parse)(Fields& fields, const json& value, Action* out);
   void (*run)(const Action& action, const Involved& involved);
+  bool on_qp;         // acts on a QP: the trigger must involve one, or the action name it
 };
 
 struct Action {
@@ -123,6 +125,10 @@ struct Action {
   // "wc_error", "qp_state"
   ibv_wc_status wc_status = IBV_WC_GENERAL_ERR;
   ibv_qp_state qp_state = IBV_QPS_ERR;
+  // "cm_reject", "cm_drop" (fault/cm_link.h)
+  int cm_reason = 0;
+  int cm_message = 0;
+  unsigned cm_count = 0;
 };
 
 struct Trigger {
@@ -290,12 +296,70 @@ void RunQpState(const Action& a, const Involved& involved) {
   OnTargetQp(a, involved, [&](Qp* q) { q->InjectStateLocked(a.qp_state); });
 }
 
+// "cm_reject": <reason>: the next `count` (default 1) connection requests
+// that reach this process's rdma_cm listeners are rejected by the CM with that
+// reason (simverbs_cm_reject_requests).
+void ParseCmReject(Fields& fields, const json& value, Action* a) {
+  if (!value.is_number_unsigned() || value.get<uint64_t>() < 1 || value.get<uint64_t>() > 255) {
+    Fail(fields.Path("cm_reject"), "expected an IBTA CM reject reason, 1..255 (28: consumer defined)");
+  }
+  a->cm_reason = value.get<int>();
+  a->cm_count = 1;
+  if (const json* v = fields.Find("count")) a->cm_count = static_cast<unsigned>(fields.Count("count", *v));
+}
+
+void RunCmReject(const Action& a, const Involved&) { CmRejectRequests(a.cm_count, a.cm_reason); }
+
+// "cm_drop": "<message>": the next `count` (default 16: every try, so the CM
+// gives up) CM messages of that kind this process sends are lost
+// (simverbs_cm_drop_messages).
+void ParseCmDrop(Fields& fields, const json& value, Action* a) {
+  if (!value.is_string() || !ParseCmMessage(value.get<std::string>(), &a->cm_message)) {
+    Fail(fields.Path("cm_drop"), std::string("expected a CM message the CM resends: ") + kCmMessageNames);
+  }
+  a->cm_count = 16;
+  if (const json* v = fields.Find("count")) a->cm_count = static_cast<unsigned>(fields.Count("count", *v));
+}
+
+void RunCmDrop(const Action& a, const Involved&) { CmDropMessages(a.cm_message, a.cm_count); }
+
+// "cm_event": "ADDR_CHANGE": on the rdma_cm ids bound to `port` (default 1) of
+// `device` (default: the involved object's, else the first).
+void ParseCmEvent(Fields& fields, const json& value, Action* a) {
+  if (value != "ADDR_CHANGE" && value != "RDMA_CM_EVENT_ADDR_CHANGE") {
+    Fail(fields.Path("cm_event"), "expected \"ADDR_CHANGE\" (DEVICE_REMOVAL comes with \"event\": \"DEVICE_FATAL\")");
+  }
+  if (const json* v = fields.Find("device")) {
+    if (!v->is_string() || !DeviceNamed(v->get<std::string>())) {
+      Fail(fields.Path("device"), "expected the name of a device of the profile, e.g. \"sim0\"");
+    }
+    a->device = v->get<std::string>();
+  }
+  if (const json* v = fields.Find("port")) {
+    a->port = static_cast<int>(fields.Count("port", *v));
+    Device* d = a->device.empty() ? FirstDevice() : DeviceNamed(a->device);
+    if (d && !d->ValidPort(a->port)) Fail(fields.Path("port"), "the device has no such port");
+  }
+}
+
+void RunCmEvent(const Action& a, const Involved& involved) {
+  Device* device = DeviceNamed(a.device);
+  if (!device) device = involved.device ? involved.device : FirstDevice();
+  if (!device) return;
+  ibv_context* any = nullptr;
+  device->ForEachContext([&](Context* ctx) { any = &ctx->vctx()->context; });
+  if (any) CmRaiseEvent(any, a.port, kCmEventAddrChange);
+}
+
 // To add an action: a row here (its field in "action", how to read it, how
 // to run it on what the trigger involves) and its line in fixtures/FORMAT.md.
 const ActionKind kActions[] = {
-    {"event", ParseEvent, RunEvent},
-    {"wc_error", ParseWcError, RunWcError},
-    {"qp_state", ParseQpState, RunQpState},
+    {"event", ParseEvent, RunEvent, false},  // its QP events check for a QP below
+    {"wc_error", ParseWcError, RunWcError, true},
+    {"qp_state", ParseQpState, RunQpState, true},
+    {"cm_reject", ParseCmReject, RunCmReject, false},
+    {"cm_drop", ParseCmDrop, RunCmDrop, false},
+    {"cm_event", ParseCmEvent, RunCmEvent, false},
 };
 
 // ---- parsing
@@ -380,8 +444,7 @@ Plan Parse(const std::string& path, const std::string& text) {
         !fault.action.qp.set) {
       Fail(f.Path("action.qp"), "an after_ms trigger involves no QP: name one (\"#1\" or a QP number)");
     }
-    if (fault.action.kind != &kActions[0] && fault.trigger.kind != Trigger::Kind::kPostSend &&
-        !fault.action.qp.set) {
+    if (fault.action.kind->on_qp && fault.trigger.kind != Trigger::Kind::kPostSend && !fault.action.qp.set) {
       Fail(f.Path("action.qp"), "only a post_send trigger involves a QP: name one (\"#1\" or a QP number)");
     }
     plan.wants_polls |= fault.trigger.kind == Trigger::Kind::kCompletions;

@@ -9,6 +9,7 @@
 #include "device.h"
 #include "device_list.h"
 #include "event_element.h"
+#include "fault/cm_link.h"
 #include "fault/device_fatal.h"
 #include "fault/mailbox.h"
 #include "qp.h"
@@ -97,7 +98,13 @@ int RaiseFault(ibv_event_type type, const FaultSite& site) {
     case EventElement::kDevice: {
       if (!site.device) return -EINVAL;
       int contexts = 0;
-      site.device->ForEachContext([&](Context* ctx) { contexts += EnterDeviceFatal(ctx) ? 1 : 0; });
+      ibv_context* any = nullptr;
+      site.device->ForEachContext([&](Context* ctx) {
+        contexts += EnterDeviceFatal(ctx) ? 1 : 0;
+        any = &ctx->vctx()->context;
+      });
+      // As on mlx5, the fatal device is then removed: rdma_cm tells its ids.
+      if (contexts > 0) CmRaiseEvent(any, 0, kCmEventDeviceRemoval);
       return contexts;
     }
     case EventElement::kQp:
@@ -121,21 +128,45 @@ int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObje
     case FaultObject::kSendCq: site.cq = qp->send_cq(); break;
     case FaultObject::kRecvCq: site.cq = qp->recv_cq(); break;
     case FaultObject::kSrq: site.srq = qp->srq(); break;
-    case FaultObject::kDevice: break;
+    default: break;
   }
   const int delivered = RaiseOnObjectLocked(type, site);
   return delivered > 0 ? delivered : 0;
 }
 
 int HandleFaultRequest(const FaultRequest& request) {
+  // Shared memory: each field is read once, then checked.
+  const int32_t event = request.event;
+  const int32_t device_index = request.device_index;
+  const int32_t port_num = request.port_num;
+  const FaultObject object = request.object;
+  const uint32_t qpn = request.qpn;
+  const uint32_t count = request.count;
+  const int32_t argument = request.argument;
+  switch (object) {
+    case FaultObject::kCmReject:
+      return CmRejectRequests(count, argument) == 0 ? 1 : 0;
+    case FaultObject::kCmDrop:
+      return CmDropMessages(argument, count) == 0 ? 1 : 0;
+    default:
+      break;
+  }
   const auto& devices = DeviceList::Get().devices();
-  if (request.device_index < 0 || static_cast<size_t>(request.device_index) >= devices.size()) return 0;
-  Device* device = devices[request.device_index].get();
-  const auto type = static_cast<ibv_event_type>(request.event);
-  if (request.object != FaultObject::kDevice) return RaiseOnQpNumber(type, device, request.qpn, request.object);
+  if (device_index < 0 || static_cast<size_t>(device_index) >= devices.size()) return 0;
+  Device* device = devices[device_index].get();
+  if (object == FaultObject::kCmEvent) {
+    if (event != kCmEventAddrChange || !device->ValidPort(port_num)) return 0;
+    int reached = 0;
+    ibv_context* any = nullptr;
+    device->ForEachContext([&](Context* ctx) { any = &ctx->vctx()->context; });
+    if (any) reached = CmRaiseEvent(any, port_num, event);
+    return reached > 0 ? reached : 0;
+  }
+  const auto type = static_cast<ibv_event_type>(event);
+  if (object != FaultObject::kDevice) return RaiseOnQpNumber(type, device, qpn, object);
   FaultSite site;
   site.device = device;
-  site.port_num = request.port_num;
+  site.port_num = port_num;
   const int delivered = RaiseFault(type, site);
   return delivered > 0 ? delivered : 0;
 }

@@ -6,7 +6,8 @@
 //
 // What each event does besides being delivered:
 //   PORT_ERR / PORT_ACTIVE   take the port DOWN / bring it ACTIVE (ibv_query_port)
-//   DEVICE_FATAL             every context of the device becomes fatal (fault/device_fatal.h)
+//   DEVICE_FATAL             every context of the device becomes fatal (fault/device_fatal.h),
+//                            and rdma_cm's ids on the device get DEVICE_REMOVAL (fault/cm_link.h)
 //   QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR
 //                            the QP enters ERR and is flushed first: these are the IBTA
 //                            affiliated *errors* ("it transitioned to error state",
@@ -49,8 +50,9 @@ enum class FaultObject : int32_t;
 int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object);
 
 // Handles a request from the fabric's mailbox: finds the object on this
-// process's devices and raises the event. Returns the events delivered (0
-// when this process does not own the object).
+// process's devices and raises the event, or arms the connection manager's
+// fault. Returns the events delivered (0 when this process does not own the
+// object), or for a CM fault 1 when this process has rdma_cm and armed it.
 int HandleFaultRequest(const FaultRequest& request);
 
 // "PORT_ERR", "port_err" or "IBV_EVENT_PORT_ERR" → the event type. False for

@@ -32,15 +32,21 @@ enum class FaultObject : int32_t {
   kSendCq,     // the send CQ of that QP (CQs have no number of their own)
   kRecvCq,     // its receive CQ
   kSrq,        // the SRQ that QP receives from
+  // The connection manager (rdma_cm) of each process, fault/cm_link.h:
+  kCmEvent,    // `event` is an rdma_cm_event_type (ADDR_CHANGE) on device_index / port_num
+  kCmReject,   // reject the next `count` connection requests with reason `argument`
+  kCmDrop,     // lose the next `count` CM messages of type `argument` (enum simverbs_cm_message)
 };
 
 struct FaultRequest {
   std::atomic<uint64_t> seq;  // written last by the injector; 0: never used
-  int32_t event;              // ibv_event_type
+  int32_t event;              // ibv_event_type (rdma_cm_event_type for kCmEvent)
   int32_t device_index;
   int32_t port_num;
   FaultObject object;
   uint32_t qpn;
+  uint32_t count;     // kCmReject, kCmDrop
+  int32_t argument;   // kCmReject: the reason; kCmDrop: the message
   static constexpr int kAnswerWords = kMaxFabricProcesses / 64;
   std::atomic<uint64_t> answered[kAnswerWords];  // bit per process slot that has handled it
   std::atomic<uint32_t> delivered;  // async events raised, over all processes
