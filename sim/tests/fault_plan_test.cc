@@ -63,5 +63,31 @@ TEST(FaultPlanTest, RejectsAmbiguousOrIncompleteFaults) {
   EXPECT_THAT(fault_plan::Check("p", "[1, 2"), HasSubstr("not valid JSON"));
 }
 
+TEST(FaultPlanTest, AcceptsConnectionManagerActions) {
+  EXPECT_EQ(fault_plan::Check("p.json", R"({"faults": [
+      {"trigger": {"after_ms": 0}, "action": {"cm_reject": 28}},
+      {"trigger": {"after_ms": 0}, "action": {"cm_reject": 10, "count": 2}},
+      {"trigger": {"completions": 4}, "action": {"cm_drop": "dreq"}},
+      {"trigger": {"after_ms": 1}, "action": {"cm_drop": "REQ", "count": 15}},
+      {"trigger": {"after_ms": 2}, "action": {"cm_event": "ADDR_CHANGE", "port": 1}}]})"),
+            "");
+}
+
+TEST(FaultPlanTest, RejectsBrokenConnectionManagerActions) {
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 0}, "action": {"cm_reject": 0}}]})"),
+              HasSubstr("faults[0].action.cm_reject: expected an IBTA CM reject reason"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 0}, "action": {"cm_drop": "RTU"}}]})"),
+              HasSubstr("faults[0].action.cm_drop: expected a CM message the CM resends: REQ, REP, DREQ, SIDR_REQ"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 0},
+                                                      "action": {"cm_drop": "REQ", "count": 0}}]})"),
+              HasSubstr("faults[0].action.count"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 0},
+                                                      "action": {"cm_event": "DEVICE_REMOVAL"}}]})"),
+              HasSubstr("DEVICE_FATAL"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 0},
+                                                      "action": {"cm_reject": 28, "qp": "#1"}}]})"),
+              HasSubstr("faults[0].action.qp: unknown field"));
+}
+
 }  // namespace
 }  // namespace simverbs

@@ -109,6 +109,11 @@ std::string FillTarget(const InjectOptions& o, simverbs::EventElement element, s
 int RunCmFault(const InjectOptions& o, CmKind kind) {
   const std::string fabric = simverbs::Fabric::NameFromEnvironment(o.fabric);
   std::string what;
+  simverbs::FaultRequest check{};
+  if (const std::string error = FillCmFault(o, kind, &check, &what); !error.empty()) {
+    std::fprintf(stderr, "simverbs inject: %s\n", error.c_str());  // before looking for the fabric
+    return 2;
+  }
   const simverbs::FaultPost post = simverbs::Fabric::PostFault(
       fabric,
       [&](const std::string&, simverbs::FaultRequest* r) -> std::string { return FillCmFault(o, kind, r, &what); },

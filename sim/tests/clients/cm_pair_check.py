@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+from cm_listening import listening
+
 cli, profile, fabric, base_port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
 # (name, server command, client command, lines the client's output must contain); {p} is the port.
@@ -36,21 +38,6 @@ CASES = [
     ("ib_read_bw -R", ["ib_read_bw", "-R", "-n", "200", "-p", "{p}"],
      ["ib_read_bw", "-R", "-n", "200", "-p", "{p}", "127.0.0.1"], []),
 ]
-
-
-def listening(port):
-    suffix = f"-{port}"
-    try:
-        lines = open("/proc/net/unix").read().splitlines()[1:]
-    except OSError:
-        return False
-    for line in lines:
-        fields = line.split()
-        # Flags 00010000: a listening socket.
-        if len(fields) >= 8 and fields[3] == "00010000" and fields[7].startswith("@simverbs-cm-") and \
-                fields[7].endswith(suffix):
-            return True
-    return False
 
 
 def run_case(cli, profile, env, port, server_cmd, client_cmd, wanted):
