@@ -1011,8 +1011,9 @@ TEST_F(RdmaCmFaultTest, ReplyLostOnEveryTryGivesUnreachableOnBothSides) {
 // Rule: simverbs_rdmacm.h, simverbs_cm_drop_messages: when every DREQ is lost the side that
 //   disconnects still gets DISCONNECTED (the kernel reports IB_CM_DREQ_ERROR as DISCONNECTED) and
 //   then TIMEWAIT_EXIT; its peer hears nothing.
-// Checks: with 16 DREQs lost, the client gets DISCONNECTED, then TIMEWAIT_EXIT; the server's
-//   channel stays quiet.
+// Checks: with 16 DREQs lost, the client gets DISCONNECTED and the server's channel stays quiet;
+//   the server's own rdma_disconnect then gets its DISCONNECTED (a CM in timewait answers a DREQ
+//   with a DREP, IBTA Vol 1 12.9.6), and the client's next event is TIMEWAIT_EXIT.
 TEST_F(RdmaCmFaultTest, DisconnectRequestLostOnEveryTryStillEndsTheActiveSide) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -1024,6 +1025,9 @@ TEST_F(RdmaCmFaultTest, DisconnectRequestLostOnEveryTryStillEndsTheActiveSide) {
         ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kGiveUpWindow, &client.event));
         EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "a lost DREQ reached the server";
+        // The server's own DREQ is answered by the client in timewait: the server's DISCONNECTED.
+        ASSERT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
         client.event.reset();
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_TIMEWAIT_EXIT, kTimewaitWindow, &client.event));
       },

@@ -567,6 +567,9 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
         id->state = S::kDisconnected;
         QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
         StartTimewait(id);
+      } else if (id->state == S::kDisconnected && !id->peer_dreq) {
+        // Our end is over (in timewait): the IBTA CM answers a DREQ there with a DREP, and no event.
+        Send(id, id->Message(CmMessageType::kDrep));
       }
       return;
     case CmMessageType::kDrep:
