@@ -62,9 +62,9 @@ class Server:
 
     def wait_listening(self):
         deadline = time.time() + WAIT
-        while time.time() < deadline and self.proc.poll() is None and not listening(self.port):
+        while time.time() < deadline and self.proc.poll() is None and not listening(self.port, fabric):
             time.sleep(0.02)  # polls a condition (the socket shows up), bounded by the deadline
-        return listening(self.port)
+        return listening(self.port, fabric)
 
     def wait_line(self, text):
         """True once a line containing text comes; False at the end of the output or after WAIT s."""

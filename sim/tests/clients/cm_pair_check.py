@@ -46,9 +46,9 @@ def run_case(cli, profile, env, port, server_cmd, client_cmd, wanted):
     client_run = [cli, "run", "--profile", profile, "--"] + [a.replace("{p}", port) for a in client_cmd]
     server = subprocess.Popen(server_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.time() + 20
-    while time.time() < deadline and server.poll() is None and not listening(port):
+    while time.time() < deadline and server.poll() is None and not listening(port, fabric):
         time.sleep(0.02)
-    if not listening(port):
+    if not listening(port, fabric):
         server.kill()
         return "the server never listened", server.communicate()[0], ""
     client = subprocess.Popen(client_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
