@@ -163,20 +163,44 @@ class RdmaCmTest : public VerbsTest {
     server->event.reset();
   }
 
-  // The client connects, the server accepts; both see ESTABLISHED. server_conn
-  // (the accepted id) ends up with a QP of its own.
-  void Connect(CmSide* server, CmSide* server_conn, CmSide* client) const {
-    ASSERT_NO_FATAL_FAILURE(ListenAndResolve(server, client, RDMA_PS_TCP));
+  // The client's rdma_connect, with retries allowed.
+  static void StartConnect(CmSide* client) {
     rdma_conn_param param = {};
     param.retry_count = 7;
     param.rnr_retry_count = 7;
     ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
-    ASSERT_NO_FATAL_FAILURE(TakeRequest(server, server_conn));
-    ASSERT_NO_FATAL_FAILURE(CreateQp(server_conn, IBV_QPT_RC));
+  }
+
+  // An RC QP for the accepted id, and its rdma_accept.
+  static void Accept(CmSide* conn) {
+    ASSERT_NO_FATAL_FAILURE(CreateQp(conn, IBV_QPT_RC));
     rdma_conn_param accept = {};
     accept.retry_count = 7;
     accept.rnr_retry_count = 7;
-    ASSERT_EQ(rdma_accept(server_conn->id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
+    ASSERT_EQ(rdma_accept(conn->id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
+  }
+
+  // rdma_connect in port space ps to a port rdma_cm handed out and that was freed again: nobody
+  // listens there. The client's answer is the next event on its channel.
+  void ConnectWithoutListener(CmSide* client, rdma_port_space ps) const {
+    uint16_t port_number = 0;
+    {
+      CmSide probe;
+      ASSERT_NO_FATAL_FAILURE(Listen(&probe, ps, &port_number));
+    }
+    ASSERT_NO_FATAL_FAILURE(Resolve(client, ps, port_number));
+    ASSERT_NO_FATAL_FAILURE(CreateQp(client, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC));
+    rdma_conn_param param = {};
+    ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
+  }
+
+  // The client connects, the server accepts; both see ESTABLISHED. server_conn
+  // (the accepted id) ends up with a QP of its own.
+  void Connect(CmSide* server, CmSide* server_conn, CmSide* client) const {
+    ASSERT_NO_FATAL_FAILURE(ListenAndResolve(server, client, RDMA_PS_TCP));
+    ASSERT_NO_FATAL_FAILURE(StartConnect(client));
+    ASSERT_NO_FATAL_FAILURE(TakeRequest(server, server_conn));
+    ASSERT_NO_FATAL_FAILURE(Accept(server_conn));
     ASSERT_TRUE(GetCmEventWithin(client->channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client->event));
     ASSERT_TRUE(GetCmEventWithin(server->channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow,
                                  &server_conn->event));
@@ -315,17 +339,8 @@ TEST_F(RdmaCmTest, ResolveBindsTheIdToTheDeviceAndPort) {
 TEST_F(RdmaCmTest, ConnectWithoutListenerIsRejectedWithInvalidServiceId) {
   const ChildResult result = RunChecksInChild(
       [&] {
-        // Take a port rdma_cm hands out, then free it: nobody listens there now.
-        uint16_t port_number = 0;
-        {
-          CmSide probe;
-          ASSERT_NO_FATAL_FAILURE(Listen(&probe, RDMA_PS_TCP, &port_number));
-        }
         CmSide client;
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
-        rdma_conn_param param = {};
-        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(ConnectWithoutListener(&client, RDMA_PS_TCP));
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
         EXPECT_EQ(client.event->status, kRejInvalidServiceId);
       },
@@ -645,16 +660,8 @@ TEST_F(RdmaCmTest, UdLookupRejectedGivesUnreachableWithSidrStatus) {
 TEST_F(RdmaCmTest, UdLookupWithoutListenerGivesUnreachableWithSidrStatus) {
   const ChildResult result = RunChecksInChild(
       [&] {
-        uint16_t port_number = 0;
-        {
-          CmSide probe;
-          ASSERT_NO_FATAL_FAILURE(Listen(&probe, RDMA_PS_UDP, &port_number));
-        }
         CmSide client;
-        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_UDP, port_number));
-        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_UD));
-        rdma_conn_param param = {};
-        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(ConnectWithoutListener(&client, RDMA_PS_UDP));
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kReturnWindow, &client.event));
         EXPECT_EQ(client.event->status, kSidrUnsupported);
       },
@@ -899,21 +906,6 @@ class RdmaCmFaultTest : public RdmaCmTest {
     SKIP_IF(!Sim() || sim().CmRejectRequests(0, kRejConsumerDefined) == EOPNOTSUPP)
         << "(simverbs_cm_* do not resolve: the backend is not the simulator, so CM faults cannot be injected)";
     RdmaCmTest::SetUp();
-  }
-
-  static void StartConnect(CmSide* client) {
-    rdma_conn_param param = {};
-    param.retry_count = 7;
-    param.rnr_retry_count = 7;
-    ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
-  }
-
-  static void Accept(CmSide* conn) {
-    ASSERT_NO_FATAL_FAILURE(CreateQp(conn, IBV_QPT_RC));
-    rdma_conn_param accept = {};
-    accept.retry_count = 7;
-    accept.rnr_retry_count = 7;
-    ASSERT_EQ(rdma_accept(conn->id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
   }
 };
 

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cerrno>
 
+#include "context.h"
+#include "device.h"
 #include "simverbs/simverbs_rdmacm.h"
 
 namespace simverbs {
@@ -31,7 +33,11 @@ using DropFn = int(int, unsigned);
 
 }  // namespace
 
-int CmRaiseEvent(ibv_context* context, int port_num, int cm_event) {
+int CmRaiseEvent(Device* device, int port_num, int cm_event) {
+  // The control API names the device by a context of it; any open one will do.
+  ibv_context* context = nullptr;
+  device->ForEachContext([&](Context* ctx) { context = &ctx->vctx()->context; });
+  if (!context) return -ENOENT;
   return WithCmFunction<RaiseEventFn>("simverbs_cm_raise_event", [&](RaiseEventFn* fn) {
     return fn(context, static_cast<uint8_t>(port_num), cm_event);
   });

@@ -17,8 +17,11 @@ namespace simverbs {
 constexpr int kCmEventDeviceRemoval = 11;  // RDMA_CM_EVENT_DEVICE_REMOVAL
 constexpr int kCmEventAddrChange = 14;     // RDMA_CM_EVENT_ADDR_CHANGE
 
-// simverbs_cm_raise_event: the ids reached, -EINVAL, or -ENOENT.
-int CmRaiseEvent(ibv_context* context, int port_num, int cm_event);
+class Device;
+
+// simverbs_cm_raise_event on `device`: the ids reached, -EINVAL, or -ENOENT
+// (also when no context of the device is open: then the CM has none there).
+int CmRaiseEvent(Device* device, int port_num, int cm_event);
 // simverbs_cm_reject_requests / simverbs_cm_drop_messages: 0 when armed, -errno otherwise.
 int CmRejectRequests(unsigned count, int reason);
 int CmDropMessages(int message, unsigned count);

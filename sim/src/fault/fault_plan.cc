@@ -345,10 +345,7 @@ void ParseCmEvent(Fields& fields, const json& value, Action* a) {
 void RunCmEvent(const Action& a, const Involved& involved) {
   Device* device = DeviceNamed(a.device);
   if (!device) device = involved.device ? involved.device : FirstDevice();
-  if (!device) return;
-  ibv_context* any = nullptr;
-  device->ForEachContext([&](Context* ctx) { any = &ctx->vctx()->context; });
-  if (any) CmRaiseEvent(any, a.port, kCmEventAddrChange);
+  if (device) CmRaiseEvent(device, a.port, kCmEventAddrChange);
 }
 
 // To add an action: a row here (its field in "action", how to read it, how

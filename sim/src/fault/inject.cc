@@ -98,13 +98,9 @@ int RaiseFault(ibv_event_type type, const FaultSite& site) {
     case EventElement::kDevice: {
       if (!site.device) return -EINVAL;
       int contexts = 0;
-      ibv_context* any = nullptr;
-      site.device->ForEachContext([&](Context* ctx) {
-        contexts += EnterDeviceFatal(ctx) ? 1 : 0;
-        any = &ctx->vctx()->context;
-      });
+      site.device->ForEachContext([&](Context* ctx) { contexts += EnterDeviceFatal(ctx) ? 1 : 0; });
       // As on mlx5, the fatal device is then removed: rdma_cm tells its ids.
-      if (contexts > 0) CmRaiseEvent(any, 0, kCmEventDeviceRemoval);
+      if (contexts > 0) CmRaiseEvent(site.device, 0, kCmEventDeviceRemoval);
       return contexts;
     }
     case EventElement::kQp:
@@ -156,10 +152,7 @@ int HandleFaultRequest(const FaultRequest& request) {
   Device* device = devices[device_index].get();
   if (object == FaultObject::kCmEvent) {
     if (event != kCmEventAddrChange || !device->ValidPort(port_num)) return 0;
-    int reached = 0;
-    ibv_context* any = nullptr;
-    device->ForEachContext([&](Context* ctx) { any = &ctx->vctx()->context; });
-    if (any) reached = CmRaiseEvent(any, port_num, event);
+    const int reached = CmRaiseEvent(device, port_num, event);
     return reached > 0 ? reached : 0;
   }
   const auto type = static_cast<ibv_event_type>(event);

@@ -18,21 +18,14 @@ import sys
 import threading
 import time
 
+from check_tally import Tally
 from cm_listening import listening
 
 cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 env = dict(os.environ, SIMVERBS_FABRIC=fabric)
-failures = []
-checks = 0
+tally = Tally()
+expect = tally.expect
 WAIT = 20  # seconds for any one program or line: a program that says nothing fails the check, never hangs it
-
-
-def expect(what, cond, detail=""):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(f"{what}: {detail}")
-    return cond
 
 
 def inject(*args):
@@ -87,8 +80,11 @@ class Server:
         self.proc.wait(timeout=WAIT)
 
 
-def client(port):
-    return run("rping", "-c", "-a", "127.0.0.1", "-p", str(port), "-v", "-C", "1")
+def expect_client_fails(what, port, text):
+    """An rping client to port must fail and print text."""
+    c = run("rping", "-c", "-a", "127.0.0.1", "-p", str(port), "-v", "-C", "1")
+    out = c.stdout + c.stderr
+    expect(what, c.returncode != 0 and text in out, f"exit {c.returncode}: {out!r}")
 
 
 # ---- errors of the CLI
@@ -108,19 +104,14 @@ try:
         r = inject("CM_REJECT", "--reason", "28")
         expect("CM_REJECT is armed in the server", r.returncode == 0 and "armed in 1 process" in r.stdout,
                f"exit {r.returncode}: {r.stdout!r} {r.stderr!r}")
-        c = client(base_port)
-        out = c.stdout + c.stderr
-        expect("the rejected client says REJECTED, reason 28, and fails",
-               c.returncode != 0 and "cma event RDMA_CM_EVENT_REJECTED, error 28" in out, f"exit {c.returncode}: {out!r}")
+        expect_client_fails("the rejected client says REJECTED, reason 28, and fails", base_port,
+                            "cma event RDMA_CM_EVENT_REJECTED, error 28")
 
         r = inject("CM_DROP", "--message", "REP")
         expect("CM_DROP REP is armed in the server", r.returncode == 0 and "lose the next 16 REP" in r.stdout,
                f"exit {r.returncode}: {r.stdout!r} {r.stderr!r}")
-        c = client(base_port)
-        out = c.stdout + c.stderr
-        expect("with every REP lost the client gets UNREACHABLE (-ETIMEDOUT) and fails",
-               c.returncode != 0 and "cma event RDMA_CM_EVENT_UNREACHABLE, error -110" in out,
-               f"exit {c.returncode}: {out!r}")
+        expect_client_fails("with every REP lost the client gets UNREACHABLE (-ETIMEDOUT) and fails", base_port,
+                            "cma event RDMA_CM_EVENT_UNREACHABLE, error -110")
     server.stop()
 
     # ---- ADDR_CHANGE and DEVICE_FATAL's DEVICE_REMOVAL on a server bound to the port
@@ -144,7 +135,4 @@ finally:
     for s in servers:
         s.stop()
 
-for f in failures:
-    print("FAIL", f)
-print(f"{checks - len(failures)} of {checks} checks passed")
-sys.exit(1 if failures else 0)
+tally.finish()

@@ -11,19 +11,13 @@ import subprocess
 import sys
 import tempfile
 
+from check_tally import Tally
+
 cli, fabric = sys.argv[1], sys.argv[2]
 loop = ["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "verbs_loop.py")]
 tmp = tempfile.mkdtemp(prefix="simverbs-plans-")
-failures = []
-checks = 0
-
-
-def expect(what, cond, detail=""):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(f"{what}: {detail}")
-    return cond
+tally = Tally()
+expect = tally.expect
 
 
 def run_with_plan(name, plan, *args):
@@ -146,7 +140,4 @@ env = dict(os.environ, SIMVERBS_FABRIC=fabric, SIMVERBS_FAULTS=os.path.join(tmp,
 r = subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, text=True, env=env, timeout=60)
 expect("a missing plan file is an error", r.returncode != 0 and "cannot read the fault plan" in r.stderr, repr(r.stderr))
 
-for f in failures:
-    print("FAIL", f)
-print(f"{checks - len(failures)} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+tally.finish()

@@ -16,20 +16,14 @@ import subprocess
 import sys
 import threading
 
+from check_tally import Tally
+
 cli, fabric = sys.argv[1], sys.argv[2]
 env = dict(os.environ, SIMVERBS_FABRIC=fabric)
 here = os.path.dirname(os.path.abspath(__file__))
-failures = []
-checks = 0
+tally = Tally()
+expect = tally.expect
 WAIT = 10  # seconds for any one line; a program that says nothing fails the check, never hangs the test
-
-
-def expect(what, cond, detail=""):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(f"{what}: {detail}")
-    return cond
 
 
 def inject(*args):
@@ -183,7 +177,4 @@ finally:
     # open a device cleans it and, being the last, removes the fabric.
     subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, env=env, timeout=60)
 
-for f in failures:
-    print("FAIL", f)
-print(f"{checks - len(failures)} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+tally.finish()

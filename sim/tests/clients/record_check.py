@@ -13,16 +13,11 @@ import subprocess
 import sys
 import tempfile
 
+from check_tally import Tally
+
 cli, devices_dir = sys.argv[1], sys.argv[2]
-failures = []
-checks = 0
-
-
-def expect(what, cond, detail=""):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(f"{what}: {detail}")
+tally = Tally()
+expect = tally.expect
 
 
 def record(profile, *args):
@@ -98,7 +93,4 @@ with tempfile.TemporaryDirectory(prefix="record-check.") as tmp:
     expect("without OUT the profile goes to stdout", r.returncode == 0 and json.loads(r.stdout)["devices"][0]["name"] == "sim0",
            r.stderr)
 
-for f in failures:
-    print("FAIL", f)
-print(f"{checks - len(failures)} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+tally.finish()
