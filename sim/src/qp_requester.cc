@@ -198,6 +198,7 @@ int Qp::PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
+  Fabric::Get().PostedWork();
   return q->PostSend(wr, bad_wr);
 }
 
@@ -436,10 +437,15 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   p.rkey = wqe.rkey;
   p.dma_length = wqe.length;
   p.imm_data = wqe.imm_data;
+  // A WRITE without immediate that the peer can take now (no backlog to wait
+  // in, where it could be dropped) has nothing left to be answered: complete
+  // it here, and spare the peer's CPU the ACK (Packet::answered).
+  const bool answered = wqe.opcode == IBV_WR_RDMA_WRITE && Fabric::Get().PushesNow(dst->index(), dst_qpn);
+  p.answered = answered;
   wqe.placed = true;
   Engine::Get().Transmit(std::move(p));
   // Unreliable transports complete a WR once it is on the wire.
-  if (!Reliable()) wqe.acked = true;
+  if (!Reliable() || answered) wqe.acked = true;
   return true;
 }
 
@@ -496,6 +502,13 @@ void Qp::ReceiveResponse(const Packet& pkt) {
     if (i >= next_to_send_) return;
   }
   SendWqe& wqe = sq_[i];
+  // A NAK for a message completed already is stale: an answered WRITE
+  // (Packet::answered) that its responder refused after all, because the
+  // responder QP changed between our checks and its turn.
+  if (pkt.kind == Packet::Kind::kNak && pkt.nak != Packet::Nak::kSequence &&
+      ((pkt.psn - wqe.first_psn) & kPsnMask) > kPsnMask / 2) {
+    return;
+  }
   // Any answer shows the path works, but a sequence NAK is itself a retry.
   const bool sequence_nak = pkt.kind == Packet::Kind::kNak && pkt.nak == Packet::Nak::kSequence;
   if (!sequence_nak) retries_left_ = attr_.retry_cnt;

@@ -10,6 +10,7 @@
 #include "context.h"
 #include "cq.h"
 #include "device.h"
+#include "fabric/fabric.h"
 #include "mr.h"
 #include "mw.h"
 #include "pd.h"
@@ -149,6 +150,15 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       DropUcMessageLocked();  // a lost or refused packet: UC drops the rest of the message
       return;
     }
+  }
+
+  // An answered WRITE was checked and completed by its requester when it
+  // placed the data (Packet::answered), against this QP's and the MR's state
+  // of that moment: it may reach us after an ibv_dereg_mr or ibv_modify_qp
+  // that came later, and must not be refused for them. Only its PSNs are taken.
+  if (pkt.answered) {
+    epsn_ = (pkt.psn + pkt.psn_count) & 0xffffff;
+    return;
   }
 
   // Is the QP enabled for this operation (qp_access_flags)? Class C invalid request.
@@ -328,7 +338,8 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   }
   // A receive completion that did not fit in its CQ can take the QP to ERR (rxe 6.1:
   // rxe_resp.c do_complete -> RESPST_ERR_CQ_OVERFLOW, no ACK): a QP in ERR acknowledges nothing.
-  if (rc && pkt.last && state() != IBV_QPS_ERR) Respond(pkt, Packet::Kind::kAck);
+  // An answered WRITE was completed by its requester (Packet::answered).
+  if (rc && pkt.last && state() != IBV_QPS_ERR && !pkt.answered) Respond(pkt, Packet::Kind::kAck);
 }
 
 void Qp::ReceiveUd(const Packet& pkt) {
@@ -486,6 +497,7 @@ int Qp::PostRecvOp(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
+  Fabric::Get().PostedWork();
   return q->PostRecv(wr, bad_wr);
 }
 

@@ -5,6 +5,7 @@
 
 #include "abi/c_api.h"
 #include "fault/fault_plan.h"
+#include "fabric/fabric.h"
 #include "qp.h"
 
 namespace simverbs {
@@ -73,6 +74,7 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
         ibv_send_wr* bad = nullptr;
         Qp* target = Qp::From(&qp->qp_base);
         fault_plan::OnWrComplete(target);
+        Fabric::Get().PostedWork();
         err = target->PostSend(&b.entries_[0].wr, &bad);
       }
       b.entries_.clear();

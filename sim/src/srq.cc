@@ -7,6 +7,7 @@
 #include "context.h"
 #include "cq.h"
 #include "device.h"
+#include "fabric/fabric.h"
 #include "pd.h"
 #include "fault/fault_points.h"
 #include "sched/scheduler.h"
@@ -202,6 +203,7 @@ int Srq::PostRecvOp(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     if (bad_wr) *bad_wr = wr;
     return EINVAL;
   }
+  Fabric::Get().PostedWork();
   return s->PostRecv(wr, bad_wr);
 }
 

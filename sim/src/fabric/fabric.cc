@@ -396,7 +396,7 @@ void Fabric::LeaveLocked() {
 void Fabric::Detach() {
   if (!segment_ || getpid() != attach_pid_) return;
   stop_ = true;
-  ring_->MarkLeftPollLoop();
+  ring_->MarkBlocking();
   ring_->Interrupt();
   // The progress thread leaves the fabric (LeaveLocked) before it exits.
   if (progress_.joinable()) progress_.join();
@@ -615,12 +615,21 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
   return peer->ring ? peer.get() : nullptr;
 }
 
-bool Fabric::PushNow(Peer& peer, const Packet& pkt, int src_device) {
+bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
-  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, slot_, generation_)) return false;
+  bool owe = false;
+  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, slot_, generation_, &owe)) return false;
+  if (owe) OweWakeLocked(slot, peer, pos);
   peer.last_pushed = pos;
   peer.pushed = true;
   return true;
+}
+
+bool Fabric::PushesNow(int device_index, uint32_t qpn) {
+  const int slot = OwnerSlot(device_index, qpn);
+  if (slot < 0 || slot == slot_) return false;
+  Peer* peer = ReachPeer(slot);
+  return peer && peer->backlog.empty() && peer->ring->HasRoom();
 }
 
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
@@ -629,12 +638,14 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   Peer* peer = ReachPeer(slot);
   if (!peer) return false;
   const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
-  if (!pkt.stream && PushNow(*peer, pkt, src_device)) return true;
+  if (!pkt.stream && PushNow(slot, *peer, pkt, src_device)) return true;
   // The peer's ring is full. A datagram is dropped, as a congested fabric
   // does; a reliable packet waits in order, within a bound (beyond it the
   // requester's retransmission recovers it). A READ answer (a stream) waits
   // as one entry and is cut into packets as room appears.
-  if (pkt.transport == IBV_QPT_UD || peer->backlog.size() >= kMaxBacklog) {
+  // (An answered WRITE is never dropped: nobody would send it again. Only one
+  // that lost a race for the last slots waits here: PushesNow said no to the rest.)
+  if (pkt.transport == IBV_QPT_UD || (peer->backlog.size() >= kMaxBacklog && !pkt.answered)) {
     CountXmitDiscard(src_device, pkt.src_port);
     return true;
   }
@@ -656,7 +667,7 @@ void Fabric::SendToAllPeers(const Packet& pkt) {
     if (slot == slot_ || segment_->procs[slot].pid.load() == 0) continue;
     Peer* peer = ReachPeer(slot);
     if (!peer) continue;
-    if (!PushNow(*peer, pkt, src_device)) CountXmitDiscard(src_device, pkt.src_port);  // a full ring loses it
+    if (!PushNow(slot, *peer, pkt, src_device)) CountXmitDiscard(src_device, pkt.src_port);  // a full ring loses it
   }
 }
 
@@ -751,10 +762,15 @@ void Fabric::PollInbound() {
   if (!ring_) return;
   ring_->MarkPolled();
   DrainInbound();
-  if (!backlog_empty_) {
+  if (!backlog_empty_ || wake_owed_.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     FlushBacklogLocked();
+    SettleOwedWakesLocked(false);
   }
+}
+
+void Fabric::PostedWork() {
+  if (ring_) ring_->MarkPolled();
 }
 
 void Fabric::PollFoundWork() {
@@ -763,8 +779,45 @@ void Fabric::PollFoundWork() {
 
 void Fabric::BeforeBlocking() {
   if (!ring_) return;
-  ring_->MarkLeftPollLoop();
+  ring_->MarkBlocking();
   DrainInbound();
+  // We will not poll to look again: wake now whoever still has our packets.
+  if (wake_owed_.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    SettleOwedWakesLocked(true);
+  }
+}
+
+void Fabric::OweWakeLocked(int slot, Peer& peer, uint64_t pos) {
+  if (!peer.wake_owed) {
+    peer.wake_owed = true;
+    peer.owed_polls = 0;
+    owed_.push_back(slot);
+    wake_owed_.store(true, std::memory_order_relaxed);
+  }
+  peer.owed_pos = pos;
+}
+
+void Fabric::SettleOwedWakesLocked(bool now) {
+  for (size_t i = 0; i < owed_.size();) {
+    Peer* peer = peers_[owed_[i]].get();
+    bool settled = true;
+    if (peer && peer->wake_owed && peer->ring && !peer->ring->Consumed(peer->owed_pos)) {
+      if (now || ++peer->owed_polls >= kOwedWakePolls) {
+        peer->ring->WakeIfSleeping();
+      } else {
+        settled = false;
+      }
+    }
+    if (!settled) {
+      ++i;
+      continue;
+    }
+    if (peer) peer->wake_owed = false;
+    owed_[i] = owed_.back();
+    owed_.pop_back();
+  }
+  wake_owed_.store(!owed_.empty(), std::memory_order_relaxed);
 }
 
 bool Fabric::DrainInbound() {
@@ -886,6 +939,11 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // after we went to sleep, and stops right after a producer looked, would
     // leave that packet in the ring for good.
     const bool app_polling = ring_->in_poll_loop() && app_polled_lately;
+    // Wakes owed by packets we sent: nobody may poll here to look again.
+    if (wake_owed_.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(Engine::Get().mu());
+      SettleOwedWakesLocked(true);
+    }
     ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
   }
   // Leave the fabric (LeaveLocked gives up our liveness byte last).

@@ -15,8 +15,13 @@
 // progress thread drains it otherwise: it sleeps on a futex, and producers
 // wake it (one system call) only when the owner has stopped polling — so
 // perftest's sleeping bandwidth servers still answer, and busy-polling
-// programs make no system calls. A packet's payload costs a copy into the
-// ring and one out of it.
+// programs make no system calls. Posting counts as polling. An owner that
+// has just found work (and may be back polling in a moment, or spinning on
+// memory) is not woken at once: the producer looks again at each of its own
+// next polls and wakes it only if its packet is still in the ring after
+// kOwedWakePolls of them, or when the producer itself is about to sleep or
+// block (an owed wake). A packet's payload costs a copy into the ring and one
+// out of it.
 //
 // One-copy WRITE. An MR that allows REMOTE_WRITE is published in the
 // segment's key table (indexed by the key index): owner slot and generation,
@@ -30,7 +35,14 @@
 // process_vm_writev (one copy, by the kernel, with no help from the owner's
 // CPU), and sends one packet without payload, marked placed, that stands for
 // the whole message (all its PSNs); the owner's responder runs every check
-// and answer as before, minus the copy. The requester places only when
+// and answer as before, minus the copy. A placed RDMA WRITE without
+// immediate that goes straight into the owner's ring is also completed by
+// the requester (Packet::answered): it consumes no receive, and the requester
+// has made the responder's checks, so the responder takes its PSNs but sends
+// no ACK, and the owner is not woken for it — ib_write_lat's peers spin on
+// memory, not on a CQ, and need no help from each other's CPU. (If the
+// responder QP changes between those checks and its turn, the WRITE has
+// still completed: its data is in, as on a wire where the ACK was in flight.) The requester places only when
 // nothing in front of the WRITE on its send queue can still be refused
 // (Qp::PlaceWriteLocked), so no data lands for a PSN the responder did not
 // accept in order. Anything that does not pass, or a peer the kernel does not
@@ -195,9 +207,17 @@ class Fabric {
   // ibv_poll_cq found completions: the program may now leave its poll loop
   // (to spin on memory, say), so producers should wake us from now on.
   void PollFoundWork();
+  // The program posted work requests: it is busy with its queues and will
+  // poll again (a bandwidth loop posts between polls), so producers need not
+  // wake us. One that posts and then spins on memory without polling is
+  // found by the progress thread's next nap (at most a millisecond late).
+  void PostedWork();
   // The same, for a thread that already holds the engine lock (timers).
   void DrainInboundLocked();
 
+  // A packet for the owner of (device, qpn) would go into its ring now (no
+  // backlog, room). Requires: engine lock.
+  bool PushesNow(int device_index, uint32_t qpn);
   // True while a packet we sent to the owner of (device, qpn) still waits in
   // its ring and that process is alive: the wire is slow, nothing is lost.
   // Retransmit timers do not count such a timeout. Requires: engine lock.
@@ -232,6 +252,9 @@ class Fabric {
     bool placement_denied = false;  // the kernel does not let us write into it
     bool ring_refused = false;      // its ring is not ours to use (said once per generation)
     uint64_t next_alive_check_ns = 0;  // while a backlog waits: ask at most every millisecond
+    bool wake_owed = false;    // OweWakeLocked
+    uint64_t owed_pos = 0;     // our latest packet it may need waking for
+    uint32_t owed_polls = 0;   // our polls since
     std::deque<Packet> backlog;
   };
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
@@ -261,7 +284,14 @@ class Fabric {
   Peer* ReachPeer(int slot);
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
-  bool PushNow(Peer& peer, const Packet& pkt, int src_device);
+  bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
+  // The owner in `slot` may need waking for our packet at `pos` (PacketRing:
+  // it just found work): look again at our next polls.
+  void OweWakeLocked(int slot, Peer& peer, uint64_t pos);
+  // Each owed wake whose packet is still in the peer's ring: after
+  // kOwedWakePolls of our polls, or `now`, the peer is woken. Requires: engine lock.
+  void SettleOwedWakesLocked(bool now);
+  static constexpr uint32_t kOwedWakePolls = 32;
   bool PeerAlive(int slot) const;
   // The shared port_xmit_discards of (device, port), or nullptr when not
   // attached or out of range.
@@ -288,6 +318,8 @@ class Fabric {
   // Written under the engine lock; read without it by pollers and the progress
   // thread to skip taking the lock when there is nothing to flush.
   std::atomic<bool> backlog_empty_{true};
+  std::vector<int> owed_;  // slots we may owe a wake (engine lock)
+  std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers
   std::thread progress_;
   std::atomic<bool> stop_{false};
   int attach_pid_ = 0;

@@ -38,11 +38,11 @@ PacketRing* PacketRing::Init(void* memory) {
   ring->sleeping_.store(0);
   ring->wake_seq_.store(0);
   ring->polls_.store(0);
-  ring->in_poll_loop_.store(0);
+  ring->poll_state_.store(kNotPolling);
   for (Announcement& c : ring->claims_) {
     c.pos_plus_1.store(0);
     c.generation.store(0);
-    c.polls_seen.store(0);
+    c.progress_seen.store(0);
   }
   for (auto& w : ring->waiting_) w.store(0);
   for (auto& w : ring->room_wanted_) w.store(0);
@@ -52,9 +52,10 @@ PacketRing* PacketRing::Init(void* memory) {
 }
 
 bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, int producer_slot,
-                      uint32_t producer_generation) {
+                      uint32_t producer_generation, bool* owe_wake) {
   uint64_t pos = 0;
-  if (!Claim(&pos, producer_slot, producer_generation) || !Publish(pos, pkt, src_device_index, producer_slot)) {
+  if (!Claim(&pos, producer_slot, producer_generation) ||
+      !Publish(pos, pkt, src_device_index, producer_slot, owe_wake)) {
     return false;
   }
   if (pushed_at) *pushed_at = pos;
@@ -86,7 +87,7 @@ bool PacketRing::Claim(uint64_t* claimed, int producer_slot, uint32_t producer_g
   return false;
 }
 
-bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot) {
+bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, bool* owe_wake) {
   Slot* slot = &slots_[pos % kSlots];
   slot->pkt.From(pkt, src_device_index);
   // Dekker with Sleep(): publish, then look whether the consumer sleeps. Both
@@ -99,17 +100,34 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
     claims_[producer_slot].pos_plus_1.store(0, std::memory_order_release);
   }
   if (!published) return false;
+  // An answered WRITE needs nothing of the owner: no wake for it, unless the
+  // ring is filling up.
+  if (pkt.answered && head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed) < kSlots / 2) {
+    return true;
+  }
   if (sleeping_.load(std::memory_order_seq_cst) && !OwnerPolling(producer_slot)) {
-    wake_seq_.fetch_add(1, std::memory_order_release);
-    FutexWake(&wake_seq_);
+    if (owe_wake && poll_state_.load(std::memory_order_relaxed) != kNotPolling) {
+      *owe_wake = true;
+    } else {
+      wake_seq_.fetch_add(1, std::memory_order_release);
+      FutexWake(&wake_seq_);
+    }
   }
   return true;
 }
 
+void PacketRing::WakeIfSleeping() {
+  if (!sleeping_.load(std::memory_order_seq_cst)) return;
+  wake_seq_.fetch_add(1, std::memory_order_release);
+  FutexWake(&wake_seq_);
+}
+
 bool PacketRing::OwnerPolling(int producer_slot) {
   if (!in_poll_loop() || producer_slot < 0 || producer_slot >= kMaxFabricProcesses) return false;
-  const uint64_t polls = this->polls();
-  return claims_[producer_slot].polls_seen.exchange(polls, std::memory_order_relaxed) != polls;
+  // Polls, or packets taken out of the ring: an owner busy draining a burst
+  // polls no more often than once per burst.
+  const uint64_t progress = polls() + tail_.load(std::memory_order_relaxed);
+  return claims_[producer_slot].progress_seen.exchange(progress, std::memory_order_relaxed) != progress;
 }
 
 bool PacketRing::Empty() const {

@@ -6,10 +6,15 @@
 //
 // Waking the owner costs a system call, so a producer wakes it only when its
 // progress thread sleeps and the owner is not in a poll loop. The owner counts
-// its polls (MarkPolled: no clock, no system call); it is in a poll loop while
-// it has not said it left one (it found work, or is about to block) and it has
-// polled again since this producer's previous packet. Such an owner drains the
-// ring itself. (One that stops polling without saying so is found by its
+// its polls and posts (MarkPolled: no clock, no system call); it is in a poll
+// loop while it has not said it left one and it has polled again, or taken
+// packets out of the ring, since this producer's previous packet. Such an
+// owner drains the ring itself. An owner about to block (or that never
+// polled) is woken at once. One that just found work is likely back in a
+// moment (a bandwidth loop posts and polls again), or may be spinning on
+// memory: the producer that can wait (owe_wake) is told so, looks again at its
+// own next polls, and wakes the owner only if the packet is still there
+// (fabric/fabric.h). (One that stops polling without saying so is found by its
 // progress thread's next nap.)
 //
 // A producer killed between claiming a slot and publishing it would leave a
@@ -53,13 +58,14 @@ class PacketRing {
   // success *pos is the packet's position, for Consumed(). `producer_slot`
   // (-1: none) and `producer_generation` identify the producer for
   // SkipDeadClaim.
+  // `owe_wake`: see the top; nullptr: wake the owner now if it needs it.
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, int producer_slot = -1,
-            uint32_t producer_generation = 0);
+            uint32_t producer_generation = 0, bool* owe_wake = nullptr);
   // Push in its two steps: claims a slot (false: full), then writes and
   // publishes the packet there (false: the owner skipped the slot meanwhile,
   // taking the producer for dead).
   bool Claim(uint64_t* pos, int producer_slot, uint32_t producer_generation);
-  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot);
+  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, bool* owe_wake = nullptr);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
   // Hands the oldest packet to `take` (in place: no copy of its own), then
@@ -140,16 +146,19 @@ class PacketRing {
   void Sleep(uint32_t seq, int timeout_ms);
   // Ends a Sleep at once (used to stop the consumer).
   void Interrupt();
+  // A wake a producer owed: if the owner's progress thread sleeps, wakes it.
+  void WakeIfSleeping();
 
-  // The owner polled just now; it left its poll loop (found work, or is
-  // about to block: wake it for anything from now on).
+  // The owner polled (or posted) just now; it found work and may leave its
+  // poll loop; it is about to block (wake it for anything from now on).
   void MarkPolled() {
     polls_.store(polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (!in_poll_loop_.load(std::memory_order_relaxed)) in_poll_loop_.store(1, std::memory_order_relaxed);
+    if (poll_state_.load(std::memory_order_relaxed) != kPolling) poll_state_.store(kPolling, std::memory_order_relaxed);
   }
-  void MarkLeftPollLoop() { in_poll_loop_.store(0, std::memory_order_relaxed); }
+  void MarkLeftPollLoop() { poll_state_.store(kFoundWork, std::memory_order_relaxed); }
+  void MarkBlocking() { poll_state_.store(kNotPolling, std::memory_order_relaxed); }
   uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
-  bool in_poll_loop() const { return in_poll_loop_.load(std::memory_order_relaxed) != 0; }
+  bool in_poll_loop() const { return poll_state_.load(std::memory_order_relaxed) == kPolling; }
 
  private:
   struct Slot {
@@ -159,7 +168,7 @@ class PacketRing {
   struct Announcement {
     std::atomic<uint64_t> pos_plus_1;  // the position being claimed + 1; 0: none
     std::atomic<uint32_t> generation;  // of the producer's fabric slot
-    std::atomic<uint64_t> polls_seen;  // the owner's polls_ at the producer's previous packet
+    std::atomic<uint64_t> progress_seen;  // the owner's polls_ + tail_ at the producer's previous packet
   };
   // Whether the owner is in a poll loop, as the producer in `producer_slot` sees it (see above).
   bool OwnerPolling(int producer_slot);
@@ -168,7 +177,9 @@ class PacketRing {
   alignas(64) std::atomic<uint32_t> sleeping_;
   std::atomic<uint32_t> wake_seq_;
   alignas(64) std::atomic<uint64_t> polls_;  // written by the owner on every poll: a line of its own
-  std::atomic<uint32_t> in_poll_loop_;
+  // What the owner's application thread does (see the top).
+  static constexpr uint32_t kNotPolling = 0, kPolling = 1, kFoundWork = 2;
+  std::atomic<uint32_t> poll_state_;
   static constexpr int kRoomWords = kMaxFabricProcesses / 64;
   alignas(64) Announcement claims_[kMaxFabricProcesses];  // by producer slot
   alignas(64) std::atomic<uint32_t> waiting_[kMaxFabricProcesses];  // by producer slot: its generation, or 0

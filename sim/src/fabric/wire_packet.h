@@ -16,7 +16,7 @@ struct WirePacket {
   uint8_t kind;
   uint8_t transport;
   uint8_t op;
-  uint8_t flags;  // bit 0 first, 1 last, 2 solicited, 3 has_grh, 4 placed
+  uint8_t flags;  // bit 0 first, 1 last, 2 solicited, 3 has_grh, 4 placed, 5 answered
   uint8_t nak;
   uint8_t src_port;
   uint16_t slid;
@@ -46,7 +46,8 @@ struct WirePacket {
     kind = static_cast<uint8_t>(p.kind);
     transport = static_cast<uint8_t>(p.transport);
     op = static_cast<uint8_t>(p.op);
-    flags = (p.first ? 1 : 0) | (p.last ? 2 : 0) | (p.solicited ? 4 : 0) | (p.has_grh ? 8 : 0) | (p.placed ? 16 : 0);
+    flags = (p.first ? 1 : 0) | (p.last ? 2 : 0) | (p.solicited ? 4 : 0) | (p.has_grh ? 8 : 0) | (p.placed ? 16 : 0) |
+            (p.answered ? 32 : 0);
     nak = static_cast<uint8_t>(p.nak);
     src_port = p.src_port;
     slid = p.slid;
@@ -84,6 +85,7 @@ struct WirePacket {
     p.solicited = flags & 4;
     p.has_grh = flags & 8;
     p.placed = flags & 16;
+    p.answered = (flags & 48) == 48;  // only a placed packet can be
     p.nak = static_cast<Packet::Nak>(nak);
     p.src_device = src_device_ptr;
     p.src_port = src_port;

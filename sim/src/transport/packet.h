@@ -72,6 +72,12 @@ struct Packet {
   // message, which still takes `psn_count` PSNs (one per path MTU).
   bool placed = false;
   uint32_t psn_count = 1;
+  // A placed RDMA WRITE (no immediate) that the requester completed itself:
+  // it checked everything the responder checks before placing, and no
+  // receive is consumed, so nothing is left to answer. The responder still
+  // takes its PSNs in order, but sends no ACK, and its owner need not be
+  // woken for it (fabric/packet_ring.h): the data is in already.
+  bool answered = false;
   // A whole READ answer, to be cut into packets as the wire takes them
   // (transport/response_stream.h); never crosses to another process as such.
   std::shared_ptr<ResponseStream> stream;
