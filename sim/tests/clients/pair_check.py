@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from tcp_listening import wait_listening
+
 cli, profile, fabric, base_port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 only = sys.argv[6] if len(sys.argv) > 6 and sys.argv[5] == "--only" else ""
 roce = "roce" in profile
@@ -55,29 +57,6 @@ cases.append(("ib_read_lat", ["-n", "100", "-s", "1048576"]))
 cases = [(prog, args) for prog, args in cases if only in f"{prog} {' '.join(args)}"]
 if not cases:
     sys.exit(f"pair_check.py: no case matches --only {only!r}")
-
-
-def listening(port):
-    """True if a socket listens on the TCP port (read from /proc: connecting
-    to find out would be taken by the server as its client)."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
-def wait_listening(port, proc, deadline):
-    while time.time() < deadline and proc.poll() is None:
-        if listening(port):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 env = dict(os.environ, SIMVERBS_FABRIC=fabric)

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Busy-polling perftest pairs cost no wake-up per message on the simulator.
+
+usage: wakeups_check.py SIMVERBS_CLI FABRIC BASE_PORT
+
+Each perftest (64-byte messages, polling mode) runs as server and client, once with N and once with
+2N iterations. A thread that has to be woken (a progress thread asleep on its futex, a thread
+waiting for a lock another holds) went to sleep first: a voluntary context switch, counted by the
+kernel for every thread of the process (getrusage of the child, no tracer to slow it down). The
+difference between the two runs divided by N is that process's switches per message, start-up and
+teardown cancelled out. Each side must stay under 0.05 per message; each wake-up system call per
+message would show as about one.
+"""
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from check_tally import Tally
+from tcp_listening import wait_listening
+
+cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+BOUND = 0.05
+# (program, N): N large enough that a per-message cost would show in the thousands.
+CASES = [("ib_send_lat", 2000), ("ib_write_lat", 2000), ("ib_read_lat", 2000),
+         ("ib_send_bw", 20000), ("ib_write_bw", 20000), ("ib_read_bw", 5000)]
+env = dict(os.environ, SIMVERBS_FABRIC=fabric)
+tally = Tally()
+port = [base_port]
+
+
+def run_pair(prog, n):
+    """Runs one pair; returns {side: voluntary switches}, or an error string."""
+    port[0] += 1
+
+    def start(side):
+        return subprocess.Popen([cli, "run", "--", prog, "-p", str(port[0]), "-s", "64", "-n", str(n)] +
+                                (["127.0.0.1"] if side == "client" else []),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    server = start("server")
+    if not wait_listening(port[0], server, time.time() + 20):
+        server.kill()
+        return f"the server never listened:\n{server.communicate()[0]}"
+    client = start("client")
+    result = {}
+    outs = []
+    for side, proc, timeout in (("client", client, 120), ("server", server, 60)):
+        # Reaped here, with its resource usage (Popen.wait would reap it first); a watchdog kills
+        # a side that does not end in time.
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        watchdog.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        outs.append(f"--- {side}:\n" + proc.stdout.read())
+        if proc.returncode:
+            if side == "client":
+                server.kill()
+                server.wait()
+            return f"{prog} -n {n}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n" + \
+                "\n".join(outs)
+        result[side] = usage.ru_nvcsw
+    return result
+
+
+for prog, n in CASES:
+    once = run_pair(prog, n)
+    twice = run_pair(prog, 2 * n) if isinstance(once, dict) else once
+    if not tally.expect(f"{prog} ran", isinstance(twice, dict), twice if isinstance(twice, str) else ""):
+        continue
+    for side in ("server", "client"):
+        per_message = (twice[side] - once[side]) / n
+        print(f"{prog:13} {side:6}: {per_message:.3f} voluntary context switches per message "
+              f"({once[side]} with N={n}, {twice[side]} with 2N)")
+        tally.expect(f"{prog} {side}", per_message < BOUND,
+                     f"{per_message:.3f} voluntary context switches per message ({once[side]} with N={n}, "
+                     f"{twice[side]} with 2N); bound {BOUND}")
+tally.finish()
