@@ -26,6 +26,7 @@
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "transport/engine.h"
+#include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
 
 namespace simverbs {
@@ -656,7 +657,7 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   }
   peer->backlog.push_back(pkt);
   backlog_empty_ = false;
-  if (started && pkt.stream) FlushPeerLocked(*peer);
+  if (started && pkt.stream) FlushPeerLocked(slot, *peer);
   return true;
 }
 
@@ -671,9 +672,10 @@ void Fabric::SendToAllPeers(const Packet& pkt) {
   }
 }
 
-bool Fabric::FlushPeerLocked(Peer& peer) {
+bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
   bool moved = false;
   uint64_t pos = 0;
+  bool owe = false;
   while (!peer.backlog.empty() && peer.ring) {
     Packet& front = peer.backlog.front();
     const int src_device = front.src_device ? front.src_device->index() : 0;
@@ -683,13 +685,13 @@ bool Fabric::FlushPeerLocked(Peer& peer) {
         peer.backlog.pop_front();  // all of it sent, or the responder can no longer answer
         continue;
       }
-      if (!peer.ring->Push(part, src_device, &pos, slot_, generation_)) {
+      if (!peer.ring->Push(part, src_device, &pos, slot_, generation_, &owe)) {
         peer.backlog.push_front(std::move(part));  // made already: it goes first
         break;
       }
       Engine::Get().RecyclePayload(std::move(part.payload));
     } else {
-      if (!peer.ring->Push(front, src_device, &pos, slot_, generation_)) break;
+      if (!peer.ring->Push(front, src_device, &pos, slot_, generation_, &owe)) break;
       Engine::Get().RecyclePayload(std::move(front.payload));
       peer.backlog.pop_front();
     }
@@ -697,6 +699,7 @@ bool Fabric::FlushPeerLocked(Peer& peer) {
     peer.pushed = true;
     moved = true;
   }
+  if (owe) OweWakeLocked(slot, peer, peer.last_pushed);
   if (peer.backlog.empty() && peer.ring) peer.ring->SetWaiting(slot_, 0);
   return moved;
 }
@@ -708,7 +711,7 @@ bool Fabric::FlushBacklogLocked() {
     const int slot = backlogged_[i];
     Peer& peer = *peers_[slot];
     if (peer.generation != segment_->procs[slot].generation.load()) peer.backlog.clear();  // another process's now
-    moved |= FlushPeerLocked(peer);
+    moved |= FlushPeerLocked(slot, peer);
     // Still no room: is anyone there to make some? (A system call: not on every poll.)
     if (!peer.backlog.empty()) {
       const uint64_t now = MonotonicNs();
@@ -729,7 +732,7 @@ bool Fabric::FlushBacklogLocked() {
 }
 
 bool Fabric::AskForRoom() {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  const auto lock = LockSpinningFirst(Engine::Get().mu());
   bool room = false;
   for (const int slot : backlogged_) {
     Peer& peer = *peers_[slot];
@@ -792,6 +795,7 @@ void Fabric::OweWakeLocked(int slot, Peer& peer, uint64_t pos) {
   if (!peer.wake_owed) {
     peer.wake_owed = true;
     peer.owed_polls = 0;
+    if (peer.ring) peer.owner_polls_seen = peer.ring->polls();
     owed_.push_back(slot);
     wake_owed_.store(true, std::memory_order_relaxed);
   }
@@ -803,6 +807,10 @@ void Fabric::SettleOwedWakesLocked(bool now) {
     Peer* peer = peers_[owed_[i]].get();
     bool settled = true;
     if (peer && peer->wake_owed && peer->ring && !peer->ring->Consumed(peer->owed_pos)) {
+      if (const uint64_t owner_polls = peer->ring->polls(); owner_polls != peer->owner_polls_seen) {
+        peer->owner_polls_seen = owner_polls;  // still polling or posting: it will drain
+        peer->owed_polls = 0;
+      }
       if (now || ++peer->owed_polls >= kOwedWakePolls) {
         peer->ring->WakeIfSleeping();
       } else {
@@ -827,9 +835,26 @@ bool Fabric::DrainInbound() {
   return true;
 }
 
-void Fabric::DrainInboundLocked() {
+Fabric::Drained Fabric::DrainInboundForApplication(bool app_active) {
+  if (ring_->Empty()) return Drained::kNothing;
+  std::unique_lock<std::mutex> lock;
+  if (app_active) {
+    // Busy: the application is inside a verb (or was preempted there), and
+    // polls again when it leaves: waiting for the lock would only cost it a
+    // wake-up system call when it unlocks.
+    lock = std::unique_lock<std::mutex>(Engine::Get().mu(), std::try_to_lock);
+    if (!lock.owns_lock()) return Drained::kLeftToApplication;
+  } else {
+    lock = LockSpinningFirst(Engine::Get().mu());
+  }
+  // (The application may have drained it meanwhile: then this finds nothing.)
+  DrainInboundLocked(!app_active);
+  return Drained::kDrained;
+}
+
+void Fabric::DrainInboundLocked(bool flush_backlog) {
   if (!ring_) return;
-  FlushBacklogLocked();
+  if (flush_backlog) FlushBacklogLocked();
   const auto& devices = DeviceList::Get().devices();
   Packet pkt;
   pkt.payload = Engine::Get().PayloadBuffer();
@@ -860,12 +885,6 @@ namespace {
 
 // How long the progress thread keeps looking at its ring after it found work.
 constexpr uint64_t kLookAfterWorkNs = 50'000;
-
-void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
@@ -904,20 +923,29 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     HandleFaults();
-    bool worked = DrainInbound();
-    if (!backlog_empty_) {
-      std::lock_guard<std::mutex> lock(Engine::Get().mu());
-      worked |= FlushBacklogLocked();
-    }
-    if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;
-    // When the application last polled, by our clock (it only counts its
-    // polls: its poll loop reads no clock).
-    const uint64_t now = MonotonicNs();
+    // When the application last polled or posted, by our clock (its poll
+    // loop reads no clock, it only counts its polls).
+    uint64_t now = MonotonicNs();
     if (const uint64_t polls = ring_->polls(); polls != app_polls_seen) {
       app_polls_seen = polls;
       app_polled_at = now;
     }
     const bool app_polled_lately = now - app_polled_at < 10'000'000;
+    // An application that polled or posted lately, and is not blocking,
+    // drains the ring and flushes our backlogs at each of its polls: we leave
+    // the backlogs to it, and take the engine lock only when it is free,
+    // rather than take it from the application (a bandwidth client that
+    // outruns its peer's ring would otherwise have us fight it for the lock on
+    // every "room" wake-up while it copies its next message).
+    const bool app_active = ring_->app_may_poll() && app_polled_lately;
+    const Drained drained = DrainInboundForApplication(app_active);
+    bool worked = drained == Drained::kDrained;
+    if (!backlog_empty_ && !app_active) {
+      const auto lock = LockSpinningFirst(Engine::Get().mu());
+      worked |= FlushBacklogLocked();
+    }
+    if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;
+    if (worked) now = MonotonicNs();
     // A peer streaming to a program that does not poll (a bandwidth server
     // asleep in a socket read): keep looking a moment before sleeping, so the
     // stream costs the producer no wake-up system call per burst, nor us a
@@ -930,7 +958,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     }
     // Packets that wait for room in a peer's ring: ask the peer to wake us
     // when it has made some, unless it has already.
-    if (!backlog_empty_ && AskForRoom() && ++room_retries <= 64) continue;
+    if (!backlog_empty_ && !app_active && AskForRoom() && ++room_retries <= 64) continue;
     room_retries = 0;
     // While the application polls, producers do not wake us: look again
     // every millisecond in case it stopped just after a producer looked
@@ -941,10 +969,20 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     const bool app_polling = ring_->in_poll_loop() && app_polled_lately;
     // Wakes owed by packets we sent: nobody may poll here to look again.
     if (wake_owed_.load(std::memory_order_relaxed)) {
-      std::lock_guard<std::mutex> lock(Engine::Get().mu());
-      SettleOwedWakesLocked(true);
+      // (An active application settles them at its polls: no waiting for it.)
+      std::unique_lock<std::mutex> lock(Engine::Get().mu(), std::defer_lock);
+      if (app_active) {
+        (void)lock.try_lock();
+      } else {
+        lock = LockSpinningFirst(Engine::Get().mu());
+      }
+      if (lock.owns_lock()) SettleOwedWakesLocked(true);
     }
-    ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
+    if (drained == Drained::kLeftToApplication) {
+      ring_->Nap(seq, 1);  // (Sleep would return at once: the ring holds packets)
+    } else {
+      ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
+    }
   }
   // Leave the fabric (LeaveLocked gives up our liveness byte last).
   {

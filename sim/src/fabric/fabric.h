@@ -19,8 +19,8 @@
 // has just found work (and may be back polling in a moment, or spinning on
 // memory) is not woken at once: the producer looks again at each of its own
 // next polls and wakes it only if its packet is still in the ring after
-// kOwedWakePolls of them, or when the producer itself is about to sleep or
-// block (an owed wake). A packet's payload costs a copy into the ring and one
+// kOwedWakePolls of them in which the owner neither polled nor posted, or
+// when the producer itself is about to sleep or block (an owed wake). A packet's payload costs a copy into the ring and one
 // out of it.
 //
 // One-copy WRITE. An MR that allows REMOTE_WRITE is published in the
@@ -213,7 +213,8 @@ class Fabric {
   // found by the progress thread's next nap (at most a millisecond late).
   void PostedWork();
   // The same, for a thread that already holds the engine lock (timers).
-  void DrainInboundLocked();
+  // `flush_backlog`: push what waits for room in peers' rings first.
+  void DrainInboundLocked(bool flush_backlog = true);
 
   // A packet for the owner of (device, qpn) would go into its ring now (no
   // backlog, room). Requires: engine lock.
@@ -254,7 +255,8 @@ class Fabric {
     uint64_t next_alive_check_ns = 0;  // while a backlog waits: ask at most every millisecond
     bool wake_owed = false;    // OweWakeLocked
     uint64_t owed_pos = 0;     // our latest packet it may need waking for
-    uint32_t owed_polls = 0;   // our polls since
+    uint32_t owed_polls = 0;   // our polls since, while it made no progress
+    uint64_t owner_polls_seen = 0;  // its poll and post count when we last looked
     std::deque<Packet> backlog;
   };
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
@@ -272,6 +274,12 @@ class Fabric {
   };
   void ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined);
   bool DrainInbound();  // false when the ring was empty
+  // The same, on the progress thread. `app_active`: the application polls or
+  // posts and drains the ring itself; the lock is taken only if free and the
+  // backlogs are left to it. Otherwise the lock is waited for spinning first
+  // (LockSpinningFirst) and the backlogs are flushed too.
+  enum class Drained { kNothing, kDrained, kLeftToApplication };
+  Drained DrainInboundForApplication(bool app_active);
   void CleanDeadLocked();
   // Our slot's entries, ring and objects go; the last process removes the fabric.
   void LeaveLocked();
@@ -289,7 +297,9 @@ class Fabric {
   // it just found work): look again at our next polls.
   void OweWakeLocked(int slot, Peer& peer, uint64_t pos);
   // Each owed wake whose packet is still in the peer's ring: after
-  // kOwedWakePolls of our polls, or `now`, the peer is woken. Requires: engine lock.
+  // kOwedWakePolls of our polls in which the peer neither polled nor posted,
+  // or `now`, the peer is woken (one busy copying a large message between its
+  // polls drains the ring at its next poll). Requires: engine lock.
   void SettleOwedWakesLocked(bool now);
   static constexpr uint32_t kOwedWakePolls = 32;
   bool PeerAlive(int slot) const;
@@ -298,7 +308,7 @@ class Fabric {
   std::atomic<uint64_t>* XmitDiscardsCounter(int device_index, int port) const;
   // Pushes what `peer`'s backlog holds while its ring has room (cutting READ
   // answers as it goes); true if anything moved. Requires: engine lock.
-  bool FlushPeerLocked(Peer& peer);
+  bool FlushPeerLocked(int slot, Peer& peer);
   // Before the progress thread sleeps with a backlog: asks each peer to wake
   // us when it has made room (PacketRing::WantRoom); true if one has room already.
   bool AskForRoom();

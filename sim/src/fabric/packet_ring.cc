@@ -168,6 +168,8 @@ void PacketRing::Sleep(uint32_t seq, int timeout_ms) {
 
 namespace simverbs {
 
+void PacketRing::Nap(uint32_t seq, int timeout_ms) { FutexWait(&wake_seq_, seq, timeout_ms); }
+
 void PacketRing::Interrupt() {
   wake_seq_.fetch_add(1, std::memory_order_release);
   FutexWake(&wake_seq_);

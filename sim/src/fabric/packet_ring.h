@@ -144,6 +144,9 @@ class PacketRing {
   // limit). Read WakeSeq before checking for work, so no wake-up is missed.
   uint32_t WakeSeq() const { return wake_seq_.load(std::memory_order_acquire); }
   void Sleep(uint32_t seq, int timeout_ms);
+  // The same while the ring holds packets that the application drains: no
+  // producer wakes it (Interrupt still does).
+  void Nap(uint32_t seq, int timeout_ms);
   // Ends a Sleep at once (used to stop the consumer).
   void Interrupt();
   // A wake a producer owed: if the owner's progress thread sleeps, wakes it.
@@ -159,6 +162,8 @@ class PacketRing {
   void MarkBlocking() { poll_state_.store(kNotPolling, std::memory_order_relaxed); }
   uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
   bool in_poll_loop() const { return poll_state_.load(std::memory_order_relaxed) == kPolling; }
+  // In its poll loop, or just found work there (not blocking).
+  bool app_may_poll() const { return poll_state_.load(std::memory_order_relaxed) != kNotPolling; }
 
  private:
   struct Slot {

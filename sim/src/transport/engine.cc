@@ -10,6 +10,7 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "qp.h"
+#include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
 #include "xrc_remote.h"
 
@@ -54,9 +55,11 @@ void Engine::ForkedChild() {
   // The timer thread is the parent's: forget it (and its timers, whose QPs
   // are the parent's business) without joining.
   new (&timer_thread_) std::thread();
+  new (&timer_mu_) std::mutex();
   new (&timer_cv_) std::condition_variable();
+  timer_kicked_ = false;
   timers_.clear();
-  timer_wakeup_ = Clock::time_point::max();
+  timer_wakeup_.store(Clock::time_point::max().time_since_epoch().count(), std::memory_order_relaxed);
   mu_.unlock();
 }
 
@@ -196,35 +199,35 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
   timers_[qp] = deadline;
   if (!timer_thread_.joinable()) {
     timer_thread_ = std::thread([this] { TimerThread(); });
-  } else if (deadline < timer_wakeup_) {
+  } else if (deadline.time_since_epoch().count() < timer_wakeup_.load(std::memory_order_relaxed)) {
     // Only an earlier deadline needs a wake-up; a later one is seen when the
     // thread wakes for the earlier one (re-arming per message costs nothing).
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    timer_kicked_ = true;
     timer_cv_.notify_one();
   }
 }
 
 void Engine::CancelTimer(Qp* qp) { timers_.erase(qp); }
 
-void Engine::TimerThread() {
-  std::unique_lock<std::mutex> lock(mu_);
+Engine::Clock::time_point Engine::RunDueTimersLocked(bool* lingered) {
   for (;;) {
+    const Clock::time_point now = Clock::now();
     if (timers_.empty()) {
-      timer_wakeup_ = Clock::time_point::max();
-      timer_cv_.wait(lock);
-      continue;
+      // A QP whose messages were all answered re-arms with its next post:
+      // stay due for one more floor first, so that re-arming (never earlier
+      // than now + floor) finds us due before its deadline and costs the
+      // poster no wake-up system call. Then sleep until a timer is armed.
+      if (*lingered) return Clock::time_point::max();
+      *lingered = true;
+      return now + kTimerFloor;
     }
+    *lingered = false;
     auto next = timers_.begin();
     for (auto it = timers_.begin(); it != timers_.end(); ++it) {
       if (it->second < next->second) next = it;
     }
-    if (Clock::now() < next->second) {
-      // A copy: wait_until reads the deadline again after waking, when the
-      // map entry may have been erased.
-      const Clock::time_point deadline = next->second;
-      timer_wakeup_ = deadline;
-      timer_cv_.wait_until(lock, deadline);
-      continue;  // timers may have changed while waiting
-    }
+    if (now < next->second) return next->second;
     Qp* qp = next->first;
     timers_.erase(next);
     // An answer may be waiting in our own ring while nobody polls: take it
@@ -232,6 +235,28 @@ void Engine::TimerThread() {
     Fabric::Get().DrainInboundLocked();
     if (timers_.count(qp) || !qp->TimerStillDue()) continue;
     qp->OnTimer();
+  }
+}
+
+void Engine::TimerThread() {
+  // How long to wait before looking again when the application holds the
+  // engine lock (a timer fires at most this late: far below any timeout).
+  constexpr std::chrono::microseconds kBusyRetry{1000};
+  bool lingered = false;
+  for (;;) {
+    Clock::time_point wake_at;
+    {
+      auto lock = TryLockSpinning(mu_);
+      wake_at = lock.owns_lock() ? RunDueTimersLocked(&lingered) : Clock::now() + kBusyRetry;
+      timer_wakeup_.store(wake_at.time_since_epoch().count(), std::memory_order_relaxed);
+    }
+    std::unique_lock<std::mutex> lock(timer_mu_);
+    if (wake_at == Clock::time_point::max()) {
+      timer_cv_.wait(lock, [this] { return timer_kicked_; });
+    } else {
+      timer_cv_.wait_until(lock, wake_at, [this] { return timer_kicked_; });
+    }
+    timer_kicked_ = false;
   }
 }
 

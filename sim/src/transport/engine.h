@@ -21,6 +21,7 @@
 // EventQueue::mu_.
 // Device::mu_ (port states) is taken under the engine lock and takes no other.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -98,10 +99,18 @@ class Engine {
   Group* FindGroup(const AddressVector& dst);
   std::vector<Group> groups_;
 
-  std::map<Qp*, Clock::time_point> timers_;
+  // Fires what is due; returns when to look next. Requires: mu() held.
+  Clock::time_point RunDueTimersLocked(bool* lingered);
+
+  std::map<Qp*, Clock::time_point> timers_;  // guarded by mu_
+  // The timer thread waits on its own mutex, not the engine lock: waking
+  // with the engine lock to take back would queue it behind every verb.
+  std::mutex timer_mu_;
   std::condition_variable timer_cv_;
+  bool timer_kicked_ = false;  // guarded by timer_mu_: an earlier deadline was armed
   std::thread timer_thread_;
-  Clock::time_point timer_wakeup_ = Clock::time_point::max();  // when the timer thread wakes next
+  // When the timer thread wakes next (Clock ticks): ArmTimer reads it.
+  std::atomic<Clock::rep> timer_wakeup_{Clock::time_point::max().time_since_epoch().count()};
 };
 
 }  // namespace simverbs
