@@ -246,7 +246,10 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (!cq || num_entries < 0 || (num_entries > 0 && !wc)) return -1;
   // Packets from other processes are handled by whoever polls (no system call).
   Fabric::Get().PollInbound();
-  if (cq->EmptyAndSound()) return 0;
+  if (cq->EmptyAndSound()) {
+    Fabric::Get().PollFoundNothing();
+    return 0;
+  }
   std::lock_guard<std::mutex> poll_lock(cq->poll_mu_);
   std::lock_guard<std::mutex> lock(cq->mu_);
   if (cq->error_) return -1;
@@ -360,7 +363,10 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   if (!cq || (attr && attr->comp_mask)) return EINVAL;
   // As ibv_poll_cq: packets from other processes are handled by whoever polls.
   Fabric::Get().PollInbound();
-  if (cq->EmptyAndSound()) return ENOENT;
+  if (cq->EmptyAndSound()) {
+    Fabric::Get().PollFoundNothing();
+    return ENOENT;
+  }
   std::unique_lock<std::mutex> poll_lock(cq->poll_mu_);  // kept on success, until end_poll
   std::lock_guard<std::mutex> lock(cq->mu_);
   if (cq->error_ || cq->count_ == 0) return cq->error_ ? EINVAL : ENOENT;

@@ -32,7 +32,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425235;  // "SIMFABR5"
+constexpr uint64_t kMagic = 0x53494d4641425236;  // "SIMFABR6"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -54,6 +54,9 @@ struct ProcSlot {
   // The key this process is writing through right now (KeyTag), or 0: a
   // process writes into one peer MR at a time, under its engine lock.
   std::atomic<uint64_t> placing;
+  // 1 while its application polls in a loop (as its progress thread sees it):
+  // counted against the CPUs (Fabric::LookForOversubscription).
+  std::atomic<uint32_t> app_spinning;
 };
 
 namespace {
@@ -263,6 +266,11 @@ std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   ProcSlot& me = seg->procs[slot_];
   generation_ = me.generation.fetch_add(1) + 1;
   me.placing.store(0);
+  me.app_spinning.store(0);
+  published_spinning_ = false;
+  oversubscribed_.store(false, std::memory_order_relaxed);
+  cpu_set_t cpus;
+  cpus_ = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   struct stat ns {};
   pid_namespace_ = stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<uint64_t>(ns.st_ino) : 0;
   me.pid_namespace.store(pid_namespace_);
@@ -343,6 +351,7 @@ std::string Fabric::Attach(int* err) {
     pthread_atfork(nullptr, nullptr, [] {
       Fabric& fabric = Fabric::Get();
       fabric.ring_ = nullptr;
+      fabric.oversubscribed_.store(false, std::memory_order_relaxed);
       if (fabric.segment_fd_ >= 0) close(fabric.segment_fd_);
       fabric.segment_fd_ = -1;
     });
@@ -372,6 +381,7 @@ void Fabric::CleanDeadLocked() {
     ForgetQpnsLocked(i);
     ForgetKeysLocked(i);
     shm_unlink(RingName(segment_name_, i).c_str());
+    proc.app_spinning.store(0);
     proc.pid.store(0);
   }
 }
@@ -382,6 +392,7 @@ void Fabric::LeaveLocked() {
   ForgetQpnsLocked(slot_);
   ForgetKeysLocked(slot_);
   shm_unlink(ring_name_.c_str());
+  segment_->procs[slot_].app_spinning.store(0);
   segment_->procs[slot_].pid.store(0);
   CleanDeadLocked();
   bool last = true;
@@ -780,6 +791,33 @@ void Fabric::PollFoundWork() {
   if (ring_) ring_->MarkLeftPollLoop();
 }
 
+void Fabric::PollFoundNothing() {
+  if (!oversubscribed_.load(std::memory_order_relaxed)) return;
+  // More programs poll in a loop than there are CPUs: whoever we wait for may
+  // be waiting for this CPU. Spinning on would hold it for the rest of a
+  // scheduler time slice (milliseconds); every few microseconds of empty
+  // polls, let another runnable thread have it.
+  thread_local uint32_t empty_polls = 0;
+  if (++empty_polls % kEmptyPollsBeforeYield == 0) sched_yield();
+}
+
+void Fabric::LookForOversubscription(bool app_polling) {
+  ProcSlot& me = segment_->procs[slot_];
+  if (app_polling != published_spinning_) {
+    me.app_spinning.store(app_polling ? 1 : 0, std::memory_order_relaxed);
+    published_spinning_ = app_polling;
+  }
+  int spinning = 0;
+  if (app_polling) {
+    // Each value is only a hint (shared memory): a wrong one costs yields or
+    // a time slice, nothing else.
+    for (const ProcSlot& proc : segment_->procs) {
+      spinning += proc.app_spinning.load(std::memory_order_relaxed) == 1 && proc.pid.load(std::memory_order_relaxed) != 0;
+    }
+  }
+  oversubscribed_.store(app_polling && spinning > cpus_, std::memory_order_relaxed);
+}
+
 void Fabric::BeforeBlocking() {
   if (!ring_) return;
   ring_->MarkBlocking();
@@ -967,6 +1005,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // after we went to sleep, and stops right after a producer looked, would
     // leave that packet in the ring for good.
     const bool app_polling = ring_->in_poll_loop() && app_polled_lately;
+    LookForOversubscription(app_polling);
     // Wakes owed by packets we sent: nobody may poll here to look again.
     if (wake_owed_.load(std::memory_order_relaxed)) {
       // (An active application settles them at its polls: no waiting for it.)

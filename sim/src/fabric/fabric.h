@@ -20,8 +20,14 @@
 // memory) is not woken at once: the producer looks again at each of its own
 // next polls and wakes it only if its packet is still in the ring after
 // kOwedWakePolls of them in which the owner neither polled nor posted, or
-// when the producer itself is about to sleep or block (an owed wake). A packet's payload costs a copy into the ring and one
-// out of it.
+// when the producer itself is about to sleep or block (an owed wake). A
+// packet's payload costs a copy into the ring and one out of it.
+//
+// More pollers than CPUs. Each progress thread publishes whether its
+// application polls in a loop (ProcSlot::app_spinning) and counts those that
+// do against its CPUs; while they outnumber them, an application's empty CQ
+// polls yield the CPU every kEmptyPollsBeforeYield (PollFoundNothing), or a
+// poller whose peer waits for its CPU would hold it for a whole time slice.
 //
 // One-copy WRITE. An MR that allows REMOTE_WRITE is published in the
 // segment's key table (indexed by the key index): owner slot and generation,
@@ -207,6 +213,11 @@ class Fabric {
   // ibv_poll_cq found completions: the program may now leave its poll loop
   // (to spin on memory, say), so producers should wake us from now on.
   void PollFoundWork();
+  // ibv_poll_cq found nothing. While more processes of the fabric poll in a
+  // loop than this process has CPUs, every kEmptyPollsBeforeYield-th empty
+  // poll yields the CPU (sched_yield): the only system call on the poll path,
+  // and only then.
+  void PollFoundNothing();
   // The program posted work requests: it is busy with its queues and will
   // poll again (a bandwidth loop posts between polls), so producers need not
   // wake us. One that posts and then spins on memory without polling is
@@ -329,6 +340,13 @@ class Fabric {
   // thread to skip taking the lock when there is nothing to flush.
   std::atomic<bool> backlog_empty_{true};
   std::vector<int> owed_;  // slots we may owe a wake (engine lock)
+  // Publishes whether our application polls in a loop, and counts those of
+  // the fabric that do against our CPUs. Progress thread.
+  void LookForOversubscription(bool app_polling);
+  static constexpr uint32_t kEmptyPollsBeforeYield = 64;
+  int cpus_ = 1;                  // ours (sched_getaffinity), at attach
+  bool published_spinning_ = false;
+  std::atomic<bool> oversubscribed_{false};
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers
   std::thread progress_;
   std::atomic<bool> stop_{false};

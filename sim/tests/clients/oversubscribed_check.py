@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Busy pollers yield the CPU only when they outnumber the CPUs.
+
+usage: oversubscribed_check.py SIMVERBS_CLI FABRIC BASE_PORT
+
+Rule: a program that polls an empty CQ makes no system call (the data path stays in user space).
+When more processes of one fabric poll in a loop than a process has CPUs, the one whose peer it
+waits for may be waiting for this CPU: spinning on would hold it for a scheduler time slice, so
+every few microseconds of empty polls the poller calls sched_yield (Fabric::PollFoundNothing).
+
+Checks, on an ib_send_bw 64 B pair (server and client, polling mode), counting the client's
+sched_yield calls with strace -f -c:
+  - both sides pinned to one CPU (two pollers, one CPU): the client yields (at least once);
+  - unpinned, on a machine with two or more CPUs (two pollers, enough CPUs): it never yields.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from check_tally import Tally
+from tcp_listening import wait_listening
+
+cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+N = 20000
+env = dict(os.environ, SIMVERBS_FABRIC=fabric)
+tally = Tally()
+port = [base_port]
+
+
+def yields_of_client(cpus):
+    """Runs one pair on `cpus` (None: as inherited); returns the client's sched_yield calls, or an
+    error string."""
+    port[0] += 1
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    command = ["ib_send_bw", "-p", str(port[0]), "-s", "64", "-n", str(N)]
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as summary:
+        server = subprocess.Popen([cli, "run", "--"] + command, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=pin)
+        if not wait_listening(port[0], server, time.time() + 20):
+            server.kill()
+            return f"the server never listened:\n{server.communicate()[0]}"
+        client = subprocess.Popen(["strace", "-f", "-c", "-e", "trace=sched_yield", "-o", summary.name,
+                                   cli, "run", "--"] + command + ["127.0.0.1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                  preexec_fn=pin)
+        outs = []
+        for side, proc in (("client", client), ("server", server)):
+            watchdog = threading.Timer(120, proc.kill)
+            watchdog.start()
+            outs.append(f"--- {side}:\n" + proc.communicate()[0])
+            watchdog.cancel()
+            if proc.returncode:
+                server.kill()
+                server.wait()
+                return f"{side} exit {proc.returncode} (killed after 120 s if -9):\n" + "\n".join(outs)
+        # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall"; no row when none.
+        for line in summary.read().splitlines():
+            fields = line.split()
+            if fields and fields[-1] == "sched_yield":
+                return int(fields[3])
+        return 0
+
+
+allowed = sorted(os.sched_getaffinity(0))
+pinned = yields_of_client({allowed[0]})
+if tally.expect("pinned to one CPU: the pair ran", isinstance(pinned, int), str(pinned)):
+    print(f"pinned to CPU {allowed[0]}: the client called sched_yield {pinned} times in {N} messages")
+    tally.expect("pinned to one CPU: the client yields", pinned > 0,
+                 "no sched_yield: two busy pollers on one CPU each hold it for a time slice")
+if len(allowed) >= 2:
+    free = yields_of_client(None)
+    if tally.expect("unpinned: the pair ran", isinstance(free, int), str(free)):
+        print(f"on {len(allowed)} CPUs: the client called sched_yield {free} times in {N} messages")
+        tally.expect("unpinned: the client never yields", free == 0,
+                     f"{free} sched_yield calls: a poller yields with a CPU for each poller")
+else:
+    print(f"only {len(allowed)} CPU: the unpinned case needs two (not run)")
+tally.finish()
