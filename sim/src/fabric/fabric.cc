@@ -742,8 +742,19 @@ bool Fabric::FlushBacklogLocked() {
   return moved;
 }
 
-bool Fabric::AskForRoom() {
-  const auto lock = LockSpinningFirst(Engine::Get().mu());
+namespace {
+
+// The engine lock for the progress thread: while the application is active
+// only if it is free (the returned lock may not own it), otherwise waited for.
+std::unique_lock<std::mutex> LockForProgress(bool app_active) {
+  return app_active ? TryLockSpinning(Engine::Get().mu(), 0) : LockSpinningFirst(Engine::Get().mu());
+}
+
+}  // namespace
+
+bool Fabric::AskForRoom(bool app_active) {
+  const auto lock = LockForProgress(app_active);
+  if (!lock.owns_lock()) return false;  // looked at again after the nap
   bool room = false;
   for (const int slot : backlogged_) {
     Peer& peer = *peers_[slot];
@@ -873,23 +884,6 @@ bool Fabric::DrainInbound() {
   return true;
 }
 
-Fabric::Drained Fabric::DrainInboundForApplication(bool app_active) {
-  if (ring_->Empty()) return Drained::kNothing;
-  std::unique_lock<std::mutex> lock;
-  if (app_active) {
-    // Busy: the application is inside a verb (or was preempted there), and
-    // polls again when it leaves: waiting for the lock would only cost it a
-    // wake-up system call when it unlocks.
-    lock = std::unique_lock<std::mutex>(Engine::Get().mu(), std::try_to_lock);
-    if (!lock.owns_lock()) return Drained::kLeftToApplication;
-  } else {
-    lock = LockSpinningFirst(Engine::Get().mu());
-  }
-  // (The application may have drained it meanwhile: then this finds nothing.)
-  DrainInboundLocked(!app_active);
-  return Drained::kDrained;
-}
-
 void Fabric::DrainInboundLocked(bool flush_backlog) {
   if (!ring_) return;
   if (flush_backlog) FlushBacklogLocked();
@@ -970,17 +964,27 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     }
     const bool app_polled_lately = now - app_polled_at < 10'000'000;
     // An application that polled or posted lately, and is not blocking,
-    // drains the ring and flushes our backlogs at each of its polls: we leave
-    // the backlogs to it, and take the engine lock only when it is free,
-    // rather than take it from the application (a bandwidth client that
-    // outruns its peer's ring would otherwise have us fight it for the lock on
-    // every "room" wake-up while it copies its next message).
+    // drains the ring and flushes our backlogs at each of its polls. Within
+    // the last millisecond: we leave the backlogs to it. Within the last 10:
+    // we take the engine lock only if it is free, never wait for it (a
+    // bandwidth client that outruns its peer's ring, or one preempted inside
+    // a verb, would otherwise pay a wake-up system call at its next unlock).
     const bool app_active = ring_->app_may_poll() && app_polled_lately;
-    const Drained drained = DrainInboundForApplication(app_active);
-    bool worked = drained == Drained::kDrained;
-    if (!backlog_empty_ && !app_active) {
-      const auto lock = LockSpinningFirst(Engine::Get().mu());
-      worked |= FlushBacklogLocked();
+    const bool app_flushes = ring_->app_may_poll() && now - app_polled_at < 1'000'000;
+    const bool flush = !backlog_empty_ && !app_flushes;
+    bool worked = false;
+    bool lock_busy = false;
+    if (flush || !ring_->Empty()) {
+      const auto lock = LockForProgress(app_active);
+      if (!lock.owns_lock()) {
+        lock_busy = true;
+      } else {
+        if (flush) worked |= FlushBacklogLocked();
+        if (!ring_->Empty()) {
+          DrainInboundLocked(false);
+          worked = true;
+        }
+      }
     }
     if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;
     if (worked) now = MonotonicNs();
@@ -996,7 +1000,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     }
     // Packets that wait for room in a peer's ring: ask the peer to wake us
     // when it has made some, unless it has already.
-    if (!backlog_empty_ && !app_active && AskForRoom() && ++room_retries <= 64) continue;
+    if (flush && !backlog_empty_ && AskForRoom(app_active) && ++room_retries <= 64) continue;
     room_retries = 0;
     // While the application polls, producers do not wake us: look again
     // every millisecond in case it stopped just after a producer looked
@@ -1009,15 +1013,10 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // Wakes owed by packets we sent: nobody may poll here to look again.
     if (wake_owed_.load(std::memory_order_relaxed)) {
       // (An active application settles them at its polls: no waiting for it.)
-      std::unique_lock<std::mutex> lock(Engine::Get().mu(), std::defer_lock);
-      if (app_active) {
-        (void)lock.try_lock();
-      } else {
-        lock = LockSpinningFirst(Engine::Get().mu());
-      }
+      const auto lock = LockForProgress(app_active);
       if (lock.owns_lock()) SettleOwedWakesLocked(true);
     }
-    if (drained == Drained::kLeftToApplication) {
+    if (lock_busy) {
       ring_->Nap(seq, 1);  // (Sleep would return at once: the ring holds packets)
     } else {
       ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);

@@ -285,12 +285,6 @@ class Fabric {
   };
   void ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined);
   bool DrainInbound();  // false when the ring was empty
-  // The same, on the progress thread. `app_active`: the application polls or
-  // posts and drains the ring itself; the lock is taken only if free and the
-  // backlogs are left to it. Otherwise the lock is waited for spinning first
-  // (LockSpinningFirst) and the backlogs are flushed too.
-  enum class Drained { kNothing, kDrained, kLeftToApplication };
-  Drained DrainInboundForApplication(bool app_active);
   void CleanDeadLocked();
   // Our slot's entries, ring and objects go; the last process removes the fabric.
   void LeaveLocked();
@@ -321,8 +315,9 @@ class Fabric {
   // answers as it goes); true if anything moved. Requires: engine lock.
   bool FlushPeerLocked(int slot, Peer& peer);
   // Before the progress thread sleeps with a backlog: asks each peer to wake
-  // us when it has made room (PacketRing::WantRoom); true if one has room already.
-  bool AskForRoom();
+  // us when it has made room (PacketRing::WantRoom); true if one has room
+  // already. `app_active`: false without waiting when the engine lock is busy.
+  bool AskForRoom(bool app_active);
   std::string JoinLocked(FabricSegment* seg, int* err);
   int slot_ = -1;
   uint32_t generation_ = 0;  // of our slot
