@@ -700,10 +700,10 @@ bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
         peer.backlog.push_front(std::move(part));  // made already: it goes first
         break;
       }
-      Engine::Get().RecyclePayload(std::move(part.payload));
+      Engine::Get().RecyclePayload(part.payload.TakeBuffer());
     } else {
       if (!peer.ring->Push(front, src_device, &pos, slot_, generation_, &owe)) break;
-      Engine::Get().RecyclePayload(std::move(front.payload));
+      Engine::Get().RecyclePayload(front.payload.TakeBuffer());
       peer.backlog.pop_front();
     }
     peer.last_pushed = pos;
@@ -885,25 +885,30 @@ bool Fabric::DrainInbound() {
 }
 
 void Fabric::DrainInboundLocked(bool flush_backlog) {
-  if (!ring_) return;
+  if (!ring_ || draining_inbound_) return;  // (a delivery that polls again: the outer loop goes on)
   if (flush_backlog) FlushBacklogLocked();
   const auto& devices = DeviceList::Get().devices();
   Packet pkt;
   pkt.payload = Engine::Get().PayloadBuffer();
   bool popped = false;
+  draining_inbound_ = true;
   while (ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = wp.src_device;  // read once: another process wrote it
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
-    wp.ToPacket(src, &pkt);
+    // Delivered before Transmit returns unless the engine is delivering
+    // already (then it is queued, and must own its bytes): only then may the
+    // payload stay in the slot, which is ours until the callback returns.
+    wp.ToPacket(src, &pkt, !Engine::Get().delivering());
     pkt.from_peer = true;
-  })) {
-    popped = true;
     Engine::Get().Transmit(std::move(pkt));
     pkt = Packet();
     pkt.payload = Engine::Get().PayloadBuffer();
+  })) {
+    popped = true;
   }
-  Engine::Get().RecyclePayload(std::move(pkt.payload));
+  draining_inbound_ = false;
+  Engine::Get().RecyclePayload(pkt.payload.TakeBuffer());
   // Producers that went to sleep holding packets for us: there is room now.
   if (popped) {
     ring_->WakeRoomWanted([this](int slot) {

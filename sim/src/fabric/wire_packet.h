@@ -75,7 +75,9 @@ struct WirePacket {
   }
 
   // Fills `p`, whose payload buffer is reused (its capacity kept).
-  void ToPacket(Device* src_device_ptr, Packet* out) const {
+  // `borrow`: the payload refers to this slot's bytes instead of copying
+  // them (Payload::Borrow): only while the slot is held.
+  void ToPacket(Device* src_device_ptr, Packet* out, bool borrow = false) const {
     Packet& p = *out;
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
@@ -110,7 +112,11 @@ struct WirePacket {
     p.psn_count = psn_count;
     // Read once and clamped: another process wrote it.
     const uint32_t len = payload_len <= kMaxPayload ? payload_len : kMaxPayload;
-    p.payload.assign(payload, payload + len);
+    if (borrow) {
+      p.payload.Borrow(payload, len);
+    } else {
+      p.payload.assign(payload, payload + len);
+    }
   }
 };
 

@@ -87,7 +87,7 @@ void Engine::DrainLocked() {
   while (queue_head_ < queue_.size()) {
     Packet pkt = std::move(queue_[queue_head_++]);  // moved out: delivery may queue more
     DeliverLocked(pkt);
-    RecyclePayload(std::move(pkt.payload));
+    RecyclePayload(pkt.payload.TakeBuffer());
   }
   queue_.clear();
   queue_head_ = 0;
@@ -125,7 +125,7 @@ void Engine::DeliverLocked(const Packet& pkt) {
     while (CutResponse(pkt, &part)) {
       qp = dev->FindQp(pkt.dst_qpn);
       if (qp) qp->Receive(part);
-      RecyclePayload(std::move(part.payload));
+      RecyclePayload(part.payload.TakeBuffer());
       if (!qp) break;
     }
   } else {

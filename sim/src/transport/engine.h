@@ -53,6 +53,9 @@ class Engine {
   // Requires: mu() held. Queues a packet and delivers everything queued,
   // including the answers it causes, before returning.
   void Transmit(Packet&& pkt);
+  // Transmit is on the stack already: a packet it is given now is queued,
+  // and delivered only after its caller has returned.
+  bool delivering() const { return draining_; }
 
   // An empty payload buffer for a new packet, with the capacity of one that
   // was delivered already: the data path allocates nothing per packet.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "transport/payload.h"
 #include "wqe.h"
 
 namespace simverbs {
@@ -66,7 +67,7 @@ struct Packet {
   Nak nak = Nak::kNone;
   uint64_t atomic_orig = 0;
 
-  std::vector<uint8_t> payload;
+  Payload payload;
   // A WRITE whose data the requester already put in the responder's memory
   // (fabric/fabric.h): no payload, and one packet stands for the whole
   // message, which still takes `psn_count` PSNs (one per path MTU).

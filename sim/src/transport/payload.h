@@ -1,0 +1,95 @@
+#pragma once
+
+// A packet's payload bytes: its own, or borrowed from the ring slot it
+// arrived in while it is being delivered (Fabric::DrainInboundLocked), which
+// saves copying each received byte once more before it is scattered. A copy
+// of a payload always owns its bytes, so a packet kept for later (a backlog,
+// a forwarded XRC request, a multicast copy) never points into a slot.
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace simverbs {
+
+class Payload {
+ public:
+  Payload() = default;
+  Payload(const Payload& other) : bytes_(other.data(), other.data() + other.size()) {}
+  Payload(Payload&& other) noexcept
+      : bytes_(std::move(other.bytes_)), borrowed_(other.borrowed_), borrowed_size_(other.borrowed_size_) {
+    other.Unborrow();
+  }
+  Payload& operator=(const Payload& other) {
+    if (this != &other) assign(other.data(), other.data() + other.size());
+    return *this;
+  }
+  Payload& operator=(Payload&& other) noexcept {
+    bytes_ = std::move(other.bytes_);
+    borrowed_ = other.borrowed_;
+    borrowed_size_ = other.borrowed_size_;
+    other.Unborrow();
+    return *this;
+  }
+  // Takes a buffer to fill (Engine::PayloadBuffer).
+  Payload& operator=(std::vector<uint8_t>&& buffer) {
+    bytes_ = std::move(buffer);
+    Unborrow();
+    return *this;
+  }
+
+  const uint8_t* data() const { return borrowed_ ? borrowed_ : bytes_.data(); }
+  // For filling: the packet's own bytes (a borrowed payload is copied first).
+  uint8_t* data() {
+    Own();
+    return bytes_.data();
+  }
+  size_t size() const { return borrowed_ ? borrowed_size_ : bytes_.size(); }
+  bool empty() const { return size() == 0; }
+  void resize(size_t n) {
+    Own();
+    bytes_.resize(n);
+  }
+  void assign(const uint8_t* first, const uint8_t* last) {
+    // (`first` may point into our own bytes: the vector handles that.)
+    bytes_.assign(first, last);
+    Unborrow();
+  }
+  void assign(size_t n, uint8_t value) {
+    bytes_.assign(n, value);
+    Unborrow();
+  }
+  // Refers to `n` bytes at `bytes` instead of holding them. Requires: they
+  // stay valid and unchanged by us for as long as this payload uses them.
+  void Borrow(const uint8_t* bytes, size_t n) {
+    bytes_.clear();
+    borrowed_ = bytes;
+    borrowed_size_ = n;
+  }
+  bool borrowed() const { return borrowed_ != nullptr; }
+  // The buffer, for reuse (Engine::RecyclePayload); the payload is empty after.
+  std::vector<uint8_t> TakeBuffer() {
+    Unborrow();
+    return std::move(bytes_);
+  }
+
+ private:
+  void Unborrow() {
+    borrowed_ = nullptr;
+    borrowed_size_ = 0;
+  }
+  void Own() {
+    if (!borrowed_) return;
+    const uint8_t* from = borrowed_;
+    const size_t n = borrowed_size_;
+    Unborrow();
+    bytes_.assign(from, from + n);
+  }
+
+  std::vector<uint8_t> bytes_;
+  const uint8_t* borrowed_ = nullptr;
+  size_t borrowed_size_ = 0;
+};
+
+}  // namespace simverbs
