@@ -21,7 +21,9 @@
 // next polls and wakes it only if its packet is still in the ring after
 // kOwedWakePolls of them in which the owner neither polled nor posted, or
 // when the producer itself is about to sleep or block (an owed wake). A
-// packet's payload costs a copy into the ring and one out of it.
+// packet's payload costs a copy into the ring; the owner delivers it from
+// the slot (Payload borrows the slot's bytes while it holds the slot), so a
+// SEND's bytes go from the slot straight into the receive buffer.
 //
 // More pollers than CPUs. Each progress thread publishes whether its
 // application polls in a loop (ProcSlot::app_spinning) and counts those that
