@@ -267,8 +267,6 @@ std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   generation_ = me.generation.fetch_add(1) + 1;
   me.placing.store(0);
   me.app_spinning.store(0);
-  published_spinning_ = false;
-  oversubscribed_.store(false, std::memory_order_relaxed);
   cpu_set_t cpus;
   cpus_ = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   struct stat ns {};
@@ -813,11 +811,7 @@ void Fabric::PollFoundNothing() {
 }
 
 void Fabric::LookForOversubscription(bool app_polling) {
-  ProcSlot& me = segment_->procs[slot_];
-  if (app_polling != published_spinning_) {
-    me.app_spinning.store(app_polling ? 1 : 0, std::memory_order_relaxed);
-    published_spinning_ = app_polling;
-  }
+  segment_->procs[slot_].app_spinning.store(app_polling ? 1 : 0, std::memory_order_relaxed);
   int spinning = 0;
   if (app_polling) {
     // Each value is only a hint (shared memory): a wrong one costs yields or
@@ -974,8 +968,9 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // we take the engine lock only if it is free, never wait for it (a
     // bandwidth client that outruns its peer's ring, or one preempted inside
     // a verb, would otherwise pay a wake-up system call at its next unlock).
-    const bool app_active = ring_->app_may_poll() && app_polled_lately;
-    const bool app_flushes = ring_->app_may_poll() && now - app_polled_at < 1'000'000;
+    const bool app_may_poll = ring_->app_may_poll();  // read once: shared memory
+    const bool app_active = app_may_poll && app_polled_lately;
+    const bool app_flushes = app_may_poll && now - app_polled_at < 1'000'000;
     const bool flush = !backlog_empty_ && !app_flushes;
     bool worked = false;
     bool lock_busy = false;

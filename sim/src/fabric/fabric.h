@@ -342,7 +342,6 @@ class Fabric {
   void LookForOversubscription(bool app_polling);
   static constexpr uint32_t kEmptyPollsBeforeYield = 64;
   int cpus_ = 1;                  // ours (sched_getaffinity), at attach
-  bool published_spinning_ = false;
   std::atomic<bool> oversubscribed_{false};
   bool draining_inbound_ = false;  // DrainInboundLocked is on the stack (engine lock)
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers

@@ -46,7 +46,6 @@ class Payload {
     return bytes_.data();
   }
   size_t size() const { return borrowed_ ? borrowed_size_ : bytes_.size(); }
-  bool empty() const { return size() == 0; }
   void resize(size_t n) {
     Own();
     bytes_.resize(n);
@@ -67,7 +66,6 @@ class Payload {
     borrowed_ = bytes;
     borrowed_size_ = n;
   }
-  bool borrowed() const { return borrowed_ != nullptr; }
   // The buffer, for reuse (Engine::RecyclePayload); the payload is empty after.
   std::vector<uint8_t> TakeBuffer() {
     Unborrow();
