@@ -120,6 +120,7 @@ struct ChildSetup {
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
   uint32_t max_send_wr = 16;   // of both QPs
   uint8_t retry_cnt = 7;       // of a_
+  uint8_t rnr_retry = 7;       // of a_
 };
 
 // Links `wrs` into one list and posts it; returns ibv_post_send's value.
@@ -209,6 +210,7 @@ class CrossProcessWriteTest : public QpTest {
     ConnectParams parent_params;
     parent_params.max_rd_atomic = setup.rd_atomic;
     parent_params.retry_cnt = setup.retry_cnt;
+    parent_params.rnr_retry = setup.rnr_retry;
     if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
@@ -246,6 +248,33 @@ class CrossProcessWriteTest : public QpTest {
           EXPECT_EQ(wc.status, status) << DescribeWc(wc);
           EXPECT_EQ(write(to_child, "x", 1), 1);
         });
+  }
+
+  // Posts the linked `wrs` while the child `pid` is stopped, so that its side takes them all at
+  // once when it runs again (a kernel or hardware responder does not stop with the process).
+  // Returns ibv_post_send's value; a child that did not stop fails the test.
+  int PostWhileStopped(pid_t pid, ibv_send_wr* wrs) {
+    if (kill(pid, SIGSTOP) != 0) {
+      ADD_FAILURE() << "could not stop the child: " << std::strerror(errno);
+      return -1;
+    }
+    const bool stopped = StoppedWithin(pid, kReturnWindow);
+    ibv_send_wr* bad = nullptr;
+    const int posted = ibv_post_send(a_.get(), wrs, &bad);
+    EXPECT_EQ(kill(pid, SIGCONT), 0);
+    EXPECT_TRUE(stopped) << "the child did not stop";
+    return posted;
+  }
+
+  // a_'s next two completions are wr_id 1 with `first` and wr_id 2 with `second`.
+  void ExpectTwoCompletions(ibv_wc_status first, ibv_wc_status second) {
+    std::vector<ibv_wc> wcs;
+    EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
+    if (wcs.size() != 2) return;
+    EXPECT_EQ(wcs[0].wr_id, 1u);
+    EXPECT_EQ(wcs[0].status, first) << DescribeWc(wcs[0]);
+    EXPECT_EQ(wcs[1].wr_id, 2u);
+    EXPECT_EQ(wcs[1].status, second) << DescribeWc(wcs[1]);
   }
 
   Buffer src_;
@@ -355,24 +384,10 @@ TEST_F(CrossProcessWriteTest, WriteBehindRemoteAccessErrorDoesNotLand) {
             RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, target.addr + 4096, target.rkey),
         };
         wrs[0].next = &wrs[1];
-        ibv_send_wr* bad = nullptr;
-        // The child is stopped while the WRs are posted, so the second is sent before the
-        // responder has seen the first, as on a wire where the NAK takes a round trip (a
-        // kernel or hardware responder does not stop with the process).
-        ASSERT_EQ(kill(target.pid, SIGSTOP), 0);
-        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
-        const int posted = ibv_post_send(a_.get(), wrs, &bad);
-        ASSERT_EQ(kill(target.pid, SIGCONT), 0);
-        EXPECT_TRUE(stopped) << "the child did not stop";
-        ASSERT_EQ(posted, 0);
-        std::vector<ibv_wc> wcs;
-        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
-        if (wcs.size() == 2) {
-          EXPECT_EQ(wcs[0].wr_id, 1u);
-          EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wcs[0]);
-          EXPECT_EQ(wcs[1].wr_id, 2u);
-          EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wcs[1]);
-        }
+        // The second is sent before the responder has seen the first, as on a wire where the
+        // NAK takes a round trip.
+        ASSERT_EQ(PostWhileStopped(target.pid, wrs), 0);
+        ExpectTwoCompletions(IBV_WC_REM_ACCESS_ERR, IBV_WC_WR_FLUSH_ERR);
         EXPECT_EQ(write(to_child, "x", 1), 1);
       });
 }
@@ -401,15 +416,9 @@ TEST_F(CrossProcessWriteTest, UcWriteBehindDroppedWriteLands) {
             RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, target.addr + 4096, target.rkey),
         };
         wrs[0].next = &wrs[1];
-        ibv_send_wr* bad = nullptr;
         // As in WriteBehindRemoteAccessErrorDoesNotLand: the second is sent before the
         // responder has seen the first.
-        ASSERT_EQ(kill(target.pid, SIGSTOP), 0);
-        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
-        const int posted = ibv_post_send(a_.get(), wrs, &bad);
-        ASSERT_EQ(kill(target.pid, SIGCONT), 0);
-        EXPECT_TRUE(stopped) << "the child did not stop";
-        ASSERT_EQ(posted, 0);
+        ASSERT_EQ(PostWhileStopped(target.pid, wrs), 0);
         std::vector<ibv_wc> wcs;
         EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
         for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
@@ -717,6 +726,37 @@ TEST_F(CrossProcessWriteTest, PipelinedSendsBehindRnrDoNotExhaustRetries) {
         EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kSends, &wcs, kReturnWindow));
         for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
         EXPECT_EQ(write(to_child, "e", 1), 1);
+      },
+      setup);
+}
+
+// Rule: IBTA 9.7.5.1: a responder may coalesce its ACKs (one ACK covers every message up to its
+//   PSN), but the requester sees its answers in the order the responder made them; ibv_modify_qp(3):
+//   with rnr_retry 0 the first RNR NAK completes that message with IBV_WC_RNR_RETRY_EXC_ERR.
+// Checks: the child (one receive posted) is stopped while the parent posts two SENDs in one list, so
+//   its side takes both at once: the first is received and ACKed, the second finds no receive and is
+//   RNR NAKed. The first completes with success and the second with RNR_RETRY_EXC_ERR (an ACK held
+//   back behind the NAK would make the NAK fail the first); the child's receive holds the first's bytes.
+TEST_F(CrossProcessWriteTest, AckOfABurstReachesRequesterBeforeItsRnrNak) {
+  ChildSetup setup;
+  setup.rnr_retry = 0;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        std::vector<uint8_t> want(64);
+        for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<uint8_t>(i * 3 + 1);
+        EXPECT_EQ(Read(c.buf, want.size()), want) << "the first SEND's bytes are not in the receive buffer";
+      },
+      [&](const Target& target, int to_child, int) {
+        uint8_t* bytes = src_.data();
+        for (size_t i = 0; i < 128; ++i) bytes[i] = static_cast<uint8_t>(i * 3 + 1);
+        ibv_sge sges[2] = {src_.Sge(0, 64), src_.Sge(64, 64)};
+        ibv_send_wr wrs[2] = {SendWr(1, &sges[0], 1), SendWr(2, &sges[1], 1)};
+        wrs[0].next = &wrs[1];
+        ASSERT_EQ(PostWhileStopped(target.pid, wrs), 0);
+        ExpectTwoCompletions(IBV_WC_SUCCESS, IBV_WC_RNR_RETRY_EXC_ERR);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
       },
       setup);
 }

@@ -408,6 +408,7 @@ int Qp::DetachMulticast(const ibv_gid& gid, uint16_t lid) {
 void Qp::LeaveWireLocked() {
   device()->RemoveQp(this);
   Engine::Get().CancelTimer(this);
+  Engine::Get().ForgetDeferredAck(this);
   Engine::Get().DetachAllLocked(this);
 }
 
@@ -427,6 +428,7 @@ int Qp::Destroy() {
     if (Engine::Get().IsAttached(this)) return EBUSY;
     destroying_ = true;
     Engine::Get().CancelTimer(this);
+    Engine::Get().ForgetDeferredAck(this);
     device()->RemoveQp(this);
     device()->ReleaseQpn(qp_num());
     if (send_cq_) send_cq_->RemoveQp(this);

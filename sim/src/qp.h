@@ -32,6 +32,7 @@
 #include "handle.h"
 #include "qp_wr_builder.h"
 #include "result.h"
+#include "ring_queue.h"
 #include "transport/packet.h"
 #include "wqe.h"
 
@@ -110,6 +111,8 @@ class Qp {
   void OnTimer();                   // its retransmit or RNR timer fired
   // False if, after draining answers, the QP no longer waits for anything.
   bool TimerStillDue() const;
+  // Sends the ACK held back during a burst (Engine::DeferAck), if any.
+  void SendDeferredAckLocked();
 
   // An XRC SRQ is being destroyed: an XRC_RECV QP that delivered into it
   // forgets it. Requires: engine lock.
@@ -132,7 +135,8 @@ class Qp {
   // qp_requester.cc
   int CheckSendWr(const ibv_send_wr& wr) const;
   // The WQE of a checked WR. May throw std::bad_alloc (PostSend: ENOMEM).
-  SendWqe MakeSendWqe(const ibv_send_wr& wr) const;
+  // Fills *out (a reused queue slot) from `wr`.
+  void MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
   bool AwaitingAckLocked() const;
@@ -182,6 +186,9 @@ class Qp {
   // its receive WQE was not consumed and goes back. Requires: engine lock.
   void DropUcMessageLocked();
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
+  // The positive ACK of an accepted message: held back while the engine
+  // delivers a burst (Engine::DeferAck), sent at once otherwise.
+  void AcknowledgeLocked(const Packet& req);
   void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
                           const Packet* pkt);
   int AccessErrorEvent() const;
@@ -216,7 +223,7 @@ class Qp {
   ibv_wc_status fail_status_ = IBV_WC_SUCCESS;
 
   std::vector<iovec> place_iov_;  // PlaceWriteLocked's, kept for its capacity
-  std::deque<SendWqe> sq_;  // posted, not yet retired
+  RingQueue<SendWqe> sq_;  // posted, not yet retired
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN
   int retries_left_ = 0;
@@ -238,6 +245,9 @@ class Qp {
   // (rxe_resp.c check_psn: sent_psn_nak), so one gap costs the requester one
   // retry, not one per packet behind it.
   bool sent_sequence_nak_ = false;
+  bool ack_deferred_ = false;  // an ACK for deferred_ack_psn_ waits for the burst's end
+  uint32_t deferred_ack_psn_ = 0;
+  ibv_wr_opcode deferred_ack_op_ = IBV_WR_SEND;
   bool recv_in_progress_ = false;
   bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;

@@ -109,8 +109,17 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
   return 0;
 }
 
-SendWqe Qp::MakeSendWqe(const ibv_send_wr& wr) const {
-  SendWqe wqe;
+void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
+  // A fresh entry that keeps the buffers of the slot's previous one (their
+  // capacity): posting allocates nothing in steady state.
+  std::vector<ibv_sge> sges = std::move(out->sges);
+  std::vector<uint8_t> inline_data = std::move(out->inline_data);
+  sges.clear();
+  inline_data.clear();
+  *out = SendWqe();
+  SendWqe& wqe = *out;
+  wqe.sges = std::move(sges);
+  wqe.inline_data = std::move(inline_data);
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
   wqe.signaled = init_.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
@@ -147,7 +156,6 @@ SendWqe Qp::MakeSendWqe(const ibv_send_wr& wr) const {
     wqe.rkey = wr.wr.rdma.rkey;
   }
   if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn;
-  return wqe;
 }
 
 int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
@@ -169,7 +177,13 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       break;
     }
     try {
-      sq_.push_back(MakeSendWqe(*wr));
+      SendWqe& slot = sq_.push_back_slot();
+      try {
+        MakeSendWqe(*wr, &slot);
+      } catch (const std::bad_alloc&) {
+        sq_.pop_back();
+        throw;
+      }
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue (ENOMEM), the
       // WRs before it posted.

@@ -281,6 +281,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       };
       const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));
       const uint32_t psn = (pkt.psn + packets) & 0xffffff;
+      SendDeferredAckLocked();
       Engine::Get().Transmit(std::move(r));
       if (((pkt.psn - epsn_) & 0xffffff) == 0) epsn_ = psn;
       return;
@@ -313,6 +314,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       r.psn = pkt.psn;
       r.atomic_orig = orig;
       epsn_ = (pkt.psn + 1) & 0xffffff;
+      SendDeferredAckLocked();
       Engine::Get().Transmit(std::move(r));
       return;
     }
@@ -339,7 +341,28 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   // A receive completion that did not fit in its CQ can take the QP to ERR (rxe 6.1:
   // rxe_resp.c do_complete -> RESPST_ERR_CQ_OVERFLOW, no ACK): a QP in ERR acknowledges nothing.
   // An answered WRITE was completed by its requester (Packet::answered).
-  if (rc && pkt.last && state() != IBV_QPS_ERR && !pkt.answered) Respond(pkt, Packet::Kind::kAck);
+  if (rc && pkt.last && state() != IBV_QPS_ERR && !pkt.answered) AcknowledgeLocked(pkt);
+}
+
+void Qp::AcknowledgeLocked(const Packet& req) {
+  if (!Engine::Get().DeferAck(this, ack_deferred_)) {
+    Respond(req, Packet::Kind::kAck);
+    return;
+  }
+  // A later ACK replaces the one held: it covers every message up to its PSN.
+  ack_deferred_ = true;
+  deferred_ack_psn_ = (req.psn + req.psn_count - 1) & 0xffffff;
+  deferred_ack_op_ = req.op;
+}
+
+void Qp::SendDeferredAckLocked() {
+  if (!ack_deferred_) return;
+  ack_deferred_ = false;
+  Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+  r.kind = Packet::Kind::kAck;
+  r.op = deferred_ack_op_;
+  r.psn = deferred_ack_psn_;
+  Engine::Get().Transmit(std::move(r));
 }
 
 void Qp::ReceiveUd(const Packet& pkt) {
@@ -371,6 +394,7 @@ int Qp::AccessErrorEvent() const {
 }
 
 void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
+  SendDeferredAckLocked();  // answers leave in the order they were made
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = kind;
   r.op = req.op;

@@ -884,8 +884,13 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
   const auto& devices = DeviceList::Get().devices();
   Packet pkt;
   pkt.payload = Engine::Get().PayloadBuffer();
-  bool popped = false;
+  uint32_t popped = 0;
   draining_inbound_ = true;
+  // The ACKs of a burst of packets go out together (Engine::BeginBurst); a
+  // burst is cut short so that a producer that keeps the ring busy still
+  // hears from us while it has room in its send queue.
+  constexpr uint32_t kBurstPackets = 32;
+  Engine::Get().BeginBurst();
   while (ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = wp.src_device;  // read once: another process wrote it
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
@@ -899,8 +904,12 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
     pkt = Packet();
     pkt.payload = Engine::Get().PayloadBuffer();
   })) {
-    popped = true;
+    if (++popped % kBurstPackets == 0) {
+      Engine::Get().EndBurst();
+      Engine::Get().BeginBurst();
+    }
   }
+  Engine::Get().EndBurst();
   draining_inbound_ = false;
   Engine::Get().RecyclePayload(pkt.payload.TakeBuffer());
   // Producers that went to sleep holding packets for us: there is room now.

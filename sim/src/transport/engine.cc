@@ -68,6 +68,23 @@ void Engine::Transmit(Packet&& pkt) {
   if (!draining_) DrainLocked();
 }
 
+bool Engine::DeferAck(Qp* qp, bool already) {
+  if (!in_burst_) return false;
+  if (!already) deferred_acks_.push_back(qp);
+  return true;
+}
+
+void Engine::ForgetDeferredAck(Qp* qp) {
+  deferred_acks_.erase(std::remove(deferred_acks_.begin(), deferred_acks_.end(), qp), deferred_acks_.end());
+}
+
+void Engine::EndBurst() {
+  in_burst_ = false;
+  // (What sending delivers defers nothing: the burst is over.)
+  for (size_t i = 0; i < deferred_acks_.size(); ++i) deferred_acks_[i]->SendDeferredAckLocked();
+  deferred_acks_.clear();
+}
+
 std::vector<uint8_t> Engine::PayloadBuffer() {
   if (spare_payloads_.empty()) return {};
   std::vector<uint8_t> buffer = std::move(spare_payloads_.back());

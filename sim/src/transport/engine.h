@@ -57,6 +57,21 @@ class Engine {
   // and delivered only after its caller has returned.
   bool delivering() const { return draining_; }
 
+  // ACKs in a burst. While packets that arrived together from another
+  // process are delivered (between BeginBurst and EndBurst), a responder's
+  // positive ACK is held back and a later one replaces it: an ACK covers every
+  // message up to its PSN (IBTA 9.7.5.1: a responder may coalesce ACKs), so a
+  // burst costs each QP one ACK, and its requester one answer to take, instead
+  // of one per message. The QP sends it before any other answer of its own
+  // (Qp::SendDeferredAckLocked), and EndBurst sends what is left.
+  // Requires: mu() held.
+  void BeginBurst() { in_burst_ = true; }
+  void EndBurst();
+  // Whether `qp`'s ACK may wait for the end of the burst; `already` (the QP
+  // holds one back already) means it is on the list. Requires: mu() held.
+  bool DeferAck(Qp* qp, bool already);
+  void ForgetDeferredAck(Qp* qp);
+
   // An empty payload buffer for a new packet, with the capacity of one that
   // was delivered already: the data path allocates nothing per packet.
   // Requires: mu() held.
@@ -92,6 +107,8 @@ class Engine {
   size_t queue_head_ = 0;
   bool draining_ = false;
   std::vector<std::vector<uint8_t>> spare_payloads_;
+  bool in_burst_ = false;
+  std::vector<Qp*> deferred_acks_;  // QPs that hold an ACK back until EndBurst
 
   struct Group {
     ibv_gid mgid;

@@ -1,0 +1,76 @@
+#pragma once
+
+// A FIFO of work queue entries in a circular array. Unlike std::deque it does
+// not free an entry when it leaves the front: the slot, with whatever buffers
+// its entry owns (an SGE list), is reused by a later push_back, so a queue in
+// steady state allocates nothing per entry. It grows (doubling) only when full.
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace simverbs {
+
+template <typename T>
+class RingQueue {
+ public:
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T& operator[](size_t i) { return slots_[(head_ + i) % slots_.size()]; }
+  const T& operator[](size_t i) const { return slots_[(head_ + i) % slots_.size()]; }
+  T& front() { return (*this)[0]; }
+  T& back() { return (*this)[size_ - 1]; }
+
+  // A slot at the back, holding whatever entry last used it (to be refilled
+  // by the caller, keeping its buffers' capacity). May throw std::bad_alloc
+  // (then the queue is unchanged).
+  T& push_back_slot() {
+    if (size_ == slots_.size()) Grow();
+    ++size_;
+    return back();
+  }
+  // Takes back the slot push_back_slot gave (its filling failed).
+  void pop_back() { --size_; }
+  void pop_front() {
+    head_ = (head_ + 1) % slots_.size();
+    --size_;
+  }
+  void clear() {
+    head_ = 0;
+    size_ = 0;
+  }
+
+  template <typename Q, typename V>
+  class Iterator {
+   public:
+    Iterator(Q* q, size_t i) : q_(q), i_(i) {}
+    V& operator*() const { return (*q_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator!=(const Iterator& other) const { return i_ != other.i_; }
+
+   private:
+    Q* q_;
+    size_t i_;
+  };
+  Iterator<RingQueue, T> begin() { return {this, 0}; }
+  Iterator<RingQueue, T> end() { return {this, size_}; }
+  Iterator<const RingQueue, const T> begin() const { return {this, 0}; }
+  Iterator<const RingQueue, const T> end() const { return {this, size_}; }
+
+ private:
+  void Grow() {
+    std::vector<T> bigger(slots_.empty() ? 16 : 2 * slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) bigger[i] = std::move((*this)[i]);
+    slots_ = std::move(bigger);
+    head_ = 0;
+  }
+
+  std::vector<T> slots_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace simverbs
