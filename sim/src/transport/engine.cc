@@ -259,11 +259,16 @@ void Engine::TimerThread() {
   // How long to wait before looking again when the application holds the
   // engine lock (a timer fires at most this late: far below any timeout).
   constexpr std::chrono::microseconds kBusyRetry{1000};
+  // A program that posts and polls in a loop takes the lock back within
+  // nanoseconds of each unlock: spinning for a gap costs its CPU (on a small
+  // machine, the very CPU the program's peer needs) and mostly fails anyway;
+  // the timers are looked at again after kBusyRetry.
+  constexpr int kLockSpins = 64;
   bool lingered = false;
   for (;;) {
     Clock::time_point wake_at;
     {
-      auto lock = TryLockSpinning(mu_);
+      auto lock = TryLockSpinning(mu_, kLockSpins);
       wake_at = lock.owns_lock() ? RunDueTimersLocked(&lingered) : Clock::now() + kBusyRetry;
       timer_wakeup_.store(wake_at.time_since_epoch().count(), std::memory_order_relaxed);
     }
