@@ -263,10 +263,12 @@ void Qp::ProgressLocked() {
   executing_ = !outer;
   CompleteAckedLocked();
   if (outer) RetireLocked();
-  // RC: what was sent but not acknowledged waits for the transport timer.
+  // RC: what was sent but not acknowledged waits for the transport timer,
+  // which runs from the oldest unanswered transmission (an answer that makes
+  // progress restarts it: ReceiveResponse).
   if (Reliable() && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_ &&
       attr_.timeout != 0 && AwaitingAckLocked()) {
-    Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
+    Engine::Get().ArmTimerUnlessArmed(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
   }
 }
 
@@ -505,6 +507,7 @@ void Qp::ReceiveResponse(const Packet& pkt) {
   size_t i = 0;
   while (i < next_to_send_ && sq_[i].acked) ++i;
   if (i >= next_to_send_) return;  // a duplicate answer
+  const size_t oldest = i;
   if (pkt.kind == Packet::Kind::kReadResponse || pkt.kind == Packet::Kind::kAtomicAck) {
     // A response acknowledges, implicitly, the requests before it whose ACK
     // has not come (IBTA 9.7.5.1.3): they are done.
@@ -591,6 +594,7 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           }
           --retries_left_;
           RewindLocked(i);
+          Engine::Get().CancelTimer(this);  // the resend starts the timer afresh
           ProgressLocked();
           return;
         case Packet::Nak::kInvalidRequest:
@@ -610,11 +614,15 @@ void Qp::ReceiveResponse(const Packet& pkt) {
     case Packet::Kind::kXrcResult:
       return;
   }
+  // The oldest message it answered is done: the timer starts again for the rest.
+  const bool progressed = sq_[oldest].acked;
   CompleteAckedLocked();
   if (!executing_) RetireLocked();
   if (!AwaitingAckLocked()) {
     Engine::Get().CancelTimer(this);
     CheckDrainedLocked();
+  } else if (progressed && attr_.timeout != 0 && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_) {
+    Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
   }
 }
 

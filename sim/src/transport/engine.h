@@ -84,6 +84,11 @@ class Engine {
   // than a floor that keeps a retry loop from spinning.
   void ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale);
   void CancelTimer(Qp* qp);
+  // ArmTimer, unless `qp`'s timer runs already (a map look-up instead of a
+  // clock read: posting does not restart the transport timer, progress does).
+  void ArmTimerUnlessArmed(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
+    if (!timers_.count(qp)) ArmTimer(qp, ibta_duration, time_scale);
+  }
 
   // UD multicast groups: a datagram addressed to the group reaches every
   // attached QP once (ibv_attach_mcast(3)). Requires: mu() held.
