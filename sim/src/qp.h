@@ -166,6 +166,9 @@ class Qp {
   // Copies bytes [offset, offset + length) of the WQE's message (inline, or
   // its SGEs, already checked) to `out`. Requires: engine lock.
   void GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const;
+  // Where those bytes are when they lie in one piece (inline, or within one
+  // SGE), or nullptr. Requires: engine lock.
+  const uint8_t* ContiguousLocked(const SendWqe& wqe, uint64_t offset, uint64_t length) const;
   // Writes `length` bytes at `offset` of a READ's or atomic's local buffers;
   // false when an SGE's MR no longer allows it (local protection error).
   bool ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes, uint64_t length);

@@ -379,9 +379,18 @@ void Qp::ExecuteLocked(size_t index) {
       // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
       p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
     }
-    p.payload = Engine::Get().PayloadBuffer();
-    p.payload.resize(chunk);
-    GatherLocked(wqe, offset, chunk, p.payload.data());
+    // Bytes that lie in one piece in our memory are read from there when the
+    // packet is delivered or copied into a ring slot, before Transmit returns
+    // (unless the engine is delivering already: then the packet waits in its
+    // queue and gathers its own copy).
+    const uint8_t* in_place = Engine::Get().delivering() ? nullptr : ContiguousLocked(wqe, offset, chunk);
+    if (in_place) {
+      p.payload.Borrow(in_place, chunk);
+    } else {
+      p.payload = Engine::Get().PayloadBuffer();
+      p.payload.resize(chunk);
+      GatherLocked(wqe, offset, chunk, p.payload.data());
+    }
     wqe.last_psn = p.psn;
     offset += chunk;
     Engine::Get().Transmit(std::move(p));
@@ -483,6 +492,22 @@ void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint
     pos += sge.length;
     if (pos >= offset + length) break;
   }
+}
+
+const uint8_t* Qp::ContiguousLocked(const SendWqe& wqe, uint64_t offset, uint64_t length) const {
+  if (length == 0) return nullptr;
+  if (wqe.is_inline) return wqe.inline_data.data() + offset;
+  uint64_t pos = 0;  // where the current SGE starts in the message
+  for (const ibv_sge& sge : wqe.sges) {
+    if (offset >= pos && offset + length <= pos + sge.length) {
+      // Checked by ExecuteLocked, under the same lock.
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+      return mr->Translate(sge.addr + (offset - pos), length);
+    }
+    pos += sge.length;
+    if (pos > offset) return nullptr;  // the range spans SGEs
+  }
+  return nullptr;
 }
 
 bool Qp::ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes, uint64_t length) {

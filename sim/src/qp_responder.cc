@@ -99,7 +99,9 @@ void Qp::DropUcMessageLocked() {
   }
 }
 
-// Writes `bytes` at `offset` of a receive WQE's scatter list. Returns the
+// Writes `bytes` at `offset` of a receive WQE's scatter list (memmove: a
+// SEND within one process may be read straight from a buffer that overlaps
+// the receive's). Returns the
 // status: success, LOC_LEN_ERR (does not fit) or LOC_PROT_ERR (bad lkey).
 static ibv_wc_status Scatter(Device* dev, const Pd* pd, const RecvWqe& wqe, uint64_t offset, const uint8_t* bytes,
                              uint64_t len) {
@@ -111,7 +113,7 @@ static ibv_wc_status Scatter(Device* dev, const Pd* pd, const RecvWqe& wqe, uint
     if (start < end) {
       Mr* mr = Mr::Check(dev, sge.lkey, false, pd, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
       if (!mr) return IBV_WC_LOC_PROT_ERR;
-      std::memcpy(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
+      std::memmove(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
     }
     pos += sge.length;
   }
@@ -242,7 +244,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                          has_recv ? -1 : AccessErrorEvent());
           return;
         }
-        if (!pkt.placed) std::memcpy(mr->Translate(write_va_, len), pkt.payload.data(), len);
+        if (!pkt.placed) std::memmove(mr->Translate(write_va_, len), pkt.payload.data(), len);
         write_va_ += len;
       }
       recv_offset_ = pkt.dma_length;

@@ -1,10 +1,12 @@
 #pragma once
 
-// A packet's payload bytes: its own, or borrowed from the ring slot it
-// arrived in while it is being delivered (Fabric::DrainInboundLocked), which
-// saves copying each received byte once more before it is scattered. A copy
+// A packet's payload bytes: its own, or borrowed while it is being delivered:
+// from the ring slot it arrived in (Fabric::DrainInboundLocked), or from the
+// sender's registered memory (Qp::ExecuteLocked), which saves copying each
+// byte once more on its way from one buffer to the other. A copy
 // of a payload always owns its bytes, so a packet kept for later (a backlog,
-// a forwarded XRC request, a multicast copy) never points into a slot.
+// a forwarded XRC request, a multicast copy) never points into a slot or
+// into the sender's memory.
 
 #include <cstddef>
 #include <cstdint>
