@@ -47,11 +47,15 @@ class QpDatapathTest : public QpTest {
     src_.FillPattern(1);
   }
 
-  // Posts a receive of dst_[offset, offset + length) on b_ and a signaled
+  // Posts a receive of dst_[0, length) on b_ and a signaled
   // SEND of src_[0, length) from a_, and waits for both completions.
   void SendAndReceive(uint32_t length, ibv_wc* send_wc, ibv_wc* recv_wc, unsigned extra_flags = 0,
                       ibv_wr_opcode opcode = IBV_WR_SEND, uint32_t imm = 0) {
-    ibv_sge rsge = dst_.Sge(0, length);
+    SendAndReceiveInto(dst_.Sge(0, length), length, send_wc, recv_wc, extra_flags, opcode, imm);
+  }
+  // The same with the receive's buffer given.
+  void SendAndReceiveInto(ibv_sge rsge, uint32_t length, ibv_wc* send_wc, ibv_wc* recv_wc, unsigned extra_flags = 0,
+                          ibv_wr_opcode opcode = IBV_WR_SEND, uint32_t imm = 0) {
     ASSERT_EQ(PostRecv(b_.get(), 100, &rsge, 1), 0);
     ibv_sge ssge = src_.Sge(0, length);
     ibv_send_wr wr = SendWr(200, &ssge, 1, IBV_SEND_SIGNALED | extra_flags, opcode);
@@ -361,12 +365,9 @@ TEST_F(QpDatapathTest, SendLargerThanPathMtuArrivesIntact) {
   const uint32_t mtu = 128u << params.path_mtu;
   const uint32_t length = 3 * mtu + 100;
   ASSERT_LE(length, kBufSize);
-  ibv_sge rsge = dst_.Sge(0, length);
-  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
-  ibv_sge sge = src_.Sge(0, length);
-  ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
+  ibv_wc swc = {};
   ibv_wc rwc = {};
-  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  ASSERT_NO_FATAL_FAILURE(SendAndReceive(length, &swc, &rwc));
   ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
   EXPECT_EQ(rwc.byte_len, length);
   EXPECT_EQ(dst_.Bytes(0, length), src_.Bytes(0, length));
@@ -386,12 +387,9 @@ TEST_F(QpDatapathTest, SendIntoOverlappingReceiveBufferDeliversOriginalBytes) {
   constexpr uint32_t kShift = 40;
   ASSERT_LE(length + kShift, kBufSize);
   const std::vector<uint8_t> original = src_.Bytes(0, length);
-  ibv_sge rsge = src_.Sge(kShift, length);
-  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
-  ibv_sge sge = src_.Sge(0, length);
-  ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
+  ibv_wc swc = {};
   ibv_wc rwc = {};
-  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  ASSERT_NO_FATAL_FAILURE(SendAndReceiveInto(src_.Sge(kShift, length), length, &swc, &rwc));
   ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
   EXPECT_EQ(src_.Bytes(kShift, length), original);
 }
