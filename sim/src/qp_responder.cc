@@ -271,15 +271,13 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       r.dma_length = pkt.dma_length;
       r.stream = std::make_shared<ResponseStream>();
       r.stream->mtu = mtu;
-      r.stream->read = [dev = device(), qpn = qp_num(), self = this, rkey = pkt.rkey](uint64_t va, uint64_t length,
-                                                                                    uint8_t* out) {
+      r.stream->locate = [dev = device(), qpn = qp_num(), self = this, rkey = pkt.rkey](
+                             uint64_t va, uint64_t length) -> const uint8_t* {
         // The QP answers only while it is this one and in a state that responds.
         Qp* qp = dev->FindQp(qpn);
-        if (qp != self || qp->destroying_ || !qp->RespondsLocked()) return false;
+        if (qp != self || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
         Mr* mr = Mr::Check(dev, rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, qpn);
-        if (!mr) return false;
-        std::memcpy(out, mr->Translate(va, length), length);
-        return true;
+        return mr ? mr->Translate(va, length) : nullptr;
       };
       const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));
       const uint32_t psn = (pkt.psn + packets) & 0xffffff;

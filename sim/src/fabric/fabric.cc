@@ -695,6 +695,7 @@ bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
         continue;
       }
       if (!peer.ring->Push(part, src_device, &pos, slot_, generation_, &owe)) {
+        part.payload.Own();  // its bytes as they were read now, not when room appears
         peer.backlog.push_front(std::move(part));  // made already: it goes first
         break;
       }

@@ -2,11 +2,12 @@
 
 // A packet's payload bytes: its own, or borrowed while it is being delivered:
 // from the ring slot it arrived in (Fabric::DrainInboundLocked), or from the
-// sender's registered memory (Qp::ExecuteLocked), which saves copying each
-// byte once more on its way from one buffer to the other. A copy
-// of a payload always owns its bytes, so a packet kept for later (a backlog,
-// a forwarded XRC request, a multicast copy) never points into a slot or
-// into the sender's memory.
+// registered memory it is sent from (a SEND's or WRITE's gather list:
+// Qp::ExecuteLocked; a READ's answer: transport/response_stream.h). That
+// saves copying each byte once more on its way. A copy of a payload always
+// owns its bytes, and a packet kept for later (a backlog, a forwarded XRC
+// request, a multicast copy) is a copy, or owns its bytes first (Own), so it
+// never points into a slot or into registered memory.
 
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +69,14 @@ class Payload {
     borrowed_ = bytes;
     borrowed_size_ = n;
   }
+  // Holds its own copy of borrowed bytes (before it is kept for later).
+  void Own() {
+    if (!borrowed_) return;
+    const uint8_t* from = borrowed_;
+    const size_t n = borrowed_size_;
+    Unborrow();
+    bytes_.assign(from, from + n);
+  }
   // The buffer, for reuse (Engine::RecyclePayload); the payload is empty after.
   std::vector<uint8_t> TakeBuffer() {
     Unborrow();
@@ -78,13 +87,6 @@ class Payload {
   void Unborrow() {
     borrowed_ = nullptr;
     borrowed_size_ = 0;
-  }
-  void Own() {
-    if (!borrowed_) return;
-    const uint8_t* from = borrowed_;
-    const size_t n = borrowed_size_;
-    Unborrow();
-    bytes_.assign(from, from + n);
   }
 
   std::vector<uint8_t> bytes_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "transport/engine.h"
 #include "transport/packet.h"
 
 namespace simverbs {
@@ -16,16 +15,14 @@ bool CutResponse(const Packet& whole, Packet* out) {
     return false;
   }
   const uint64_t chunk = std::min<uint64_t>(s.mtu, total - s.cut);
-  std::vector<uint8_t> payload = Engine::Get().PayloadBuffer();
-  payload.resize(chunk);
-  if (chunk && !s.read(whole.remote_addr + s.cut, chunk, payload.data())) {
+  const uint8_t* bytes = chunk ? s.locate(whole.remote_addr + s.cut, chunk) : nullptr;
+  if (chunk && !bytes) {
     s.ended = true;
-    Engine::Get().RecyclePayload(std::move(payload));
     return false;
   }
   *out = whole;
   out->stream.reset();
-  out->payload = std::move(payload);
+  out->payload.Borrow(bytes, chunk);
   out->psn = (whole.psn + s.packets) & 0xffffff;
   out->first = s.cut == 0;
   out->last = s.cut + chunk == total;

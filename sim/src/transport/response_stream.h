@@ -11,7 +11,9 @@
 // Each packet's bytes are read from the responder's memory when the packet is
 // made, as an HCA reads them when it sends: if the responder's QP or its MR
 // is gone by then, the rest of the answer is never sent (the requester's
-// retry timer decides).
+// retry timer decides). A packet borrows those bytes (Payload::Borrow): it is
+// delivered, or copied into the requester's ring, before the engine lock is
+// let go, and one kept for later owns a copy (Payload::Own).
 
 #include <cstdint>
 #include <functional>
@@ -21,9 +23,9 @@ namespace simverbs {
 struct Packet;
 
 struct ResponseStream {
-  // Copies `length` bytes at `va` of the responder's memory to `out`; false
+  // Where `length` bytes at `va` are in the responder's memory, or nullptr
   // when the responder can no longer answer. Called with the engine lock.
-  std::function<bool(uint64_t va, uint64_t length, uint8_t* out)> read;
+  std::function<const uint8_t*(uint64_t va, uint64_t length)> locate;
   uint32_t mtu = 4096;
   uint64_t cut = 0;      // bytes made into packets so far
   uint32_t packets = 0;  // packets made so far
@@ -31,9 +33,9 @@ struct ResponseStream {
 };
 
 // Makes the next packet of `whole` (kind kReadResponse, `dma_length` bytes
-// from `remote_addr`, first PSN `psn`) into *out, with a payload buffer from
-// the engine. False when every packet has been made or the responder can no
-// longer answer. Requires: engine lock.
+// from `remote_addr`, first PSN `psn`) into *out, its payload borrowed from
+// the responder's memory. False when every packet has been made or the
+// responder can no longer answer. Requires: engine lock.
 bool CutResponse(const Packet& whole, Packet* out);
 
 }  // namespace simverbs
