@@ -518,7 +518,9 @@ bool Qp::ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes
     if (start < end) {
       Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
       if (!mr) return false;
-      std::memcpy(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
+      // memmove: a READ's answer within one process comes straight from the
+      // responder's memory, which may overlap these buffers.
+      std::memmove(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
     }
     pos += sge.length;
     if (pos >= offset + length) break;
