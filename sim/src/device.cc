@@ -132,9 +132,13 @@ uint32_t Device::NewKeyIndex() {
 
 void Device::AddQp(Qp* qp) {
   qps_[qp->qp_num()] = qp;
+  if (qp->qp_num() == last_qpn_) last_qp_ = qp;
   fault_plan::OnQpCreated(qp);  // "#N" in fault plans: creation order
 }
-void Device::RemoveQp(Qp* qp) { qps_.erase(qp->qp_num()); }
+void Device::RemoveQp(Qp* qp) {
+  qps_.erase(qp->qp_num());
+  if (qp->qp_num() == last_qpn_) last_qp_ = nullptr;
+}
 
 Mw* Device::FindWindowHandle(const ibv_mw* handle) const {
   for (const auto& [key, mw] : window_keys_) {
@@ -151,8 +155,12 @@ Mr* Device::FindMrHandle(const ibv_mr* handle) const {
 }
 
 Qp* Device::FindQp(uint32_t qpn) const {
+  if (qpn == last_qpn_ && last_qp_) return last_qp_;
   auto it = qps_.find(qpn);
-  return it == qps_.end() ? nullptr : it->second;
+  if (it == qps_.end()) return nullptr;
+  last_qpn_ = qpn;
+  last_qp_ = it->second;
+  return it->second;
 }
 
 }  // namespace simverbs

@@ -81,11 +81,21 @@ class Device {
     auto it = window_keys_.find(key);
     return it == window_keys_.end() ? nullptr : it->second;
   }
-  void AddKey(uint32_t key, Mr* mr) { keys_[key] = mr; }
-  void RemoveKey(uint32_t key) { keys_.erase(key); }
+  void AddKey(uint32_t key, Mr* mr) {
+    keys_[key] = mr;
+    if (key == last_key_) last_mr_ = mr;
+  }
+  void RemoveKey(uint32_t key) {
+    keys_.erase(key);
+    if (key == last_key_) last_mr_ = nullptr;
+  }
   Mr* FindKey(uint32_t key) const {
+    if (key == last_key_ && last_mr_) return last_mr_;
     auto it = keys_.find(key);
-    return it == keys_.end() ? nullptr : it->second;
+    if (it == keys_.end()) return nullptr;
+    last_key_ = key;
+    last_mr_ = it->second;
+    return it->second;
   }
   // The live window or MR behind a handle that a work request carried since
   // it was posted, or nullptr once it was deallocated: looked up in the key
@@ -119,6 +129,12 @@ class Device {
   std::vector<uint32_t> released_qpns_;  // mu_; only with behaviour qp_number_reuse
   std::unordered_map<uint32_t, Qp*> qps_;  // engine lock
   std::unordered_map<uint32_t, Mr*> keys_;  // engine lock
+  // The last QP and MR found (engine lock): a program works with a few of
+  // each, and every packet looks them up (a hash look-up divides).
+  mutable uint32_t last_qpn_ = 0;
+  mutable Qp* last_qp_ = nullptr;
+  mutable uint32_t last_key_ = 0;
+  mutable Mr* last_mr_ = nullptr;
   std::unordered_map<uint32_t, Mw*> window_keys_;  // engine lock
   // Keys are an index in the upper 24 bits and a key byte below it, as on
   // mlx HCAs; a new binding changes the key byte.
