@@ -24,22 +24,22 @@ Device::Device(const DeviceProfile& profile, const Behaviour& behaviour, int ind
   std::snprintf(d.dev_name, sizeof d.dev_name, "uverbs%d", index);
   std::snprintf(d.dev_path, sizeof d.dev_path, "/sys/class/infiniband_verbs/uverbs%d", index);
   std::snprintf(d.ibdev_path, sizeof d.ibdev_path, "%s/%s", kSysfsRoot, profile.name.c_str());
-  for (const auto& port : profile.ports) port_state_.push_back(port.attr.state);
+  port_state_ = std::make_unique<std::atomic<int>[]>(profile.ports.size());
+  for (size_t i = 0; i < profile.ports.size(); ++i) port_state_[i].store(profile.ports[i].attr.state);
 }
 
 ibv_port_attr Device::PortAttr(int port_num) const {
   ibv_port_attr attr = profile_.ports[port_num - 1].attr;
-  std::lock_guard<std::mutex> lock(mu_);
-  attr.state = port_state_[port_num - 1];
+  attr.state = PortState(port_num);
   // phys_state follows the logical state: 5 = LinkUp, 3 = Disabled.
   if (attr.state == IBV_PORT_DOWN) attr.phys_state = 3;
   return attr;
 }
 
 void Device::SetPortState(int port_num, ibv_port_state state) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Trace::Get().PortState(name(), port_num, port_state_[port_num - 1], state);
-  port_state_[port_num - 1] = state;
+  std::lock_guard<std::mutex> lock(mu_);  // one trace line per change, in order
+  Trace::Get().PortState(name(), port_num, PortState(port_num), state);
+  port_state_[port_num - 1].store(state, std::memory_order_release);
 }
 
 }  // namespace simverbs

@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -44,6 +45,10 @@ class Device {
 
   // Port attributes as ibv_query_port reports them now.
   ibv_port_attr PortAttr(int port_num) const;
+  // Only the state (no lock: the transport asks for every packet it routes).
+  ibv_port_state PortState(int port_num) const {
+    return static_cast<ibv_port_state>(port_state_[port_num - 1].load(std::memory_order_acquire));
+  }
   void SetPortState(int port_num, ibv_port_state state);
 
   // Contexts opened on this device, for device-wide events (port, fatal).
@@ -122,7 +127,7 @@ class Device {
   Behaviour behaviour_;
   int index_;
   mutable std::mutex mu_;
-  std::vector<ibv_port_state> port_state_;  // index 0 = port 1
+  std::unique_ptr<std::atomic<int>[]> port_state_;  // an ibv_port_state; index 0 = port 1
   std::mutex contexts_mu_;
   std::set<Context*> contexts_;  // contexts_mu_
   std::atomic<uint32_t> next_qpn_{0x11};

@@ -26,7 +26,7 @@ Device* Engine::Route(const AddressVector& dst) {
   for (const auto& dev : DeviceList::Get().devices()) {
     for (int port = 1; port <= dev->port_count(); ++port) {
       const PortProfile& p = dev->profile().ports[port - 1];
-      if (dev->PortAttr(port).state != IBV_PORT_ACTIVE) continue;
+      if (dev->PortState(port) != IBV_PORT_ACTIVE) continue;
       if (dst.is_global) {
         for (const GidProfile& g : p.gids) {
           if (std::memcmp(&g.gid, &dst.dgid, sizeof g.gid) == 0) return dev.get();
