@@ -25,7 +25,6 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
-#include <deque>
 #include <vector>
 
 #include "affiliated_events.h"
@@ -240,7 +239,7 @@ class Qp {
   bool copy_unsettled_ = false;
   int rnr_retries_left_ = 0;
 
-  std::deque<RecvWqe> rq_;
+  RingQueue<RecvWqe> rq_;
   // Responder state of the message being received.
   uint32_t epsn_ = 0;
   // RC responder: a sequence NAK went out and the expected PSN has not come

@@ -83,7 +83,8 @@ bool Qp::TakeRecvWqe(RecvWqe* out) {
     return true;
   }
   if (rq_.empty()) return false;
-  *out = std::move(rq_.front());
+  // Swapped, not moved: the slot keeps *out's old SGE buffer for a later post.
+  std::swap(*out, rq_.front());
   rq_.pop_front();
   return true;
 }
@@ -95,7 +96,7 @@ void Qp::DropUcMessageLocked() {
   if (srq_) {
     srq_->PutBackLocked(Srq::Wqe{recv_wqe_.wr_id, std::move(recv_wqe_.sges)});
   } else {
-    rq_.push_front(std::move(recv_wqe_));
+    std::swap(rq_.push_front_slot(), recv_wqe_);
   }
 }
 
@@ -496,21 +497,31 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       if (bad_wr) *bad_wr = wr;
       return err;
     }
-    RecvWqe wqe;
-    wqe.wr_id = wr->wr_id;
     try {
-      wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-      for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
-      if (state() != IBV_QPS_ERR) {
-        rq_.push_back(std::move(wqe));
+      if (state() == IBV_QPS_ERR) {
+        RecvWqe wqe;
+        wqe.wr_id = wr->wr_id;
+        wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+        for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
+        CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
         continue;
       }
+      // Filled in place: the slot keeps the SGE buffer of its last entry.
+      RecvWqe& slot = rq_.push_back_slot();
+      slot.wr_id = wr->wr_id;
+      slot.length = 0;
+      try {
+        slot.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      } catch (const std::bad_alloc&) {
+        rq_.pop_back();
+        throw;
+      }
+      for (const ibv_sge& sge : slot.sges) slot.length += sge.length;
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue.
       if (bad_wr) *bad_wr = wr;
       return ENOMEM;
     }
-    CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
   }
   return 0;
 }

@@ -29,6 +29,13 @@ class RingQueue {
     ++size_;
     return back();
   }
+  // The same at the front (an entry put back).
+  T& push_front_slot() {
+    if (size_ == slots_.size()) Grow();
+    head_ = (head_ + slots_.size() - 1) % slots_.size();
+    ++size_;
+    return front();
+  }
   // Takes back the slot push_back_slot gave (its filling failed).
   void pop_back() { --size_; }
   void pop_front() {
