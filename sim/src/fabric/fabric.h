@@ -21,9 +21,12 @@
 // next polls and wakes it only if its packet is still in the ring after
 // kOwedWakePolls of them in which the owner neither polled nor posted, or
 // when the producer itself is about to sleep or block (an owed wake). A
-// packet's payload costs a copy into the ring; the owner delivers it from
-// the slot (Payload borrows the slot's bytes while it holds the slot), so a
-// SEND's bytes go from the slot straight into the receive buffer.
+// packet's payload is copied once into the ring, straight from the sender's
+// registered memory (the packet borrows those bytes until then:
+// transport/payload.h), and the owner delivers it from the slot (borrowing
+// the slot's bytes while it holds the slot): a SEND's bytes are copied twice
+// in all, into the slot and out of it into the receive buffer. The packets
+// an owner drains at once are acknowledged once per QP (Engine::BeginBurst).
 //
 // More pollers than CPUs. Each progress thread publishes whether its
 // application polls in a loop (ProcSlot::app_spinning) and counts those that
