@@ -110,16 +110,12 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
 }
 
 void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
-  // A fresh entry that keeps the buffers of the slot's previous one (their
-  // capacity): posting allocates nothing in steady state.
-  std::vector<ibv_sge> sges = std::move(out->sges);
-  std::vector<uint8_t> inline_data = std::move(out->inline_data);
-  sges.clear();
-  inline_data.clear();
-  *out = SendWqe();
+  // A fresh entry that keeps the buffers of the slot's previous one: copying
+  // empty vectors clears them and keeps their capacity, so posting allocates
+  // nothing in steady state.
+  static const SendWqe kFresh;
+  *out = kFresh;
   SendWqe& wqe = *out;
-  wqe.sges = std::move(sges);
-  wqe.inline_data = std::move(inline_data);
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
   wqe.signaled = init_.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);
