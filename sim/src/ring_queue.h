@@ -3,7 +3,8 @@
 // A FIFO of work queue entries in a circular array. Unlike std::deque it does
 // not free an entry when it leaves the front: the slot, with whatever buffers
 // its entry owns (an SGE list), is reused by a later push_back, so a queue in
-// steady state allocates nothing per entry. It grows (doubling) only when full.
+// steady state allocates nothing per entry. It grows (doubling) only when full;
+// its capacity is a power of two, so finding a slot takes a mask, not a division.
 
 #include <cstddef>
 #include <utility>
@@ -16,8 +17,8 @@ class RingQueue {
  public:
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  T& operator[](size_t i) { return slots_[(head_ + i) % slots_.size()]; }
-  const T& operator[](size_t i) const { return slots_[(head_ + i) % slots_.size()]; }
+  T& operator[](size_t i) { return slots_[(head_ + i) & mask_]; }
+  const T& operator[](size_t i) const { return slots_[(head_ + i) & mask_]; }
   T& front() { return (*this)[0]; }
   T& back() { return (*this)[size_ - 1]; }
 
@@ -32,14 +33,14 @@ class RingQueue {
   // The same at the front (an entry put back).
   T& push_front_slot() {
     if (size_ == slots_.size()) Grow();
-    head_ = (head_ + slots_.size() - 1) % slots_.size();
+    head_ = (head_ - 1) & mask_;
     ++size_;
     return front();
   }
   // Takes back the slot push_back_slot gave (its filling failed).
   void pop_back() { --size_; }
   void pop_front() {
-    head_ = (head_ + 1) % slots_.size();
+    head_ = (head_ + 1) & mask_;
     --size_;
   }
   void clear() {
@@ -72,10 +73,12 @@ class RingQueue {
     std::vector<T> bigger(slots_.empty() ? 16 : 2 * slots_.size());
     for (size_t i = 0; i < slots_.size(); ++i) bigger[i] = std::move((*this)[i]);
     slots_ = std::move(bigger);
+    mask_ = slots_.size() - 1;
     head_ = 0;
   }
 
   std::vector<T> slots_;
+  size_t mask_ = 0;  // slots_.size() - 1
   size_t head_ = 0;
   size_t size_ = 0;
 };
