@@ -45,6 +45,9 @@ class Device {
 
   // Port attributes as ibv_query_port reports them now.
   ibv_port_attr PortAttr(int port_num) const;
+  // What of them never changes (the profile's: LID, MTU, max_msg_sz ...),
+  // without copying the rest: the transport asks for every packet it makes.
+  const ibv_port_attr& StaticPortAttr(int port_num) const { return profile_.ports[port_num - 1].attr; }
   // Only the state (no lock: the transport asks for every packet it routes).
   ibv_port_state PortState(int port_num) const {
     return static_cast<ibv_port_state>(port_state_[port_num - 1].load(std::memory_order_acquire));

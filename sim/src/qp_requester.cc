@@ -73,7 +73,7 @@ bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
 }  // namespace
 
 uint32_t Qp::PathMtuBytes() const {
-  const ibv_mtu mtu = type() == IBV_QPT_UD ? device()->PortAttr(attr_.port_num).active_mtu : attr_.path_mtu;
+  const ibv_mtu mtu = type() == IBV_QPT_UD ? device()->StaticPortAttr(attr_.port_num).active_mtu : attr_.path_mtu;
   return 128u << mtu;
 }
 
@@ -217,7 +217,7 @@ Packet Qp::NewPacket(const AddressVector& av, uint32_t dst_qpn) const {
   p.transport = type();
   p.src_device = device();
   p.src_port = attr_.port_num;
-  p.slid = device()->PortAttr(attr_.port_num).lid;
+  p.slid = device()->StaticPortAttr(attr_.port_num).lid;
   p.src_qpn = qp_num();
   p.dst = av;
   p.dst_qpn = dst_qpn;
@@ -315,7 +315,7 @@ void Qp::ExecuteLocked(size_t index) {
   // providers/rxe/rxe.c: post_one_send sums the SGEs into an unsigned int with
   // no limit; kernel drivers/infiniband/sw/rxe/rxe_req.c: rxe_requester sends
   // what the WQE says), a deviation of fixtures/backends/rxe-6.1.json.
-  if (wqe.length > device()->PortAttr(attr_.port_num).max_msg_sz || (type() == IBV_QPT_UD && wqe.length > mtu)) {
+  if (wqe.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz || (type() == IBV_QPT_UD && wqe.length > mtu)) {
     FailLocalLocked(index, IBV_WC_LOC_LEN_ERR);
     return;
   }
