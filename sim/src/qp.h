@@ -137,6 +137,9 @@ class Qp {
   // Fills *out (a reused queue slot) from `wr`.
   void MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
+  // RC with messages awaiting their answer: arms the transport timer if it
+  // is not running, or (`restart`) from now. Otherwise does nothing.
+  void ArmTransportTimerLocked(bool restart);
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
   bool AwaitingAckLocked() const;
   // In a state whose responder takes and answers requests (RTR, RTS, SQD, SQE).

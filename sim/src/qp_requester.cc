@@ -173,13 +173,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       break;
     }
     try {
-      SendWqe& slot = sq_.push_back_slot();
-      try {
-        MakeSendWqe(*wr, &slot);
-      } catch (const std::bad_alloc&) {
-        sq_.pop_back();
-        throw;
-      }
+      sq_.push_back_filled([&](SendWqe& slot) { MakeSendWqe(*wr, &slot); });
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue (ENOMEM), the
       // WRs before it posted.
@@ -259,12 +253,23 @@ void Qp::ProgressLocked() {
   executing_ = !outer;
   CompleteAckedLocked();
   if (outer) RetireLocked();
+  ArmTransportTimerLocked(false);
+}
+
+void Qp::ArmTransportTimerLocked(bool restart) {
   // RC: what was sent but not acknowledged waits for the transport timer,
-  // which runs from the oldest unanswered transmission (an answer that makes
-  // progress restarts it: ReceiveResponse).
-  if (Reliable() && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_ &&
-      attr_.timeout != 0 && AwaitingAckLocked()) {
-    Engine::Get().ArmTimerUnlessArmed(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
+  // which runs from the oldest unanswered transmission: posting more leaves
+  // it running; an answer that makes progress restarts it.
+  if (!Reliable() || (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) || rnr_wait_ || attr_.timeout == 0 ||
+      !AwaitingAckLocked()) {
+    return;
+  }
+  const auto timeout = TransportTimeout(attr_.timeout);
+  const uint32_t scale = device()->behaviour().time_scale;
+  if (restart) {
+    Engine::Get().ArmTimer(this, timeout, scale);
+  } else {
+    Engine::Get().ArmTimerUnlessArmed(this, timeout, scale);
   }
 }
 
@@ -644,8 +649,8 @@ void Qp::ReceiveResponse(const Packet& pkt) {
   if (!AwaitingAckLocked()) {
     Engine::Get().CancelTimer(this);
     CheckDrainedLocked();
-  } else if (progressed && attr_.timeout != 0 && (state() == IBV_QPS_RTS || state() == IBV_QPS_SQD) && !rnr_wait_) {
-    Engine::Get().ArmTimer(this, TransportTimeout(attr_.timeout), device()->behaviour().time_scale);
+  } else if (progressed) {
+    ArmTransportTimerLocked(true);
   }
 }
 

@@ -507,16 +507,12 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         continue;
       }
       // Filled in place: the slot keeps the SGE buffer of its last entry.
-      RecvWqe& slot = rq_.push_back_slot();
-      slot.wr_id = wr->wr_id;
-      slot.length = 0;
-      try {
+      rq_.push_back_filled([&](RecvWqe& slot) {
+        slot.wr_id = wr->wr_id;
         slot.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
-      } catch (const std::bad_alloc&) {
-        rq_.pop_back();
-        throw;
-      }
-      for (const ibv_sge& sge : slot.sges) slot.length += sge.length;
+        slot.length = 0;
+        for (const ibv_sge& sge : slot.sges) slot.length += sge.length;
+      });
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue.
       if (bad_wr) *bad_wr = wr;

@@ -30,15 +30,25 @@ class RingQueue {
     ++size_;
     return back();
   }
-  // The same at the front (an entry put back).
+  // push_back_slot, the slot then filled by `fill(slot)`; if that throws
+  // (std::bad_alloc), the slot is taken back and the queue is unchanged.
+  template <typename Fill>
+  void push_back_filled(Fill&& fill) {
+    T& slot = push_back_slot();
+    try {
+      fill(slot);
+    } catch (...) {
+      pop_back();
+      throw;
+    }
+  }
+  // A slot at the front, as push_back_slot gives one at the back (an entry put back).
   T& push_front_slot() {
     if (size_ == slots_.size()) Grow();
     head_ = (head_ - 1) & mask_;
     ++size_;
     return front();
   }
-  // Takes back the slot push_back_slot gave (its filling failed).
-  void pop_back() { --size_; }
   void pop_front() {
     head_ = (head_ + 1) & mask_;
     --size_;
@@ -69,6 +79,8 @@ class RingQueue {
   Iterator<const RingQueue, const T> end() const { return {this, size_}; }
 
  private:
+  // Takes back the slot push_back_slot gave (its filling failed).
+  void pop_back() { --size_; }
   void Grow() {
     std::vector<T> bigger(slots_.empty() ? 16 : 2 * slots_.size());
     for (size_t i = 0; i < slots_.size(); ++i) bigger[i] = std::move((*this)[i]);

@@ -6,6 +6,7 @@
 #include "ring_queue.h"
 
 #include <cstddef>
+#include <new>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -68,18 +69,23 @@ TEST(RingQueueTest, PutBackEntryLeavesFirst) {
 
 // Rule: (simulator) posting allocates nothing in steady state: a slot is reused with its buffer.
 // Checks: after an entry with a 4-element buffer leaves and the array comes round, the slot handed
-//   out for a new entry at the same place still has that buffer's capacity; pop_back takes back a
-//   slot whose filling failed.
+//   out for a new entry at the same place still has that buffer's capacity; a slot whose filling
+//   throws (push_back_filled) is taken back and the queue stays empty.
 TEST(RingQueueTest, ReusedSlotKeepsItsBuffer) {
   RingQueue<Entry> q;
   for (int id = 0; id < 16; ++id) {
     Push(&q, id);
     q.pop_front();
   }
-  Entry& slot = q.push_back_slot();  // the array's first slot again
-  EXPECT_EQ(slot.id, 0);
-  EXPECT_GE(slot.buffer.capacity(), 4u);
-  q.pop_back();
+  bool filled = false;
+  const auto fill_and_fail = [&](Entry& slot) {  // the array's first slot again
+    EXPECT_EQ(slot.id, 0);
+    EXPECT_GE(slot.buffer.capacity(), 4u);
+    filled = true;
+    throw std::bad_alloc();
+  };
+  EXPECT_THROW(q.push_back_filled(fill_and_fail), std::bad_alloc);
+  EXPECT_TRUE(filled);
   EXPECT_TRUE(q.empty());
 }
 
