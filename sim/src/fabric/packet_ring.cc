@@ -42,7 +42,6 @@ PacketRing* PacketRing::Init(void* memory) {
   for (Announcement& c : ring->claims_) {
     c.pos_plus_1.store(0);
     c.generation.store(0);
-    c.progress_seen.store(0);
   }
   for (auto& w : ring->waiting_) w.store(0);
   for (auto& w : ring->room_wanted_) w.store(0);
@@ -71,8 +70,10 @@ bool PacketRing::Claim(uint64_t* claimed, int producer_slot, uint32_t producer_g
     const uint64_t seq = slots_[pos % kSlots].seq.load(std::memory_order_acquire);
     const int64_t diff = static_cast<int64_t>(seq) - static_cast<int64_t>(pos);
     if (diff == 0) {
-      // Announce before claiming: the owner must be able to tell who holds a slot.
-      if (claim) claim->pos_plus_1.store(pos + 1, std::memory_order_seq_cst);
+      // Announce before claiming: the owner must be able to tell who holds a
+      // slot. No fence of its own: the claiming compare-and-swap releases it,
+      // and the owner reads head_ with acquire before it reads the claims.
+      if (claim) claim->pos_plus_1.store(pos + 1, std::memory_order_release);
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst)) {
         *claimed = pos;
         return true;
@@ -105,7 +106,11 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
   if (pkt.answered && head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed) < kSlots / 2) {
     return true;
   }
-  if (sleeping_.load(std::memory_order_seq_cst) && !OwnerPolling(producer_slot)) {
+  if (sleeping_.load(std::memory_order_seq_cst)) {
+    // An owner that polls (or just did) is not asked whether it made progress
+    // since our previous packet: that would read two lines it writes on every
+    // poll and pop, a cache miss each per packet. A producer that can wait
+    // looks at its own next polls instead (owe_wake).
     if (owe_wake && poll_state_.load(std::memory_order_relaxed) != kNotPolling) {
       *owe_wake = true;
     } else {
@@ -120,14 +125,6 @@ void PacketRing::WakeIfSleeping() {
   if (!sleeping_.load(std::memory_order_seq_cst)) return;
   wake_seq_.fetch_add(1, std::memory_order_release);
   FutexWake(&wake_seq_);
-}
-
-bool PacketRing::OwnerPolling(int producer_slot) {
-  if (!in_poll_loop() || producer_slot < 0 || producer_slot >= kMaxFabricProcesses) return false;
-  // Polls, or packets taken out of the ring: an owner busy draining a burst
-  // polls no more often than once per burst.
-  const uint64_t progress = polls() + tail_.load(std::memory_order_relaxed);
-  return claims_[producer_slot].progress_seen.exchange(progress, std::memory_order_relaxed) != progress;
 }
 
 bool PacketRing::Empty() const {

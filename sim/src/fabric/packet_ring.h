@@ -6,15 +6,16 @@
 //
 // Waking the owner costs a system call, so a producer wakes it only when its
 // progress thread sleeps and the owner is not in a poll loop. The owner counts
-// its polls and posts (MarkPolled: no clock, no system call); it is in a poll
-// loop while it has not said it left one and it has polled again, or taken
-// packets out of the ring, since this producer's previous packet. Such an
-// owner drains the ring itself. An owner about to block (or that never
-// polled) is woken at once. One that just found work is likely back in a
-// moment (a bandwidth loop posts and polls again), or may be spinning on
-// memory: the producer that can wait (owe_wake) is told so, looks again at its
-// own next polls, and wakes the owner only if the packet is still there
-// (fabric/fabric.h). (One that stops polling without saying so is found by its
+// its polls and posts (MarkPolled: no clock, no system call) and says when it
+// leaves its poll loop or is about to block. An owner about to block (or that
+// never polled) is woken at once. One that polls, or just found work there, is
+// likely to drain the ring itself in a moment (a bandwidth loop posts and
+// polls again), or may be spinning on memory: the producer that can wait
+// (owe_wake) is told so, looks again at its own next polls, and wakes the
+// owner only if the packet is still there and the owner has stopped polling
+// (fabric/fabric.h). The producer reads nothing of the owner's progress per
+// packet: the lines the owner writes on every poll and pop would each cost a
+// cache miss. (One that stops polling without saying so is found by its
 // progress thread's next nap.)
 //
 // A producer killed between claiming a slot and publishing it would leave a
@@ -173,10 +174,7 @@ class PacketRing {
   struct Announcement {
     std::atomic<uint64_t> pos_plus_1;  // the position being claimed + 1; 0: none
     std::atomic<uint32_t> generation;  // of the producer's fabric slot
-    std::atomic<uint64_t> progress_seen;  // the owner's polls_ + tail_ at the producer's previous packet
   };
-  // Whether the owner is in a poll loop, as the producer in `producer_slot` sees it (see above).
-  bool OwnerPolling(int producer_slot);
   std::atomic<uint64_t> head_;  // next slot to write (producers)
   alignas(64) std::atomic<uint64_t> tail_;  // next slot to read (consumer)
   alignas(64) std::atomic<uint32_t> sleeping_;
