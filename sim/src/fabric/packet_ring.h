@@ -167,10 +167,13 @@ class PacketRing {
   bool app_may_poll() const { return poll_state_.load(std::memory_order_relaxed) != kNotPolling; }
 
  private:
-  struct Slot {
+  // Line-aligned, the sequence word right before the packet (wire_packet.h:
+  // what every packet needs shares its line).
+  struct alignas(64) Slot {
     std::atomic<uint64_t> seq;
     WirePacket pkt;
   };
+  static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(Slot) % 64 == 0);
   struct Announcement {
     std::atomic<uint64_t> pos_plus_1;  // the position being claimed + 1; 0: none
     std::atomic<uint32_t> generation;  // of the producer's fabric slot

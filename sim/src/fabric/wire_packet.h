@@ -2,7 +2,17 @@
 
 // A packet as it crosses between processes: a fixed-size, pointer-free copy
 // of transport/packet.h, so it can live in a shared-memory ring.
+//
+// Layout. Every cache line of a slot that the producer writes and the owner
+// reads moves between CPUs once per packet, which costs about as much as a
+// hand-off. So the fields every packet needs come first and fill the line
+// that holds the slot's sequence word (PacketRing::Slot); the payload
+// starts on the next line; the fields only some packets use (GRH addresses,
+// RETH, atomics, XRC) come after the payload area, in two lines that are
+// written and read only when the flags say they are in use. A 64-byte SEND
+// without a GRH, or an ACK, touches one or two lines.
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -12,66 +22,103 @@ namespace simverbs {
 
 struct WirePacket {
   static constexpr uint32_t kMaxPayload = 4096;  // the largest IB MTU
+  // flags
+  static constexpr uint8_t kFirst = 1, kLast = 2, kSolicited = 4, kHasGrh = 8, kPlaced = 16, kAnswered = 32;
+  static constexpr uint8_t kAddressing = 64;  // `addressing` is in use
+  static constexpr uint8_t kExtended = 128;   // `extended` is in use
 
+  // In the sequence word's line (56 bytes).
   uint8_t kind;
   uint8_t transport;
   uint8_t op;
-  uint8_t flags;  // bit 0 first, 1 last, 2 solicited, 3 has_grh, 4 placed, 5 answered
+  uint8_t flags;
   uint8_t nak;
   uint8_t src_port;
   uint16_t slid;
-  int32_t src_device;  // index in the profile's device list
   uint32_t psn;
   uint32_t src_qpn;
-  AddressVector dst;
   uint32_t dst_qpn;
-  ibv_gid sgid;
-  uint32_t qkey;
-  uint32_t xrc_srqn;
-  uint64_t xrc_domain_dev;
-  uint64_t xrc_domain_ino;
-  uint16_t pkey;
-  uint64_t remote_addr;
-  uint32_t rkey;
-  uint64_t dma_length;
-  uint64_t compare_add;
-  uint64_t swap;
   uint32_t imm_data;
-  uint64_t atomic_orig;
   uint32_t psn_count;
   uint32_t payload_len;
+  uint32_t qkey;
+  uint16_t pkey;
+  uint16_t dst_dlid;
+  int16_t src_device;  // index in the profile's device list
+  uint8_t dst_is_global;
+  uint8_t dst_sgid_index;
+  uint8_t dst_sl;
+  uint8_t dst_port_num;
+  uint8_t reserved[10];
+
   uint8_t payload[kMaxPayload];
 
+  // GRH addresses and RETH: one line.
+  struct Addressing {
+    ibv_gid dgid;
+    ibv_gid sgid;
+    uint64_t remote_addr;
+    uint64_t dma_length;
+    uint32_t rkey;
+  };
+  // Atomics and XRC: one line.
+  struct Extended {
+    uint64_t compare_add;
+    uint64_t swap;
+    uint64_t atomic_orig;
+    uint64_t xrc_domain_dev;
+    uint64_t xrc_domain_ino;
+    uint32_t xrc_srqn;
+  };
+  Addressing addressing;
+  uint8_t reserved_line[8];  // (so that `extended` starts a line of its own)
+  Extended extended;
+
   void From(const Packet& p, int src_device_index) {
+    // The payload and the rare lines first, the first line last: the owner
+    // spins on the sequence word, in the first line, until it is published.
+    payload_len = static_cast<uint32_t>(p.payload.size());
+    if (payload_len) std::memcpy(payload, p.payload.data(), payload_len);
+    const bool addressed = p.remote_addr || p.dma_length || p.rkey || !IsZero(p.dst.dgid) || !IsZero(p.sgid);
+    if (addressed) {
+      addressing.dgid = p.dst.dgid;
+      addressing.sgid = p.sgid;
+      addressing.remote_addr = p.remote_addr;
+      addressing.dma_length = p.dma_length;
+      addressing.rkey = p.rkey;
+    }
+    const bool extended_used =
+        p.compare_add || p.swap || p.atomic_orig || p.xrc_domain_dev || p.xrc_domain_ino || p.xrc_srqn;
+    if (extended_used) {
+      extended.compare_add = p.compare_add;
+      extended.swap = p.swap;
+      extended.atomic_orig = p.atomic_orig;
+      extended.xrc_domain_dev = p.xrc_domain_dev;
+      extended.xrc_domain_ino = p.xrc_domain_ino;
+      extended.xrc_srqn = p.xrc_srqn;
+    }
     kind = static_cast<uint8_t>(p.kind);
     transport = static_cast<uint8_t>(p.transport);
     op = static_cast<uint8_t>(p.op);
-    flags = (p.first ? 1 : 0) | (p.last ? 2 : 0) | (p.solicited ? 4 : 0) | (p.has_grh ? 8 : 0) | (p.placed ? 16 : 0) |
-            (p.answered ? 32 : 0);
+    flags = (p.first ? kFirst : 0) | (p.last ? kLast : 0) | (p.solicited ? kSolicited : 0) |
+            (p.has_grh ? kHasGrh : 0) | (p.placed ? kPlaced : 0) | (p.answered ? kAnswered : 0) |
+            (addressed ? kAddressing : 0) | (extended_used ? kExtended : 0);
     nak = static_cast<uint8_t>(p.nak);
     src_port = p.src_port;
     slid = p.slid;
-    src_device = src_device_index;
     psn = p.psn;
     src_qpn = p.src_qpn;
-    dst = p.dst;
     dst_qpn = p.dst_qpn;
-    sgid = p.sgid;
-    qkey = p.qkey;
-    xrc_srqn = p.xrc_srqn;
-    xrc_domain_dev = p.xrc_domain_dev;
-    xrc_domain_ino = p.xrc_domain_ino;
-    pkey = p.pkey;
-    remote_addr = p.remote_addr;
-    rkey = p.rkey;
-    dma_length = p.dma_length;
-    compare_add = p.compare_add;
-    swap = p.swap;
     imm_data = p.imm_data;
-    atomic_orig = p.atomic_orig;
     psn_count = p.psn_count;
-    payload_len = static_cast<uint32_t>(p.payload.size());
-    if (payload_len) std::memcpy(payload, p.payload.data(), payload_len);
+    qkey = p.qkey;
+    pkey = p.pkey;
+    dst_dlid = p.dst.dlid;
+    src_device = static_cast<int16_t>(src_device_index);
+    dst_is_global = p.dst.is_global;
+    dst_sgid_index = p.dst.sgid_index;
+    dst_sl = p.dst.sl;
+    dst_port_num = p.dst.port_num;
   }
 
   // Fills `p`, whose payload buffer is reused (its capacity kept).
@@ -79,37 +126,46 @@ struct WirePacket {
   // them (Payload::Borrow): only while the slot is held.
   void ToPacket(Device* src_device_ptr, Packet* out, bool borrow = false) const {
     Packet& p = *out;
+    const uint8_t f = flags;  // read once: another process wrote it
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
     p.op = static_cast<ibv_wr_opcode>(op);
-    p.first = flags & 1;
-    p.last = flags & 2;
-    p.solicited = flags & 4;
-    p.has_grh = flags & 8;
-    p.placed = flags & 16;
-    p.answered = (flags & 48) == 48;  // only a placed packet can be
+    p.first = f & kFirst;
+    p.last = f & kLast;
+    p.solicited = f & kSolicited;
+    p.has_grh = f & kHasGrh;
+    p.placed = f & kPlaced;
+    p.answered = (f & (kPlaced | kAnswered)) == (kPlaced | kAnswered);  // only a placed packet can be
     p.nak = static_cast<Packet::Nak>(nak);
     p.src_device = src_device_ptr;
     p.src_port = src_port;
     p.slid = slid;
     p.psn = psn;
     p.src_qpn = src_qpn;
-    p.dst = dst;
+    p.dst.dlid = dst_dlid;
+    p.dst.is_global = dst_is_global;
+    p.dst.sgid_index = dst_sgid_index;
+    p.dst.sl = dst_sl;
+    p.dst.port_num = dst_port_num;
     p.dst_qpn = dst_qpn;
-    p.sgid = sgid;
     p.qkey = qkey;
-    p.xrc_srqn = xrc_srqn;
-    p.xrc_domain_dev = xrc_domain_dev;
-    p.xrc_domain_ino = xrc_domain_ino;
     p.pkey = pkey;
-    p.remote_addr = remote_addr;
-    p.rkey = rkey;
-    p.dma_length = dma_length;
-    p.compare_add = compare_add;
-    p.swap = swap;
     p.imm_data = imm_data;
-    p.atomic_orig = atomic_orig;
     p.psn_count = psn_count;
+    // A line not in use holds an older packet's values: the packet's own are zero.
+    const Addressing a = f & kAddressing ? addressing : Addressing{};
+    p.dst.dgid = a.dgid;
+    p.sgid = a.sgid;
+    p.remote_addr = a.remote_addr;
+    p.dma_length = a.dma_length;
+    p.rkey = a.rkey;
+    const Extended e = f & kExtended ? extended : Extended{};
+    p.compare_add = e.compare_add;
+    p.swap = e.swap;
+    p.atomic_orig = e.atomic_orig;
+    p.xrc_domain_dev = e.xrc_domain_dev;
+    p.xrc_domain_ino = e.xrc_domain_ino;
+    p.xrc_srqn = e.xrc_srqn;
     // Read once and clamped: another process wrote it.
     const uint32_t len = payload_len <= kMaxPayload ? payload_len : kMaxPayload;
     if (borrow) {
@@ -118,6 +174,16 @@ struct WirePacket {
       p.payload.assign(payload, payload + len);
     }
   }
+
+ private:
+  static bool IsZero(const ibv_gid& gid) { return gid.global.subnet_prefix == 0 && gid.global.interface_id == 0; }
 };
+
+// A slot is line-aligned and holds the sequence word (8 bytes) before the
+// packet (PacketRing::Slot): the fields every packet needs fill the rest of
+// its first line, and the payload and each rare part start lines of their own.
+static_assert(offsetof(WirePacket, payload) + 8 == 64);
+static_assert((offsetof(WirePacket, addressing) + 8) % 64 == 0 && sizeof(WirePacket::Addressing) <= 64);
+static_assert((offsetof(WirePacket, extended) + 8) % 64 == 0 && sizeof(WirePacket::Extended) <= 64);
 
 }  // namespace simverbs
