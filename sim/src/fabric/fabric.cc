@@ -899,10 +899,10 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
     // Delivered before Transmit returns unless the engine is delivering
     // already (then it is queued, and must own its bytes): only then may the
     // payload stay in the slot, which is ours until the callback returns.
+    // (ToPacket sets every field: `pkt` needs no reset between packets.)
     wp.ToPacket(src, &pkt, !Engine::Get().delivering());
     pkt.from_peer = true;
     Engine::Get().Transmit(std::move(pkt));
-    pkt = Packet();
     pkt.payload = Engine::Get().PayloadBuffer();
   })) {
     if (++popped % kBurstPackets == 0) {

@@ -121,7 +121,8 @@ struct WirePacket {
     dst_port_num = p.dst.port_num;
   }
 
-  // Fills `p`, whose payload buffer is reused (its capacity kept).
+  // Fills every field of `p` but from_peer (the caller's), whose payload
+  // buffer is reused (its capacity kept).
   // `borrow`: the payload refers to this slot's bytes instead of copying
   // them (Payload::Borrow): only while the slot is held.
   void ToPacket(Device* src_device_ptr, Packet* out, bool borrow = false) const {
@@ -166,6 +167,7 @@ struct WirePacket {
     p.xrc_domain_dev = e.xrc_domain_dev;
     p.xrc_domain_ino = e.xrc_domain_ino;
     p.xrc_srqn = e.xrc_srqn;
+    p.stream.reset();  // never crosses
     // Read once and clamped: another process wrote it.
     const uint32_t len = payload_len <= kMaxPayload ? payload_len : kMaxPayload;
     if (borrow) {

@@ -64,8 +64,16 @@ void Engine::ForkedChild() {
 }
 
 void Engine::Transmit(Packet&& pkt) {
-  queue_.push_back(std::move(pkt));
-  if (!draining_) DrainLocked();
+  if (draining_) {
+    queue_.push_back(std::move(pkt));
+    return;
+  }
+  // Nothing queued: delivered where it is (no move into the queue and out
+  // again), then whatever its delivery queued.
+  draining_ = true;
+  DeliverLocked(pkt);
+  RecyclePayload(pkt.payload.TakeBuffer());
+  DrainLocked();
 }
 
 bool Engine::DeferAck(Qp* qp, bool already) {
