@@ -371,9 +371,12 @@ void Qp::ExecuteLocked(size_t index) {
     p.psn = next_psn_;
     next_psn_ = (next_psn_ + 1) & kPsnMask;
     p.solicited = wqe.solicited && p.last;
-    p.remote_addr = wqe.remote_addr;
-    p.rkey = wqe.rkey;
-    p.dma_length = total;
+    if (wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      // RETH: a SEND carries none (and crosses to another process in fewer cache lines).
+      p.remote_addr = wqe.remote_addr;
+      p.rkey = wqe.rkey;
+      p.dma_length = total;
+    }
     p.imm_data = wqe.imm_data;
     p.xrc_srqn = wqe.xrc_srqn;
     if (type() == IBV_QPT_UD) {
