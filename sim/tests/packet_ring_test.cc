@@ -127,6 +127,33 @@ TEST(PacketRingTest, NothingToSkipWithoutAHole) {
   EXPECT_TRUE(ring->Pop([](const WirePacket&) {}));
 }
 
+// A producer that asked for room is woken once the owner has drained the ring
+// to half full, not before, and once per request.
+TEST(PacketRingTest, RoomIsAnsweredAtHalfFull) {
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  constexpr int kProducer = 3;
+  for (uint32_t i = 0; i < PacketRing::kSlots; ++i) ASSERT_TRUE(ring->Push(MarkedPacket(8), 0));
+  EXPECT_FALSE(ring->WantRoom(kProducer)) << "the ring is full";
+  int woken = 0;
+  const auto wake = [&](int slot) {
+    EXPECT_EQ(slot, kProducer);
+    ++woken;
+  };
+  const auto pop = [&](uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) ASSERT_TRUE(ring->Pop([](const WirePacket&) {}));
+  };
+  pop(PacketRing::kSlots / 2 - 1);  // one more than half full
+  ring->WakeRoomWanted(wake);
+  EXPECT_EQ(woken, 0);
+  pop(1);
+  ring->WakeRoomWanted(wake);
+  EXPECT_EQ(woken, 1);
+  pop(1);
+  ring->WakeRoomWanted(wake);
+  EXPECT_EQ(woken, 1) << "asked once, woken once";
+}
+
 // Another process may write anything into the ring: a head that every slot
 // contradicts makes Push give up (the packet waits in the sender's backlog)
 // instead of spinning for ever.

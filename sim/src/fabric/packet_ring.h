@@ -100,8 +100,11 @@ class PacketRing {
   // for room, once the ring is at most half full.
   template <typename Wake>
   void WakeRoomWanted(Wake&& wake) {
-    const uint64_t used = head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed);
-    if (used > kSlots / 2) return;
+    // More than half full when the slot half a ring ahead is published. (Not
+    // head_: producers claim slots by compare-and-swap on its line, and a
+    // read of it per drain would make each of their claims miss it.)
+    const uint64_t half = tail_.load(std::memory_order_relaxed) + kSlots / 2;
+    if (slots_[half % kSlots].seq.load(std::memory_order_relaxed) == half + 1) return;
     // One read-modify-write per drain (it reads the latest value): either it
     // sees a producer's request, or that producer's own read-modify-write
     // comes after it and the producer sees the slots we freed (WantRoom).
