@@ -16,17 +16,21 @@
 // wake it (one system call) only when the owner has stopped polling — so
 // perftest's sleeping bandwidth servers still answer, and busy-polling
 // programs make no system calls. Posting counts as polling. An owner that
-// has just found work (and may be back polling in a moment, or spinning on
-// memory) is not woken at once: the producer looks again at each of its own
-// next polls and wakes it only if its packet is still in the ring after
-// kOwedWakePolls of them in which the owner neither polled nor posted, or
-// when the producer itself is about to sleep or block (an owed wake). A
+// polls, or has just found work (and may be back polling in a moment, or
+// spinning on memory), is not woken at once: the producer looks again at
+// each of its own next polls and wakes it only if its packet is still in the
+// ring after kOwedWakePolls of them in which the owner neither polled nor
+// posted, or when the producer itself is about to sleep or block (an owed
+// wake); it reads nothing the owner writes per poll while it pushes. A
 // packet's payload is copied once into the ring, straight from the sender's
 // registered memory (the packet borrows those bytes until then:
 // transport/payload.h), and the owner delivers it from the slot (borrowing
 // the slot's bytes while it holds the slot): a SEND's bytes are copied twice
-// in all, into the slot and out of it into the receive buffer. The packets
-// an owner drains at once are acknowledged once per QP (Engine::BeginBurst).
+// in all, into the slot and out of it into the receive buffer. A slot's
+// cache lines are laid out so that a packet moves as few of them between
+// CPUs as it can: an ACK one, a small SEND two (fabric/wire_packet.h). The
+// packets an owner drains at once are acknowledged once per QP
+// (Engine::BeginBurst).
 //
 // More pollers than CPUs. Each progress thread publishes whether its
 // application polls in a loop (ProcSlot::app_spinning) and counts those that
