@@ -32,7 +32,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425237;  // "SIMFABR7"
+constexpr uint64_t kMagic = 0x53494d4641425238;  // "SIMFABR8"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -57,6 +57,8 @@ struct ProcSlot {
   // 1 while its application polls in a loop (as its progress thread sees it):
   // counted against the CPUs (Fabric::LookForOversubscription).
   std::atomic<uint32_t> app_spinning;
+  // The CPUs it may run on (sched_getaffinity at attach): CPU n is bit n % 64.
+  std::atomic<uint64_t> cpus;
 };
 
 namespace {
@@ -268,7 +270,13 @@ std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   me.placing.store(0);
   me.app_spinning.store(0);
   cpu_set_t cpus;
-  cpus_ = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  uint64_t cpu_bits = 0;
+  if (sched_getaffinity(0, sizeof cpus, &cpus) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &cpus)) cpu_bits |= uint64_t{1} << (cpu % 64);
+    }
+  }
+  me.cpus.store(cpu_bits ? cpu_bits : 1);
   struct stat ns {};
   pid_namespace_ = stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<uint64_t>(ns.st_ino) : 0;
   me.pid_namespace.store(pid_namespace_);
@@ -814,14 +822,19 @@ void Fabric::PollFoundNothing() {
 void Fabric::LookForOversubscription(bool app_polling) {
   segment_->procs[slot_].app_spinning.store(app_polling ? 1 : 0, std::memory_order_relaxed);
   int spinning = 0;
+  uint64_t cpus = 0;  // the CPUs the pollers may run on, together
   if (app_polling) {
     // Each value is only a hint (shared memory): a wrong one costs yields or
     // a time slice, nothing else.
     for (const ProcSlot& proc : segment_->procs) {
-      spinning += proc.app_spinning.load(std::memory_order_relaxed) == 1 && proc.pid.load(std::memory_order_relaxed) != 0;
+      if (proc.app_spinning.load(std::memory_order_relaxed) != 1 || proc.pid.load(std::memory_order_relaxed) == 0) {
+        continue;
+      }
+      ++spinning;
+      cpus |= proc.cpus.load(std::memory_order_relaxed);
     }
   }
-  oversubscribed_.store(app_polling && spinning > cpus_, std::memory_order_relaxed);
+  oversubscribed_.store(app_polling && spinning > __builtin_popcountll(cpus), std::memory_order_relaxed);
 }
 
 void Fabric::BeforeBlocking() {

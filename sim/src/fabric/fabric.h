@@ -33,8 +33,10 @@
 // (Engine::BeginBurst).
 //
 // More pollers than CPUs. Each progress thread publishes whether its
-// application polls in a loop (ProcSlot::app_spinning) and counts those that
-// do against its CPUs; while they outnumber them, an application's empty CQ
+// application polls in a loop (ProcSlot::app_spinning), and the CPUs it may
+// run on, and counts those that poll against the CPUs they may run on
+// together (two pollers pinned to one CPU each, two different ones, are not
+// too many); while they outnumber them, an application's empty CQ
 // polls yield the CPU every kEmptyPollsBeforeYield (PollFoundNothing), or a
 // poller whose peer waits for its CPU would hold it for a whole time slice.
 //
@@ -348,7 +350,6 @@ class Fabric {
   // the fabric that do against our CPUs. Progress thread.
   void LookForOversubscription(bool app_polling);
   static constexpr uint32_t kEmptyPollsBeforeYield = 64;
-  int cpus_ = 1;                  // ours (sched_getaffinity), at attach
   std::atomic<bool> oversubscribed_{false};
   bool draining_inbound_ = false;  // DrainInboundLocked is on the stack (engine lock)
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers
