@@ -89,14 +89,7 @@ struct WirePacket {
     }
     const bool extended_used =
         p.compare_add || p.swap || p.atomic_orig || p.xrc_domain_dev || p.xrc_domain_ino || p.xrc_srqn;
-    if (extended_used) {
-      extended.compare_add = p.compare_add;
-      extended.swap = p.swap;
-      extended.atomic_orig = p.atomic_orig;
-      extended.xrc_domain_dev = p.xrc_domain_dev;
-      extended.xrc_domain_ino = p.xrc_domain_ino;
-      extended.xrc_srqn = p.xrc_srqn;
-    }
+    if (extended_used) CopyExtended(p, &extended);
     kind = static_cast<uint8_t>(p.kind);
     transport = static_cast<uint8_t>(p.transport);
     op = static_cast<uint8_t>(p.op);
@@ -160,13 +153,7 @@ struct WirePacket {
     p.remote_addr = a.remote_addr;
     p.dma_length = a.dma_length;
     p.rkey = a.rkey;
-    const Extended e = f & kExtended ? extended : Extended{};
-    p.compare_add = e.compare_add;
-    p.swap = e.swap;
-    p.atomic_orig = e.atomic_orig;
-    p.xrc_domain_dev = e.xrc_domain_dev;
-    p.xrc_domain_ino = e.xrc_domain_ino;
-    p.xrc_srqn = e.xrc_srqn;
+    CopyExtended(f & kExtended ? extended : Extended{}, &p);
     p.stream.reset();  // never crosses
     // Read once and clamped: another process wrote it.
     const uint32_t len = payload_len <= kMaxPayload ? payload_len : kMaxPayload;
@@ -178,6 +165,16 @@ struct WirePacket {
   }
 
  private:
+  // The atomic and XRC fields, which Packet and Extended name alike, either way.
+  template <typename From, typename To>
+  static void CopyExtended(const From& from, To* to) {
+    to->compare_add = from.compare_add;
+    to->swap = from.swap;
+    to->atomic_orig = from.atomic_orig;
+    to->xrc_domain_dev = from.xrc_domain_dev;
+    to->xrc_domain_ino = from.xrc_domain_ino;
+    to->xrc_srqn = from.xrc_srqn;
+  }
   static bool IsZero(const ibv_gid& gid) { return gid.global.subnet_prefix == 0 && gid.global.interface_id == 0; }
 };
 
