@@ -794,10 +794,15 @@ void Fabric::PollInbound() {
   if (!ring_) return;
   ring_->MarkPolled();
   DrainInbound();
-  if (!backlog_empty_ || wake_owed_.load(std::memory_order_relaxed)) {
+  // Owed wakes are looked at every kPollsPerOwedLook-th poll only: a look
+  // takes the engine lock and reads the peer's ring, and a poller waiting
+  // for an answer would otherwise pay both on every poll.
+  thread_local uint32_t polls = 0;
+  const bool look = wake_owed_.load(std::memory_order_relaxed) && ++polls % kPollsPerOwedLook == 0;
+  if (!backlog_empty_ || look) {
     std::lock_guard<std::mutex> lock(Engine::Get().mu());
     FlushBacklogLocked();
-    SettleOwedWakesLocked(false);
+    if (look) SettleOwedWakesLocked(false);
   }
 }
 
@@ -868,7 +873,8 @@ void Fabric::SettleOwedWakesLocked(bool now) {
         peer->owner_polls_seen = owner_polls;  // still polling or posting: it will drain
         peer->owed_polls = 0;
       }
-      if (now || ++peer->owed_polls >= kOwedWakePolls) {
+      peer->owed_polls += kPollsPerOwedLook;
+      if (now || peer->owed_polls >= kOwedWakePolls) {
         peer->ring->WakeIfSleeping();
       } else {
         settled = false;

@@ -315,9 +315,11 @@ class Fabric {
   // Each owed wake whose packet is still in the peer's ring: after
   // kOwedWakePolls of our polls in which the peer neither polled nor posted,
   // or `now`, the peer is woken (one busy copying a large message between its
-  // polls drains the ring at its next poll). Requires: engine lock.
+  // polls drains the ring at its next poll). Called every kPollsPerOwedLook-th
+  // poll. Requires: engine lock.
   void SettleOwedWakesLocked(bool now);
   static constexpr uint32_t kOwedWakePolls = 32;
+  static constexpr uint32_t kPollsPerOwedLook = 8;
   bool PeerAlive(int slot) const;
   // The shared port_xmit_discards of (device, port), or nullptr when not
   // attached or out of range.
