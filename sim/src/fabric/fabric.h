@@ -225,7 +225,7 @@ class Fabric {
   // (to spin on memory, say), so producers should wake us from now on.
   void PollFoundWork();
   // ibv_poll_cq found nothing. While more processes of the fabric poll in a
-  // loop than this process has CPUs, every kEmptyPollsBeforeYield-th empty
+  // loop than there are CPUs they may run on, every kEmptyPollsBeforeYield-th empty
   // poll yields the CPU (sched_yield): the only system call on the poll path,
   // and only then.
   void PollFoundNothing();
@@ -349,7 +349,7 @@ class Fabric {
   std::atomic<bool> backlog_empty_{true};
   std::vector<int> owed_;  // slots we may owe a wake (engine lock)
   // Publishes whether our application polls in a loop, and counts those of
-  // the fabric that do against our CPUs. Progress thread.
+  // the fabric that do against the CPUs they may run on together. Progress thread.
   void LookForOversubscription(bool app_polling);
   static constexpr uint32_t kEmptyPollsBeforeYield = 64;
   std::atomic<bool> oversubscribed_{false};
