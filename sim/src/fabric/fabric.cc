@@ -32,7 +32,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425238;  // "SIMFABR8"
+constexpr uint64_t kMagic = 0x53494d4641425239;  // "SIMFABR9"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit

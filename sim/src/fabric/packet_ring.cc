@@ -39,6 +39,7 @@ PacketRing* PacketRing::Init(void* memory) {
   ring->wake_seq_.store(0);
   ring->polls_.store(0);
   ring->poll_state_.store(kNotPolling);
+  ring->blocking_.store(1);
   for (Announcement& c : ring->claims_) {
     c.pos_plus_1.store(0);
     c.generation.store(0);
@@ -111,7 +112,7 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
     // since our previous packet: that would read two lines it writes on every
     // poll and pop, a cache miss each per packet. A producer that can wait
     // looks at its own next polls instead (owe_wake).
-    if (owe_wake && poll_state_.load(std::memory_order_relaxed) != kNotPolling) {
+    if (owe_wake && !blocking_.load(std::memory_order_relaxed)) {
       *owe_wake = true;
     } else {
       wake_seq_.fetch_add(1, std::memory_order_release);

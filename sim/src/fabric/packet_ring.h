@@ -161,9 +161,13 @@ class PacketRing {
   void MarkPolled() {
     polls_.store(polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (poll_state_.load(std::memory_order_relaxed) != kPolling) poll_state_.store(kPolling, std::memory_order_relaxed);
+    if (blocking_.load(std::memory_order_relaxed)) blocking_.store(0, std::memory_order_relaxed);
   }
   void MarkLeftPollLoop() { poll_state_.store(kFoundWork, std::memory_order_relaxed); }
-  void MarkBlocking() { poll_state_.store(kNotPolling, std::memory_order_relaxed); }
+  void MarkBlocking() {
+    poll_state_.store(kNotPolling, std::memory_order_relaxed);
+    blocking_.store(1, std::memory_order_relaxed);
+  }
   uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
   bool in_poll_loop() const { return poll_state_.load(std::memory_order_relaxed) == kPolling; }
   // In its poll loop, or just found work there (not blocking).
@@ -189,6 +193,10 @@ class PacketRing {
   // What the owner's application thread does (see the top).
   static constexpr uint32_t kNotPolling = 0, kPolling = 1, kFoundWork = 2;
   std::atomic<uint32_t> poll_state_;
+  // 1 while poll_state_ is kNotPolling: what a producer reads per packet, on
+  // a line the owner writes only when it starts or stops blocking (poll_state_
+  // changes with every poll that finds work).
+  alignas(64) std::atomic<uint32_t> blocking_;
   static constexpr int kRoomWords = kMaxFabricProcesses / 64;
   alignas(64) Announcement claims_[kMaxFabricProcesses];  // by producer slot
   alignas(64) std::atomic<uint32_t> waiting_[kMaxFabricProcesses];  // by producer slot: its generation, or 0
