@@ -207,7 +207,11 @@ int Cq::ReleaseLocked() {
 
 void Cq::CascadeOverrunLocked() {
   // Copy: entering ERR flushes into CQs, which must not change the set under us.
-  const std::set<Qp*> qps(qps_.begin(), qps_.end());
+  // In QP number order, not by address: a seeded run must trace the same
+  // cascade every time, and where malloc puts a QP is not seeded.
+  std::vector<Qp*> qps(qps_.begin(), qps_.end());
+  qps.erase(std::unique(qps.begin(), qps.end()), qps.end());
+  std::sort(qps.begin(), qps.end(), [](const Qp* a, const Qp* b) { return a->qp_num() < b->qp_num(); });
   for (Qp* qp : qps) {
     // A QP in RESET has nothing on the HCA to fail (and RESET -> ERR is not a transition).
     if (qp->state() != IBV_QPS_RESET) qp->EnterErrorLocked(IBV_EVENT_QP_FATAL);
