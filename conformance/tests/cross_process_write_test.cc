@@ -761,6 +761,44 @@ TEST_F(CrossProcessWriteTest, AckOfABurstReachesRequesterBeforeItsRnrNak) {
       setup);
 }
 
+// Rule: IBTA 9.7.5.1 (RC is reliable, via ibv_post_send(3)): a packet the responder's side loses
+//   is sent again after the requester's transport timeout, and the message completes once.
+// Checks: (simulator only) the child makes its next delivery of a packet run out of memory (fault
+//   point "deliver_packet"); the parent's two SENDs, one after the other, both complete with
+//   success and the child receives both, whole and in order (the lost packet left nothing behind
+//   that holds later packets back in the receiving process).
+TEST_F(CrossProcessWriteTest, PacketLostForMemoryIsSentAgain) {
+  SKIP_IF(!Sim()) << "(the fault point is the simulator's)";
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        ibv_sge second = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &second, 1), 0);
+        ASSERT_EQ(sim().FailAfter("deliver_packet", 0, ENOMEM), 0);
+        ASSERT_EQ(write(c.to_parent, "a", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2)) << "the child did not receive both";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+        EXPECT_EQ(Read(c.buf, 128), Pattern(5, 128)) << "the received bytes";
+      },
+      [&](const Target&, int, int from_child) {
+        char armed = 0;
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &armed, 1), 1);
+        src_.FillPattern(5);
+        for (uint64_t id = 1; id <= 2; ++id) {
+          ibv_sge sge = src_.Sge(64 * (id - 1), 64);
+          ASSERT_EQ(PostOne(a_.get(), SendWr(id, &sge, 1)), 0);
+          ibv_wc wc = {};
+          ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "send " << id;
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        }
+      });
+}
+
 // Rule: ibv_is_fork_initialized(3): IBV_FORK_UNNEEDED means the kernel copies registered pages for
 //   a child of fork() (copy-on-fork of pinned pages), so fork needs no ibv_fork_init: the child works
 //   on its own copy and the parent's registered memory is not affected by it.

@@ -70,7 +70,10 @@ int simverbs_set_qp_state(struct ibv_qp *qp, enum ibv_qp_state state);
  * i in [0, simverbs_fault_point_count()) lists them, so a test can sweep all.
  * simverbs_fail_after(name, calls, err): `calls` more calls succeed, the next
  * one fails with `err` (e.g. ENOMEM) before creating anything, then the point
- * disarms. The counts are per process. EINVAL for an unknown name or err <= 0. */
+ * disarms. The counts are per process. EINVAL for an unknown name or err <= 0.
+ * "deliver_packet" is not a verb: the next packet this process delivers to one
+ * of its QPs runs out of memory and is lost, as on a wire (err is not used);
+ * a reliable sender recovers it by retransmission. */
 int simverbs_fault_point_count(void);
 const char *simverbs_fault_point_name(int index); /* NULL out of range */
 int simverbs_fail_after(const char *point, unsigned int calls, int err);

@@ -919,7 +919,11 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
     // already (then it is queued, and must own its bytes): only then may the
     // payload stay in the slot, which is ours until the callback returns.
     // (ToPacket sets every field: `pkt` needs no reset between packets.)
-    wp.ToPacket(src, &pkt, !Engine::Get().delivering());
+    try {
+      wp.ToPacket(src, &pkt, !Engine::Get().delivering());
+    } catch (const std::bad_alloc&) {
+      return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
+    }
     pkt.from_peer = true;
     Engine::Get().Transmit(std::move(pkt));
     pkt.payload = Engine::Get().PayloadBuffer();

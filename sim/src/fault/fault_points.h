@@ -6,6 +6,9 @@
 // An armed point lets `calls` more calls succeed, fails the next one with the
 // given errno (the call fails before it looks at its arguments, so nothing is
 // created or counted), then disarms. Unarmed, a point costs one relaxed load.
+// One point is not a verb: "deliver_packet" makes the next delivery of a
+// packet (to a QP of this process) run out of memory, and the packet is lost
+// as on a wire; the sender's transport recovers it.
 
 #include <atomic>
 #include <cstddef>
@@ -22,7 +25,8 @@ namespace simverbs {
   X(kCreateSrq, "create_srq")                 \
   X(kCreateQp, "create_qp")                   \
   X(kCreateAh, "create_ah")                   \
-  X(kOpenXrcd, "open_xrcd")
+  X(kOpenXrcd, "open_xrcd")                   \
+  X(kDeliverPacket, "deliver_packet")
 
 enum class FaultPoint {
 #define SIMVERBS_FAULT_ENUM(id, name) id,

@@ -9,6 +9,7 @@
 #include "device.h"
 #include "device_list.h"
 #include "fabric/fabric.h"
+#include "fault/fault_points.h"
 #include "qp.h"
 #include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
@@ -65,20 +66,41 @@ void Engine::ForkedChild() {
 
 void Engine::Transmit(Packet&& pkt) {
   if (draining_) {
-    queue_.push_back(std::move(pkt));
+    try {
+      queue_.push_back(std::move(pkt));
+    } catch (const std::bad_alloc&) {
+      // No room to queue it: lost, as on a wire (the sender's timers decide).
+    }
     return;
   }
   // Nothing queued: delivered where it is (no move into the queue and out
   // again), then whatever its delivery queued.
   draining_ = true;
-  DeliverLocked(pkt);
+  DeliverOrDropLocked(pkt);
   RecyclePayload(pkt.payload.TakeBuffer());
   DrainLocked();
 }
 
+void Engine::DeliverOrDropLocked(const Packet& pkt) noexcept {
+  try {
+    if (FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
+    DeliverLocked(pkt);
+  } catch (...) {
+    // Out of memory while it was delivered (or a bug): the packet is lost,
+    // as one a receiver had no buffer for, and the sender's transport
+    // recovers it. Nothing may leave Transmit: the engine would stay
+    // "delivering" and queue every later packet of the process for ever.
+  }
+}
+
 bool Engine::DeferAck(Qp* qp, bool already) {
   if (!in_burst_) return false;
-  if (!already) deferred_acks_.push_back(qp);
+  if (already) return true;
+  try {
+    deferred_acks_.push_back(qp);
+  } catch (const std::bad_alloc&) {
+    return false;  // sent at once instead
+  }
   return true;
 }
 
@@ -104,14 +126,18 @@ void Engine::RecyclePayload(std::vector<uint8_t>&& buffer) {
   constexpr size_t kSparePayloads = 64;
   if (buffer.capacity() == 0 || spare_payloads_.size() >= kSparePayloads) return;
   buffer.clear();
-  spare_payloads_.push_back(std::move(buffer));
+  try {
+    spare_payloads_.push_back(std::move(buffer));
+  } catch (const std::bad_alloc&) {
+    // Not kept: a later packet allocates its own.
+  }
 }
 
 void Engine::DrainLocked() {
   draining_ = true;
   while (queue_head_ < queue_.size()) {
     Packet pkt = std::move(queue_[queue_head_++]);  // moved out: delivery may queue more
-    DeliverLocked(pkt);
+    DeliverOrDropLocked(pkt);
     RecyclePayload(pkt.payload.TakeBuffer());
   }
   queue_.clear();

@@ -101,6 +101,9 @@ class Engine {
  private:
   Engine() = default;
   void DrainLocked();
+  // DeliverLocked, or the packet is lost when delivering it runs out of
+  // memory (fault point "deliver_packet" makes the next delivery do so).
+  void DeliverOrDropLocked(const Packet& pkt) noexcept;
   void DeliverLocked(const Packet& pkt);
   void TimerThread();
   void ForkedChild();
