@@ -446,7 +446,7 @@ ibv_mtu QpTest::DefaultMtu() const { return std::min(IBV_MTU_1024, port_attr().a
 
 testing::AssertionResult CreateEndOn(ibv_context* context, ibv_pd* pd, QpEnd* end, const EndConfig& config) {
   errno = 0;
-  if (config.send_cq_flags != 0) {
+  if (config.send_cq_ex || config.send_cq_flags != 0) {
     ibv_cq_init_attr_ex attr = {};
     attr.cqe = static_cast<uint32_t>(config.send_cqe);
     attr.wc_flags = IBV_WC_STANDARD_FLAGS;

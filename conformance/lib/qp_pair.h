@@ -170,6 +170,7 @@ struct EndConfig {
   // Non-zero: the send CQ is made with ibv_create_cq_ex and these
   // ibv_create_cq_attr_flags (e.g. IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN).
   uint32_t send_cq_flags = 0;
+  bool send_cq_ex = false;  // made with ibv_create_cq_ex even without flags
   ibv_pd* pd = nullptr;  // nullptr: the fixture's PD
 };
 

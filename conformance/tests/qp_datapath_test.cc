@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
+#include "conformance/lib/blocking_call.h"
 #include "conformance/lib/device_opener.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
@@ -971,6 +972,47 @@ TEST_F(QpDatapathTest, PostInsidePollSectionReturns) {
         EXPECT_EQ(done, (std::vector<uint64_t>{1, 2}));
       },
       kChildTimeout, "a post inside ibv_start_poll / ibv_end_poll");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: ibv_create_cq_ex(3): ibv_start_poll ... ibv_end_poll is a polling section that holds the CQ
+//   against other pollers (rxe and mlx5 take the CQ's lock in start_poll and drop it in end_poll,
+//   and ibv_poll_cq takes the same lock); a CQ made without IBV_CREATE_CQ_ATTR_SINGLE_THREADED may
+//   be polled from several threads.
+// Checks: with two completions on a_'s send CQ (made by ibv_create_cq_ex), while this thread holds a
+//   polling section on the first, an ibv_poll_cq of another thread does not return within
+//   kBlockWindow; after ibv_end_poll it returns the second completion only (none is seen twice).
+TEST_F(QpDatapathTest, PollCqWaitsForAnotherThreadsPollSection) {
+  SKIP_IF(!Sim()) << "(the check runs in a child of fork(), which cannot use its parent's context on a kernel provider)";
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        EndConfig config;
+        config.send_cq_ex = true;  // without IBV_CREATE_CQ_ATTR_SINGLE_THREADED: polled from two threads
+        ASSERT_TRUE(MakePair(config, ConnectParams{}));
+        ibv_cq_ex* cq = reinterpret_cast<ibv_cq_ex*>(a_.send_cq.get());
+        ibv_sge sge = src_.Sge(0, 64);
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, dst_.addr(), dst_.rkey())), 0);
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(2, IBV_WR_RDMA_WRITE, &sge, 1, dst_.addr(64), dst_.rkey())), 0);
+        ibv_poll_cq_attr attr = {};
+        int rc = ENOENT;
+        for (int tries = 0; tries < 1000000 && rc == ENOENT; ++tries) rc = ibv_start_poll(cq, &attr);
+        ASSERT_EQ(rc, 0) << "no completion of the first WRITE";
+        EXPECT_EQ(cq->wr_id, 1u);
+        ibv_wc polled[2] = {};
+        BlockingCall other([&] {
+          int n = 0;
+          for (int tries = 0; tries < 1000000 && n == 0; ++tries) n = ibv_poll_cq(a_.send_cq.get(), 2, polled);
+          return n;
+        });
+        EXPECT_FALSE(other.WaitFor(kBlockWindow)) << "ibv_poll_cq returned " << other.result()
+                                                  << " completion(s) inside another thread's polling section";
+        ibv_end_poll(cq);
+        ASSERT_TRUE(other.WaitFor(kReturnWindow)) << "ibv_poll_cq did not return after ibv_end_poll";
+        ASSERT_EQ(other.result(), 1) << "completions returned by the other thread";
+        EXPECT_EQ(polled[0].wr_id, 2u) << "the first completion was seen by both threads";
+        EXPECT_EQ(polled[0].status, IBV_WC_SUCCESS) << DescribeWc(polled[0]);
+      },
+      kChildTimeout, "ibv_poll_cq against another thread's ibv_start_poll / ibv_end_poll");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -254,8 +254,15 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     Fabric::Get().PollFoundNothing();
     return 0;
   }
-  std::lock_guard<std::mutex> poll_lock(cq->poll_mu_);
-  std::lock_guard<std::mutex> lock(cq->mu_);
+  // poll_mu_ only while another thread is inside a polling section (which
+  // holds it between calls): one lock per poll otherwise, as a provider's.
+  std::unique_lock<std::mutex> lock(cq->mu_);
+  std::unique_lock<std::mutex> poll_lock;
+  if (cq->in_section_) {
+    lock.unlock();
+    poll_lock = std::unique_lock<std::mutex>(cq->poll_mu_);
+    lock.lock();
+  }
   if (cq->error_) return -1;
   int n = 0;
   while (n < num_entries && cq->count_ > 0) {
@@ -375,6 +382,7 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
   std::lock_guard<std::mutex> lock(cq->mu_);
   if (cq->error_ || cq->count_ == 0) return cq->error_ ? EINVAL : ENOENT;
   cq->LoadCurrentLocked();
+  cq->in_section_ = true;
   Fabric::Get().PollFoundWork();
   poll_lock.release();
   return 0;
@@ -394,6 +402,7 @@ void Cq::EndPoll(ibv_cq_ex* ibcq) {
   {
     std::lock_guard<std::mutex> lock(cq->mu_);
     cq->ConsumeCurrentLocked();
+    cq->in_section_ = false;
   }
   cq->poll_mu_.unlock();
   fault_plan::OnEndPoll();

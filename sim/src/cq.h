@@ -126,10 +126,12 @@ class Cq {
   AffiliatedEvents events_;
   std::atomic<int> srqs_{0};
 
-  // Held by a poller: ibv_poll_cq, or from ibv_start_poll to ibv_end_poll.
+  // Held from ibv_start_poll to ibv_end_poll (in_section_ says so, under
+  // mu_), by a resize, and by ibv_poll_cq only while a section is open.
   // Producers do not take it, so a program may post (and so complete, in
   // this process) from inside a polling section.
   std::mutex poll_mu_;
+  bool in_section_ = false;  // mu_
   std::mutex mu_;
   std::vector<ibv_wc> ring_;  // capacity = cqe
   size_t head_ = 0;
