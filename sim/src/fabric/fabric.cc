@@ -975,9 +975,22 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     joined->set_value(join);  // `joined` is gone after this
     if (!ok) return;
   }
-  // A producer that died between claiming a slot of our ring and publishing it.
-  const auto producer_dead = [this](int slot, uint32_t generation) {
-    return segment_->procs[slot].generation.load() != generation || !PeerAlive(slot);
+  // A producer that died between claiming a slot of our ring and publishing
+  // it. Most often the claim is a live producer's, between its claim and its
+  // publish (a few hundred nanoseconds; we spin after work and see it): the
+  // kernel is asked (PeerAlive, a system call) only once the same claim has
+  // waited kDeadClaimGraceNs.
+  uint64_t now = 0;
+  uint64_t claim_pos = ~uint64_t{0};
+  uint64_t claim_seen_at = 0;
+  const auto producer_dead = [&](int slot, uint32_t generation) {
+    if (segment_->procs[slot].generation.load() != generation) return true;
+    if (const uint64_t pos = ring_->tail(); pos != claim_pos) {
+      claim_pos = pos;
+      claim_seen_at = now;
+      return false;
+    }
+    return now - claim_seen_at >= kDeadClaimGraceNs && !PeerAlive(slot);
   };
   uint64_t look_until = 0;
   uint64_t app_polls_seen = 0;
@@ -989,7 +1002,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     HandleFaults();
     // When the application last polled or posted, by our clock (its poll
     // loop reads no clock, it only counts its polls).
-    uint64_t now = MonotonicNs();
+    now = MonotonicNs();
     if (const uint64_t polls = ring_->polls(); polls != app_polls_seen) {
       app_polls_seen = polls;
       app_polled_at = now;

@@ -352,6 +352,9 @@ class Fabric {
   // the fabric that do against the CPUs they may run on together. Progress thread.
   void LookForOversubscription(bool app_polling);
   static constexpr uint32_t kEmptyPollsBeforeYield = 64;
+  // How long a claimed, unpublished slot of our ring waits before we ask
+  // whether its producer is dead (ProgressThread).
+  static constexpr uint64_t kDeadClaimGraceNs = 1'000'000;
   std::atomic<bool> oversubscribed_{false};
   bool draining_inbound_ = false;  // DrainInboundLocked is on the stack (engine lock)
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers

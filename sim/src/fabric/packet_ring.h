@@ -69,6 +69,8 @@ class PacketRing {
   bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, bool* owe_wake = nullptr);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
+  // The position of the oldest packet (the next to pop).
+  uint64_t tail() const { return tail_.load(std::memory_order_relaxed); }
   // Hands the oldest packet to `take` (in place: no copy of its own), then
   // frees its slot. False when the ring is empty. Another process wrote the
   // packet: one whose payload length exceeds the payload area is corrupt and

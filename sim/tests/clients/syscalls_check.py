@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Busy-polling perftest pairs make no system call per message on the simulator.
+
+usage: syscalls_check.py SIMVERBS_CLI FABRIC BASE_PORT
+
+Each perftest (64-byte messages; polling mode) runs as server and client, each under its own
+`strace -f -c` (every thread: the application's, the progress thread, the timer thread), once with
+SHORT iterations (start-up and teardown, next to nothing else) and once with N. The difference
+between the two runs divided by N - SHORT is that process's system calls per message. (Not runs of
+N and 2N: a system call made on some messages only, as when a spinning thread catches a producer
+between two steps, varies from run to run as much as it grows with N, and the difference hides it.)
+Two kinds are taken off:
+  - process_vm_writev: an RDMA WRITE into another process's MR is placed by the requester with one
+    call (sim/src/fabric/fabric.h, "One-copy WRITE"); it is the copy, not overhead;
+  - timed looks, whatever the message count: the progress thread looks at its ring every
+    millisecond while the program polls, the timer thread at its QPs' deadlines every 2 ms while
+    messages are in flight (up to TIMED_LOOKS_PER_MS per millisecond the longer run took in addition).
+Each side must stay under 0.05 per message; a system call on every message (or on every tenth)
+would show as 1 (0.1).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from check_tally import Tally
+from tcp_listening import wait_listening
+
+cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+BOUND = 0.05
+TIMED_LOOKS_PER_MS = 1.5  # the progress thread's 1 ms and the timer thread's 2 ms
+PLACEMENT = "process_vm_writev"
+SHORT = 100
+# (program, N): N large enough that a cost on one message in ten would show in the thousands.
+CASES = [("ib_send_lat", 20000), ("ib_write_lat", 10000), ("ib_read_lat", 20000),
+         ("ib_send_bw", 100000), ("ib_write_bw", 50000), ("ib_read_bw", 50000)]
+env = dict(os.environ, SIMVERBS_FABRIC=fabric)
+tally = Tally()
+port = [base_port]
+
+
+def calls(path):
+    """{syscall: calls} from strace -c's table (% time, seconds, usecs/call, calls, [errors,] name)."""
+    table = {}
+    for line in open(path):
+        fields = line.split()
+        if len(fields) >= 5 and fields[3].isdigit() and fields[-1] != "total":
+            table[fields[-1]] = int(fields[3])
+    return table
+
+
+def run_pair(prog, n, tmp):
+    """Runs one pair under strace; returns {side: {syscall: calls}, "ms": the client's run time}, or an
+    error string."""
+    port[0] += 1
+    paths = {side: os.path.join(tmp, f"{prog}-{n}-{side}") for side in ("server", "client")}
+
+    def start(side):
+        return subprocess.Popen(["strace", "-f", "-c", "--seccomp-bpf", "-e", f"trace=!{PLACEMENT}", "-o", paths[side], cli, "run", "--", prog, "-p", str(port[0]),
+                                 "-s", "64", "-n", str(n)] + (["127.0.0.1"] if side == "client" else []),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    server = start("server")
+    if not wait_listening(port[0], server, time.time() + 20):
+        server.kill()
+        return f"the server never listened:\n{server.communicate()[0]}"
+    client = start("client")
+    started = time.monotonic()
+    result = {}
+    outs = []
+    for side, proc, timeout in (("client", client, 120), ("server", server, 60)):
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.start()
+        outs.append(f"--- {side}:\n" + proc.communicate()[0])
+        watchdog.cancel()
+        if side == "client":
+            result["ms"] = (time.monotonic() - started) * 1000
+        if proc.returncode:
+            if side == "client":
+                server.kill()
+                server.wait()
+            return f"{prog} -n {n}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n" + \
+                "\n".join(outs)
+    for side, path in paths.items():
+        result[side] = calls(path)
+    return result
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    for prog, n in CASES:
+        once = run_pair(prog, SHORT, tmp)
+        twice = run_pair(prog, n, tmp) if isinstance(once, dict) else once
+        if not tally.expect(f"{prog} ran", isinstance(twice, dict), twice if isinstance(twice, str) else ""):
+            continue
+        timed_looks = TIMED_LOOKS_PER_MS * max(0.0, twice["ms"] - once["ms"])
+        for side in ("server", "client"):
+            more = {name: twice[side].get(name, 0) - once[side].get(name, 0)
+                    for name in set(twice[side]) | set(once[side]) if name != PLACEMENT}
+            per_message = (sum(more.values()) - timed_looks) / (n - SHORT)
+            top = ", ".join(f"{name} {count:+d}" for name, count in
+                            sorted(more.items(), key=lambda item: -abs(item[1]))[:4])
+            detail = (f"run of {n} minus run of {SHORT}: {top or 'nothing'}; {timed_looks:.0f} timed looks allowed "
+                      f"({once['ms']:.0f} and {twice['ms']:.0f} ms)")
+            print(f"{prog:13} {side:6}: {per_message:.3f} system calls per message ({detail})")
+            tally.expect(f"{prog} {side}", per_message < BOUND,
+                         f"{per_message:.3f} system calls per message ({detail}); bound {BOUND}")
+tally.finish()
