@@ -33,6 +33,7 @@
 #include "result.h"
 #include "ring_queue.h"
 #include "transport/packet.h"
+#include "transport/timer_entry.h"
 #include "wqe.h"
 
 namespace simverbs {
@@ -112,6 +113,8 @@ class Qp {
   bool TimerStillDue() const;
   // Sends the ACK held back during a burst (Engine::DeferAck), if any.
   void SendDeferredAckLocked();
+  // This QP's place among the engine's armed timers (Engine::ArmTimer).
+  TimerEntry& timer_entry() { return timer_entry_; }
 
   // An XRC SRQ is being destroyed: an XRC_RECV QP that delivered into it
   // forgets it. Requires: engine lock.
@@ -224,6 +227,8 @@ class Qp {
   ibv_qp_init_attr init_{};
   bool destroying_ = false;
 
+  TimerEntry timer_entry_;
+  std::shared_ptr<ResponseStream> spare_stream_;  // for the next READ's answer, once free
   uint32_t fail_countdown_ = 0;  // FailNthSend: posts until the failing one; 0 = none
   ibv_wc_status fail_status_ = IBV_WC_SUCCESS;
 

@@ -270,14 +270,21 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       r.psn = pkt.psn;
       r.remote_addr = pkt.remote_addr;
       r.dma_length = pkt.dma_length;
-      r.stream = std::make_shared<ResponseStream>();
+      // The stream of the previous answer once nothing holds it any more
+      // (the engine lock guards every copy): no allocation per READ.
+      if (!spare_stream_ || spare_stream_.use_count() != 1) spare_stream_ = std::make_shared<ResponseStream>();
+      r.stream = spare_stream_;
+      *r.stream = ResponseStream{};
       r.stream->mtu = mtu;
-      r.stream->locate = [dev = device(), qpn = qp_num(), self = this, rkey = pkt.rkey](
-                             uint64_t va, uint64_t length) -> const uint8_t* {
+      r.stream->device = device();
+      r.stream->qpn = qp_num();
+      r.stream->qp = this;
+      r.stream->rkey = pkt.rkey;
+      r.stream->locate = [](const ResponseStream& s, uint64_t va, uint64_t length) -> const uint8_t* {
         // The QP answers only while it is this one and in a state that responds.
-        Qp* qp = dev->FindQp(qpn);
-        if (qp != self || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
-        Mr* mr = Mr::Check(dev, rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, qpn);
+        Qp* qp = s.device->FindQp(s.qpn);
+        if (qp != s.qp || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
+        Mr* mr = Mr::Check(s.device, s.rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, s.qpn);
         return mr ? mr->Translate(va, length) : nullptr;
       };
       const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));

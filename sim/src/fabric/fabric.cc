@@ -657,6 +657,25 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   if (!peer) return false;
   const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
   if (!pkt.stream && PushNow(slot, *peer, pkt, src_device)) return true;
+  if (pkt.stream && peer->backlog.empty()) {
+    // A READ answer goes out as far as the peer's ring takes it now; only the
+    // rest waits in the backlog (no entry, no allocation, for one that fits).
+    Packet part;
+    for (;;) {
+      if (!CutResponse(pkt, &part)) return true;  // all sent, or the responder can no longer answer
+      if (!PushNow(slot, *peer, part, src_device)) break;
+      Engine::Get().RecyclePayload(part.payload.TakeBuffer());
+    }
+    // `part` is cut and found no room: it goes first, with its bytes as they
+    // were read now, and the rest of the answer behind it.
+    part.payload.Own();
+    backlogged_.push_back(slot);
+    peer->ring->SetWaiting(slot_, generation_);
+    peer->backlog.push_back(std::move(part));
+    peer->backlog.push_back(pkt);
+    backlog_empty_ = false;
+    return true;
+  }
   // The peer's ring is full. A datagram is dropped, as a congested fabric
   // does; a reliable packet waits in order, within a bound (beyond it the
   // requester's retransmission recovers it). A READ answer (a stream) waits

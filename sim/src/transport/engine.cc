@@ -59,7 +59,8 @@ void Engine::ForkedChild() {
   new (&timer_mu_) std::mutex();
   new (&timer_cv_) std::condition_variable();
   timer_kicked_ = false;
-  timers_.clear();
+  for (Qp* qp : armed_) qp->timer_entry().index = TimerEntry::kNotArmed;
+  armed_.clear();
   timer_wakeup_.store(Clock::time_point::max().time_since_epoch().count(), std::memory_order_relaxed);
   mu_.unlock();
 }
@@ -247,7 +248,12 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
   auto scaled = ibta_duration / time_scale;
   if (scaled < kTimerFloor) scaled = kTimerFloor;
   const Clock::time_point deadline = Clock::now() + scaled;
-  timers_[qp] = deadline;
+  TimerEntry& entry = qp->timer_entry();
+  if (entry.index == TimerEntry::kNotArmed) {
+    armed_.push_back(qp);
+    entry.index = armed_.size() - 1;
+  }
+  entry.deadline = deadline;
   if (!timer_thread_.joinable()) {
     timer_thread_ = std::thread([this] { TimerThread(); });
   } else if (deadline.time_since_epoch().count() < timer_wakeup_.load(std::memory_order_relaxed)) {
@@ -259,12 +265,25 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
   }
 }
 
-void Engine::CancelTimer(Qp* qp) { timers_.erase(qp); }
+void Engine::ArmTimerUnlessArmed(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
+  if (qp->timer_entry().index == TimerEntry::kNotArmed) ArmTimer(qp, ibta_duration, time_scale);
+}
+
+void Engine::CancelTimer(Qp* qp) {
+  TimerEntry& entry = qp->timer_entry();
+  if (entry.index == TimerEntry::kNotArmed) return;
+  // The last one takes its place.
+  Qp* last = armed_.back();
+  armed_[entry.index] = last;
+  last->timer_entry().index = entry.index;
+  armed_.pop_back();
+  entry.index = TimerEntry::kNotArmed;
+}
 
 Engine::Clock::time_point Engine::RunDueTimersLocked(bool* lingered) {
   for (;;) {
     const Clock::time_point now = Clock::now();
-    if (timers_.empty()) {
+    if (armed_.empty()) {
       // A QP whose messages were all answered re-arms with its next post:
       // stay due for one more floor first, so that re-arming (never earlier
       // than now + floor) finds us due before its deadline and costs the
@@ -274,17 +293,16 @@ Engine::Clock::time_point Engine::RunDueTimersLocked(bool* lingered) {
       return now + kTimerFloor;
     }
     *lingered = false;
-    auto next = timers_.begin();
-    for (auto it = timers_.begin(); it != timers_.end(); ++it) {
-      if (it->second < next->second) next = it;
+    Qp* qp = armed_.front();
+    for (Qp* armed : armed_) {
+      if (armed->timer_entry().deadline < qp->timer_entry().deadline) qp = armed;
     }
-    if (now < next->second) return next->second;
-    Qp* qp = next->first;
-    timers_.erase(next);
+    if (now < qp->timer_entry().deadline) return qp->timer_entry().deadline;
+    CancelTimer(qp);
     // An answer may be waiting in our own ring while nobody polls: take it
     // first, so it is not mistaken for a loss.
     Fabric::Get().DrainInboundLocked();
-    if (timers_.count(qp) || !qp->TimerStillDue()) continue;
+    if (qp->timer_entry().index != TimerEntry::kNotArmed || !qp->TimerStillDue()) continue;
     qp->OnTimer();
   }
 }

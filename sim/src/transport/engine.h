@@ -24,7 +24,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <map>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -86,9 +85,7 @@ class Engine {
   void CancelTimer(Qp* qp);
   // ArmTimer, unless `qp`'s timer runs already (a map look-up instead of a
   // clock read: posting does not restart the transport timer, progress does).
-  void ArmTimerUnlessArmed(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
-    if (!timers_.count(qp)) ArmTimer(qp, ibta_duration, time_scale);
-  }
+  void ArmTimerUnlessArmed(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale);
 
   // UD multicast groups: a datagram addressed to the group reaches every
   // attached QP once (ibv_attach_mcast(3)). Requires: mu() held.
@@ -130,7 +127,8 @@ class Engine {
   // Fires what is due; returns when to look next. Requires: mu() held.
   Clock::time_point RunDueTimersLocked(bool* lingered);
 
-  std::map<Qp*, Clock::time_point> timers_;  // guarded by mu_
+  // The QPs whose timer is armed, each at its TimerEntry::index (mu_).
+  std::vector<Qp*> armed_;
   // The timer thread waits on its own mutex, not the engine lock: waking
   // with the engine lock to take back would queue it behind every verb.
   std::mutex timer_mu_;

@@ -15,7 +15,7 @@ bool CutResponse(const Packet& whole, Packet* out) {
     return false;
   }
   const uint64_t chunk = std::min<uint64_t>(s.mtu, total - s.cut);
-  const uint8_t* bytes = chunk ? s.locate(whole.remote_addr + s.cut, chunk) : nullptr;
+  const uint8_t* bytes = chunk ? s.locate(s, whole.remote_addr + s.cut, chunk) : nullptr;
   if (chunk && !bytes) {
     s.ended = true;
     return false;

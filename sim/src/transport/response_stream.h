@@ -16,16 +16,23 @@
 // let go, and one kept for later owns a copy (Payload::Own).
 
 #include <cstdint>
-#include <functional>
 
 namespace simverbs {
 
+class Device;
+class Qp;
 struct Packet;
 
 struct ResponseStream {
   // Where `length` bytes at `va` are in the responder's memory, or nullptr
   // when the responder can no longer answer. Called with the engine lock.
-  std::function<const uint8_t*(uint64_t va, uint64_t length)> locate;
+  // (A function and the values it needs, not a closure: a closure of these
+  // four would be allocated for every READ.)
+  const uint8_t* (*locate)(const ResponseStream& s, uint64_t va, uint64_t length) = nullptr;
+  Device* device = nullptr;  // the responder: its device, QP number and QP
+  uint32_t qpn = 0;
+  const Qp* qp = nullptr;    // compared only, never followed: the QP may be gone
+  uint32_t rkey = 0;
   uint32_t mtu = 4096;
   uint64_t cut = 0;      // bytes made into packets so far
   uint32_t packets = 0;  // packets made so far
