@@ -22,8 +22,10 @@
 // hole that every later packet waits behind. So a producer announces the
 // position it is about to claim in its own entry of `claims_` (by its fabric
 // slot, with its generation); the owner, finding the oldest slot claimed but
-// unpublished, asks whether that producer is dead (SkipDeadClaim) and only
-// then skips the slot. A live producer, even a stopped one, is waited for. A
+// unpublished, asks whether that producer is dead (SkipDeadClaim; its
+// progress thread asks only once the claim has waited a millisecond: most are
+// a live producer between claim and publish, and asking is a system call)
+// and only then skips the slot. A live producer, even a stopped one, is waited for. A
 // producer publishes with a compare-and-swap, so one whose slot was skipped
 // meanwhile cannot publish into a later lap.
 //
