@@ -19,14 +19,11 @@ Each side must stay under 0.05 per message; a system call on every message (or o
 would show as 1 (0.1).
 """
 import os
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
+import perftest_pair
 from check_tally import Tally
-from tcp_listening import wait_listening
 
 cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 BOUND = 0.05
@@ -52,40 +49,18 @@ def calls(path):
 
 
 def run_pair(prog, n, tmp):
-    """Runs one pair under strace; returns {side: {syscall: calls}, "ms": the client's run time}, or an
-    error string."""
+    """Runs one pair, each side under its own strace; returns {side: {syscall: calls}, "ms": the client's
+    run time}, or an error string."""
     port[0] += 1
     paths = {side: os.path.join(tmp, f"{prog}-{n}-{side}") for side in ("server", "client")}
 
-    def start(side):
-        return subprocess.Popen(["strace", "-f", "-c", "--seccomp-bpf", "-e", f"trace=!{PLACEMENT}", "-o", paths[side], cli, "run", "--", prog, "-p", str(port[0]),
-                                 "-s", "64", "-n", str(n)] + (["127.0.0.1"] if side == "client" else []),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    def strace(side):
+        return ["strace", "-f", "-c", "--seccomp-bpf", "-e", f"trace=!{PLACEMENT}", "-o", paths[side]]
 
-    server = start("server")
-    if not wait_listening(port[0], server, time.time() + 20):
-        server.kill()
-        return f"the server never listened:\n{server.communicate()[0]}"
-    client = start("client")
-    started = time.monotonic()
-    result = {}
-    outs = []
-    for side, proc, timeout in (("client", client, 120), ("server", server, 60)):
-        watchdog = threading.Timer(timeout, proc.kill)
-        watchdog.start()
-        outs.append(f"--- {side}:\n" + proc.communicate()[0])
-        watchdog.cancel()
-        if side == "client":
-            result["ms"] = (time.monotonic() - started) * 1000
-        if proc.returncode:
-            if side == "client":
-                server.kill()
-                server.wait()
-            return f"{prog} -n {n}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n" + \
-                "\n".join(outs)
-    for side, path in paths.items():
-        result[side] = calls(path)
-    return result
+    result = perftest_pair.run_pair(cli, env, [prog, "-s", "64", "-n", str(n)], port[0], wrap=strace)
+    if isinstance(result, str):
+        return result
+    return {"ms": result["ms"], **{side: calls(path) for side, path in paths.items()}}
 
 
 with tempfile.TemporaryDirectory() as tmp:

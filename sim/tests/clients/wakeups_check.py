@@ -15,13 +15,10 @@ looks at its QPs' retransmit deadlines every 2 ms while messages are in flight. 
 must stay under 0.05 per message; each wake-up system call per message would show as about one.
 """
 import os
-import subprocess
 import sys
-import threading
-import time
 
+import perftest_pair
 from check_tally import Tally
-from tcp_listening import wait_listening
 
 cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 BOUND = 0.05
@@ -39,39 +36,10 @@ port = [base_port]
 def run_pair(prog, size, n):
     """Runs one pair; returns {side: voluntary switches, "ms": the client's run time}, or an error string."""
     port[0] += 1
-
-    def start(side):
-        return subprocess.Popen([cli, "run", "--", prog, "-p", str(port[0]), "-s", str(size), "-n", str(n)] +
-                                (["127.0.0.1"] if side == "client" else []),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-
-    server = start("server")
-    if not wait_listening(port[0], server, time.time() + 20):
-        server.kill()
-        return f"the server never listened:\n{server.communicate()[0]}"
-    client = start("client")
-    started = time.monotonic()
-    result = {}
-    outs = []
-    for side, proc, timeout in (("client", client, 120), ("server", server, 60)):
-        # Reaped here, with its resource usage (Popen.wait would reap it first); a watchdog kills
-        # a side that does not end in time.
-        watchdog = threading.Timer(timeout, proc.kill)
-        watchdog.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        watchdog.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        outs.append(f"--- {side}:\n" + proc.stdout.read())
-        if proc.returncode:
-            if side == "client":
-                server.kill()
-                server.wait()
-            return f"{prog} -n {n}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n" + \
-                "\n".join(outs)
-        result[side] = usage.ru_nvcsw
-        if side == "client":
-            result["ms"] = (time.monotonic() - started) * 1000
-    return result
+    result = perftest_pair.run_pair(cli, env, [prog, "-s", str(size), "-n", str(n)], port[0])
+    if isinstance(result, str):
+        return result
+    return {"ms": result["ms"], **{side: result[side][1].ru_nvcsw for side in ("server", "client")}}
 
 
 for prog, size, n in CASES:

@@ -1,0 +1,46 @@
+"""One perftest server and client pair on the simulator, each side bounded by a watchdog."""
+import os
+import subprocess
+import threading
+import time
+
+from tcp_listening import wait_listening
+
+
+def run_pair(cli, env, command, port, wrap=lambda side: [], timeouts=(("client", 120), ("server", 60))):
+    """Runs `cli run -- command -p port` as server, then as client once the server listens; `wrap(side)`
+    is put in front of a side's command line (e.g. strace). Returns {side: (output, rusage),
+    "ms": the client's run time}, or an error string. A side that does not end in time is killed."""
+    def start(side):
+        return subprocess.Popen(wrap(side) + [cli, "run", "--"] + command + ["-p", str(port)] +
+                                (["127.0.0.1"] if side == "client" else []),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+    procs = {"server": start("server")}
+    if not wait_listening(port, procs["server"], time.time() + 20):
+        procs["server"].kill()
+        return f"the server never listened:\n{procs['server'].communicate()[0]}"
+    procs["client"] = start("client")
+    started = time.monotonic()
+    result = {}
+    outs = []
+    for side, timeout in timeouts:
+        proc = procs[side]
+        # Reaped here, with its resource usage (Popen.wait would reap it first).
+        watchdog = threading.Timer(timeout, proc.kill)
+        watchdog.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        watchdog.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        output = proc.stdout.read()
+        outs.append(f"--- {side}:\n" + output)
+        if side == "client":
+            result["ms"] = (time.monotonic() - started) * 1000
+        if proc.returncode:
+            if side == "client":
+                procs["server"].kill()
+                procs["server"].wait()
+            return f"{' '.join(command)}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n" + \
+                "\n".join(outs)
+        result[side] = (output, usage)
+    return result
