@@ -81,7 +81,10 @@ struct Packet {
   bool answered = false;
   // A whole READ answer, to be cut into packets as the wire takes them
   // (transport/response_stream.h); never crosses to another process as such.
-  std::shared_ptr<ResponseStream> stream;
+  // Mutable: CutResponse sets it aside while it copies the other fields of
+  // a const Packet (a copy and a release would be two atomic operations on
+  // every packet of the answer).
+  mutable std::shared_ptr<ResponseStream> stream;
 };
 
 }  // namespace simverbs

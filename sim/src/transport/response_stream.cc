@@ -20,8 +20,12 @@ bool CutResponse(const Packet& whole, Packet* out) {
     s.ended = true;
     return false;
   }
-  *out = whole;
+  // Every field of `whole` but its stream, set aside meanwhile (moves cost
+  // no atomic operation; whole's payload is empty: the copy allocates nothing).
+  std::shared_ptr<ResponseStream> stream = std::move(whole.stream);
   out->stream.reset();
+  *out = whole;
+  whole.stream = std::move(stream);
   out->payload.Borrow(bytes, chunk);
   out->psn = (whole.psn + s.packets) & 0xffffff;
   out->first = s.cut == 0;
