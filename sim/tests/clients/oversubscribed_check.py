@@ -15,15 +15,11 @@ sched_yield calls with strace -f -c:
     to a CPU of its own: it never yields.
 """
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
+import perftest_pair
 from check_tally import Tally
-from tcp_listening import wait_listening
 
 cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 N = 20000
@@ -40,34 +36,17 @@ def yields_of_client(server_cpus, client_cpus, messages):
     """Runs one pair of `messages` messages, each side on its CPUs (None: as inherited); returns the
     client's sched_yield calls, or an error string."""
     port[0] += 1
-    command = ["ib_send_bw", "-p", str(port[0]), "-s", "64", "-n", str(messages)]
+    cpus = {"server": server_cpus, "client": client_cpus}
     with tempfile.NamedTemporaryFile("r", suffix=".strace") as summary:
-        server = subprocess.Popen([cli, "run", "--"] + command, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, env=env,
-                                  preexec_fn=pinned_to(server_cpus))
-        if not wait_listening(port[0], server, time.time() + 20):
-            server.kill()
-            return f"the server never listened:\n{server.communicate()[0]}"
-        client = subprocess.Popen(["strace", "-f", "-c", "-e", "trace=sched_yield", "-o", summary.name,
-                                   cli, "run", "--"] + command + ["127.0.0.1"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                  preexec_fn=pinned_to(client_cpus))
-        outs = []
-        for side, proc in (("client", client), ("server", server)):
-            watchdog = threading.Timer(120, proc.kill)
-            watchdog.start()
-            outs.append(f"--- {side}:\n" + proc.communicate()[0])
-            watchdog.cancel()
-            if proc.returncode:
-                server.kill()
-                server.wait()
-                return f"{side} exit {proc.returncode} (killed after 120 s if -9):\n" + "\n".join(outs)
-        # strace -c: "% time  seconds  usecs/call  calls  [errors]  syscall"; no row when none.
-        for line in summary.read().splitlines():
-            fields = line.split()
-            if fields and fields[-1] == "sched_yield":
-                return int(fields[3])
-        return 0
+        def strace_client(side):
+            return ["strace", "-f", "-c", "-e", "trace=sched_yield", "-o", summary.name] if side == "client" else []
+
+        result = perftest_pair.run_pair(cli, env, ["ib_send_bw", "-s", "64", "-n", str(messages)], port[0],
+                                        wrap=strace_client, preexec=lambda side: pinned_to(cpus[side]),
+                                        timeouts=(("client", 120), ("server", 120)))
+        if isinstance(result, str):
+            return result
+        return perftest_pair.strace_calls(summary.name).get("sched_yield", 0)
 
 
 allowed = sorted(os.sched_getaffinity(0))

@@ -1,4 +1,5 @@
-"""One perftest server and client pair on the simulator, each side bounded by a watchdog."""
+"""One perftest server and client pair on the simulator, each side bounded by a watchdog, and the table
+`strace -c` writes of a side."""
 import os
 import subprocess
 import threading
@@ -7,14 +8,17 @@ import time
 from tcp_listening import wait_listening
 
 
-def run_pair(cli, env, command, port, wrap=lambda side: [], timeouts=(("client", 120), ("server", 60))):
+def run_pair(cli, env, command, port, wrap=lambda side: [], preexec=lambda side: None,
+             timeouts=(("client", 120), ("server", 60))):
     """Runs `cli run -- command -p port` as server, then as client once the server listens; `wrap(side)`
-    is put in front of a side's command line (e.g. strace). Returns {side: (output, rusage),
+    is put in front of a side's command line (e.g. strace), `preexec(side)` (a function or None) runs
+    in its process before it starts (e.g. pinning it to CPUs). Returns {side: (output, rusage),
     "ms": the client's run time}, or an error string. A side that does not end in time is killed."""
     def start(side):
         return subprocess.Popen(wrap(side) + [cli, "run", "--"] + command + ["-p", str(port)] +
                                 (["127.0.0.1"] if side == "client" else []),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                preexec_fn=preexec(side))
 
     procs = {"server": start("server")}
     if not wait_listening(port, procs["server"], time.time() + 20):
@@ -44,3 +48,14 @@ def run_pair(cli, env, command, port, wrap=lambda side: [], timeouts=(("client",
                 "\n".join(outs)
         result[side] = (output, usage)
     return result
+
+
+def strace_calls(path):
+    """{syscall: calls} from the table `strace -c -o path` wrote (% time, seconds, usecs/call, calls,
+    [errors,] name); a syscall never made has no row."""
+    table = {}
+    for line in open(path):
+        fields = line.split()
+        if len(fields) >= 5 and fields[3].isdigit() and fields[-1] != "total":
+            table[fields[-1]] = int(fields[3])
+    return table

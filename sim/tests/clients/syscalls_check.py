@@ -38,16 +38,6 @@ tally = Tally()
 port = [base_port]
 
 
-def calls(path):
-    """{syscall: calls} from strace -c's table (% time, seconds, usecs/call, calls, [errors,] name)."""
-    table = {}
-    for line in open(path):
-        fields = line.split()
-        if len(fields) >= 5 and fields[3].isdigit() and fields[-1] != "total":
-            table[fields[-1]] = int(fields[3])
-    return table
-
-
 def run_pair(prog, n, tmp):
     """Runs one pair, each side under its own strace; returns {side: {syscall: calls}, "ms": the client's
     run time}, or an error string."""
@@ -60,7 +50,7 @@ def run_pair(prog, n, tmp):
     result = perftest_pair.run_pair(cli, env, [prog, "-s", "64", "-n", str(n)], port[0], wrap=strace)
     if isinstance(result, str):
         return result
-    return {"ms": result["ms"], **{side: calls(path) for side, path in paths.items()}}
+    return {"ms": result["ms"], **{side: perftest_pair.strace_calls(path) for side, path in paths.items()}}
 
 
 with tempfile.TemporaryDirectory() as tmp:
