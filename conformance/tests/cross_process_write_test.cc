@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -112,9 +113,50 @@ std::vector<uint8_t> ReadOf(pid_t pid, uint64_t addr, size_t length) {
   return bytes;
 }
 
+// What the child's buffer is.
+enum class Memory {
+  kAnonymous,  // private anonymous pages
+  kMemfd,      // a memfd mapped shared (its descriptor kept open)
+  kShmFile,    // a file in /dev/shm mapped shared, its descriptor closed (as `ib_write_bw --mmap` does)
+};
+
+// A file name removed when this goes.
+struct UnlinkAtEnd {
+  std::string path;
+  ~UnlinkAtEnd() {
+    if (!path.empty()) unlink(path.c_str());
+  }
+};
+
+// `length` bytes of zeroed memory of the kind `memory` names, or MAP_FAILED (errno). A memfd's
+// descriptor stays open; the /dev/shm file's name goes with *name.
+void* MapMemory(Memory memory, size_t length, UnlinkAtEnd* name) {
+  if (memory == Memory::kAnonymous) {
+    return mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  int fd = -1;
+  if (memory == Memory::kMemfd) {
+    fd = memfd_create("cross-process-write", MFD_CLOEXEC);
+  } else {
+    name->path = "/dev/shm/conformance-write-" + std::to_string(getpid());
+    fd = open(name->path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) return MAP_FAILED;
+  void* mem = ftruncate(fd, static_cast<off_t>(length)) == 0
+                  ? mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+  if (memory == Memory::kShmFile) {
+    const int err = errno;
+    close(fd);
+    errno = err;
+  }
+  return mem;
+}
+
 // How RunWithChild sets the two ends up, beyond access rights.
 struct ChildSetup {
   size_t length = kLength;  // of the child's buffer
+  Memory memory = Memory::kAnonymous;
   bool post_recv = true;
   ibv_qp_type type = IBV_QPT_RC;
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
@@ -179,8 +221,9 @@ class CrossProcessWriteTest : public QpTest {
             ASSERT_NE(pd, nullptr);
             QpEnd end;
             ASSERT_TRUE(CreateEndOn(context.get(), pd.get(), &end, config));
-            void* mem = mmap(nullptr, setup.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            ASSERT_NE(mem, MAP_FAILED);
+            UnlinkAtEnd name;
+            void* mem = MapMemory(setup.memory, setup.length, &name);
+            ASSERT_NE(mem, MAP_FAILED) << std::strerror(errno);
             auto* buf = static_cast<uint8_t*>(mem);
             ibv_mr* mr = ibv_reg_mr(pd.get(), buf, setup.length, static_cast<int>(access));
             ASSERT_NE(mr, nullptr);
@@ -280,12 +323,35 @@ class CrossProcessWriteTest : public QpTest {
   Buffer src_;
 };
 
+// The same checks with the child's buffer in each kind of memory: a program may register pages it
+// mapped shared from a file (a memfd, a tmpfs file, `ib_write_bw --mmap`), and a WRITE must land in
+// them, keep its PSNs and obey the access rules as it does in private memory.
+class CrossProcessWriteMemoryTest : public CrossProcessWriteTest, public ::testing::WithParamInterface<Memory> {
+ protected:
+  ChildSetup Setup() const {
+    ChildSetup setup;
+    setup.memory = GetParam();
+    return setup;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Memory, CrossProcessWriteMemoryTest,
+                         ::testing::Values(Memory::kAnonymous, Memory::kMemfd, Memory::kShmFile),
+                         [](const ::testing::TestParamInfo<Memory>& info) {
+                           switch (info.param) {
+                             case Memory::kAnonymous: return std::string("Anonymous");
+                             case Memory::kMemfd: return std::string("Memfd");
+                             case Memory::kShmFile: return std::string("ShmFile");
+                           }
+                           return std::string("Unknown");
+                         });
+
 // Rule: ibv_post_send(3): RDMA WRITE writes the local buffers into the remote memory at remote_addr
 //   (rkey); IBTA 9.7.1: every packet of a message takes a PSN, and the responder expects the next
 //   message at the PSN after its last packet.
 // Checks: a WRITE of 64 KiB into an MR of another process completes with success and the child reads
 //   the bytes; a SEND posted after it reaches the child's receive (the PSNs stayed in step).
-TEST_F(CrossProcessWriteTest, WriteLandsInAnotherProcess) {
+TEST_P(CrossProcessWriteMemoryTest, WriteLandsInAnotherProcess) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [](const Child& c) {
@@ -304,7 +370,8 @@ TEST_F(CrossProcessWriteTest, WriteLandsInAnotherProcess) {
         ibv_wc send_wc = {};
         EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &send_wc, kChildTimeout / 2));
         EXPECT_EQ(send_wc.status, IBV_WC_SUCCESS) << DescribeWc(send_wc);
-      });
+      },
+      Setup());
 }
 
 // Rule: IBTA C9-222 / ibv_post_send(3): a WRITE through an R_Key whose MR does not allow
@@ -331,7 +398,7 @@ TEST_F(CrossProcessWriteTest, WriteToQpWithoutRemoteWriteFails) {
 // Checks: a first WRITE lands; the child registers a second MR over the same buffer and deregisters
 //   the first; a second WRITE with other bytes through the first rkey completes with
 //   IBV_WC_REM_ACCESS_ERR and the child still reads the first WRITE's bytes.
-TEST_F(CrossProcessWriteTest, WriteAfterDeregistrationDoesNotLand) {
+TEST_P(CrossProcessWriteMemoryTest, WriteAfterDeregistrationDoesNotLand) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [](const Child& c) {
@@ -358,7 +425,8 @@ TEST_F(CrossProcessWriteTest, WriteAfterDeregistrationDoesNotLand) {
         const ibv_wc second = Write(target);
         EXPECT_EQ(second.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(second);
         EXPECT_EQ(write(to_child, "c", 1), 1);
-      });
+      },
+      Setup());
 }
 
 // Rule: IBTA Vol 1 ch. 9 (responder): requests are executed in PSN order, and a remote access error
@@ -369,7 +437,7 @@ TEST_F(CrossProcessWriteTest, WriteAfterDeregistrationDoesNotLand) {
 //   R_Key that names no MR, the second (4 KiB) through the MR's own: they complete with
 //   IBV_WC_REM_ACCESS_ERR and IBV_WC_WR_FLUSH_ERR, in order, and the child's buffer is still all
 //   zero.
-TEST_F(CrossProcessWriteTest, WriteBehindRemoteAccessErrorDoesNotLand) {
+TEST_P(CrossProcessWriteMemoryTest, WriteBehindRemoteAccessErrorDoesNotLand) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [](const Child& c) {
@@ -389,7 +457,8 @@ TEST_F(CrossProcessWriteTest, WriteBehindRemoteAccessErrorDoesNotLand) {
         ASSERT_EQ(PostWhileStopped(target.pid, wrs), 0);
         ExpectTwoCompletions(IBV_WC_REM_ACCESS_ERR, IBV_WC_WR_FLUSH_ERR);
         EXPECT_EQ(write(to_child, "x", 1), 1);
-      });
+      },
+      Setup());
 }
 
 // Rule: IBTA Vol 1 ch. 9 (unreliable connection): a UC responder silently drops a request it

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "context.h"
 #include "device.h"
@@ -173,8 +174,11 @@ bool Mr::Shareable(unsigned access) {
   return (access & IBV_ACCESS_REMOTE_WRITE) && Fabric::Get().attached();
 }
 
-void Mr::ShareLocked() {
-  if (!Shareable(access_)) return;
+SharedFile Mr::FileFor(const void* addr, size_t length, unsigned access) {
+  return Shareable(access) ? HoldSharedFile(addr, length) : SharedFile{};
+}
+
+void Mr::ShareLocked(const SharedFile& file) {
   const ibv_mr& m = handle_.pub;
   PublishedKey key;
   key.addr = reinterpret_cast<uintptr_t>(m.addr);
@@ -182,14 +186,28 @@ void Mr::ShareLocked() {
   key.length = m.length;
   key.access = access_;
   key.pd = reinterpret_cast<uintptr_t>(pd_);
-  if (!Fabric::Get().PublishKey(pd_->context()->device()->index(), m.rkey, key)) return;
+  key.file_fd = file.fd;
+  key.file_dev = file.dev;
+  key.file_ino = file.ino;
+  key.file_offset = file.offset;
+  if (!Shareable(access_) || !Fabric::Get().PublishKey(pd_->context()->device()->index(), m.rkey, key)) {
+    ReleaseSharedFile(file);
+    return;
+  }
   shared_ = true;
   share_rkey_ = m.rkey;
   share_pid_ = getpid();
+  file_ = file;
 }
 
 void Mr::UnshareLocked() {
   if (WithdrawLocked()) WaitUnused();
+  ReleaseFile();
+}
+
+void Mr::ReleaseFile() {
+  ReleaseSharedFile(file_);
+  file_ = SharedFile{};
 }
 
 bool Mr::WithdrawLocked() {
@@ -209,14 +227,24 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   if (int err = CheckMapped(addr, length, access)) return Result<Mr*>::Error(err);
   Device* dev = pd->context()->device();
   if (!dev->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  const SharedFile file = FileFor(addr, length, access);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   const uint32_t key_index = dev->NewKeyIndex();
   if (key_index == 0) {
+    ReleaseSharedFile(file);
     dev->Release(Device::Kind::kMr);
     return Result<Mr*>::Error(ENOMEM);
   }
-  Mr* mr = new Mr(pd, addr, length, iova, access, key_index);
-  mr->ShareLocked();
+  Mr* mr = nullptr;
+  try {
+    mr = new Mr(pd, addr, length, iova, access, key_index);
+  } catch (const std::bad_alloc&) {
+    ReleaseSharedFile(file);
+    dev->ReleaseKeyIndex(key_index);
+    dev->Release(Device::Kind::kMr);
+    return Result<Mr*>::Error(ENOMEM);
+  }
+  mr->ShareLocked(file);
   return mr;
 }
 
@@ -253,6 +281,9 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   // (rxe_rereg_user_mr; mlx5: "Original memory keys are kept if possible"), so
   // a peer that was given the rkey goes on using it; a one-copy writer sees
   // the key withdrawn, waited for, and published again with the new range.
+  const bool moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  const SharedFile file = FileFor(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length,
+                                  (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_);
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   UnshareLocked();
   ibv_mr& m = handle_.pub;
@@ -268,7 +299,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     m.pd = pd->ibv();
   }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
-  ShareLocked();
+  ShareLocked(file);
   return 0;
 }
 
@@ -287,6 +318,7 @@ int Mr::Deregister() {
   // returns), but holds up only this call: every other verb of the process
   // goes on meanwhile.
   if (wait) WaitUnused();
+  ReleaseFile();
   dev->Release(Device::Kind::kMr);
   delete this;
   return 0;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "fabric/shared_file.h"
 #include "handle.h"
 #include "result.h"
 
@@ -59,8 +60,13 @@ class Mr {
   // stay for its life, ibv_rereg_mr included. Requires: engine lock.
   void AssignKeys(uint32_t key_index);
   // Peers may write into this MR directly (fabric/fabric.h): publishes its
-  // rkey. Nothing of the memory changes. Requires: engine lock.
-  void ShareLocked();
+  // rkey, and `file` (from FileFor: the MR keeps it, or gives it back when it
+  // is not published). Nothing of the memory changes. Requires: engine lock.
+  void ShareLocked(const SharedFile& file);
+  // The file a peer may map to write into [addr, addr + length) registered
+  // with `access` (fabric/shared_file.h), held; fd -1 for none. Reads
+  // /proc/self/maps: called before the engine lock is taken.
+  static SharedFile FileFor(const void* addr, size_t length, unsigned access);
   // Withdraws that: returns once no peer writes into it any more (or one has
   // been at it too long: Fabric::WaitKeyUnused). Requires: engine lock (a
   // peer's write does not need ours).
@@ -69,6 +75,8 @@ class Mr {
   // engine lock: WithdrawLocked (true: wait for peers), then WaitUnused.
   bool WithdrawLocked();
   void WaitUnused() const;
+  // Gives back the file ShareLocked kept, once no peer writes into the MR.
+  void ReleaseFile();
   static bool Shareable(unsigned access);
 
   Handle<ibv_mr, Mr> handle_;
@@ -79,6 +87,7 @@ class Mr {
   bool shared_ = false;
   uint32_t share_rkey_ = 0;
   int share_pid_ = 0;  // a child of fork() inherits the MR, not the publication
+  SharedFile file_;    // published with the rkey (a child of fork() holds its copy of the descriptor)
 };
 
 }  // namespace simverbs

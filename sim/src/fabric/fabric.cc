@@ -32,7 +32,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425239;  // "SIMFABR9"
+constexpr uint64_t kMagic = 0x53494d4641425241;  // "SIMFABRA"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -82,6 +82,11 @@ struct KeyEntry {
   std::atomic<uint64_t> iova;
   std::atomic<uint64_t> length;
   std::atomic<uint64_t> pd;
+  // PublishedKey's file_*.
+  std::atomic<int32_t> file_fd;
+  std::atomic<uint64_t> file_dev;
+  std::atomic<uint64_t> file_ino;
+  std::atomic<uint64_t> file_offset;
 };
 
 struct DeviceState {
@@ -492,6 +497,10 @@ bool Fabric::PublishKey(int device_index, uint32_t rkey, const PublishedKey& key
   k.iova.store(key.iova, std::memory_order_relaxed);
   k.length.store(key.length, std::memory_order_relaxed);
   k.pd.store(key.pd, std::memory_order_relaxed);
+  k.file_fd.store(key.file_fd, std::memory_order_relaxed);
+  k.file_dev.store(key.file_dev, std::memory_order_relaxed);
+  k.file_ino.store(key.file_ino, std::memory_order_relaxed);
+  k.file_offset.store(key.file_offset, std::memory_order_relaxed);
   k.key.store(rkey, std::memory_order_seq_cst);
   return true;
 }
@@ -575,9 +584,32 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   const uint64_t iova = k.iova.load(std::memory_order_relaxed);
   const uint64_t key_length = k.length.load(std::memory_order_relaxed);
   const uint64_t key_pd = k.pd.load(std::memory_order_relaxed);
+  FileWindowKey file;
+  file.device = device_index;
+  file.rkey = rkey;
+  file.fd = k.file_fd.load(std::memory_order_relaxed);
+  file.dev = k.file_dev.load(std::memory_order_relaxed);
+  file.ino = k.file_ino.load(std::memory_order_relaxed);
+  file.offset = k.file_offset.load(std::memory_order_relaxed);
+  file.length = key_length;
   if (key == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
       (access & IBV_ACCESS_REMOTE_WRITE) && va >= iova && length <= key_length && va - iova <= key_length - length &&
       addr + key_length >= addr) {
+    if (file.fd >= 0) {
+      // The program mapped the MR's pages from a file: write into our own
+      // mapping of it (no system call once mapped).
+      const FileWindow* window = nullptr;
+      try {
+        window = &WindowFor(*peer, pid, file);
+      } catch (const std::bad_alloc&) {
+        // No room for the window: process_vm_writev below.
+      }
+      if (window && window->usable()) {
+        window->Write(va - iova, length, local, local_count);
+        placing.store(0, std::memory_order_release);
+        return true;
+      }
+    }
     const iovec remote{reinterpret_cast<void*>(addr + (va - iova)), length};
     const ssize_t n = process_vm_writev(pid, local, local_count, &remote, 1, 0);
     if (n < 0 && (errno == EPERM || errno == ENOSYS)) peer->placement_denied = true;
@@ -587,6 +619,23 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   }
   placing.store(0, std::memory_order_release);
   return placed;
+}
+
+const FileWindow& Fabric::WindowFor(Peer& peer, pid_t pid, const FileWindowKey& key) {
+  for (const FileWindow& window : peer.windows) {
+    if (window.key() == key) return window;
+  }
+  // A window of the same publication slot that no longer matches is stale.
+  for (size_t i = 0; i < peer.windows.size(); ++i) {
+    const FileWindowKey& old = peer.windows[i].key();
+    if (old.device == key.device && old.rkey == key.rkey) {
+      peer.windows.erase(peer.windows.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  }
+  if (peer.windows.size() >= kMaxFileWindows) peer.windows.erase(peer.windows.begin());
+  peer.windows.push_back(FileWindow::Open(pid, key));
+  return peer.windows.back();
 }
 
 std::atomic<uint64_t>* Fabric::XmitDiscardsCounter(int device_index, int port) const {
@@ -613,6 +662,7 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
     peer->ring = nullptr;
     peer->pushed = false;
     peer->placement_denied = false;
+    peer->windows.clear();
     peer->ring_refused = false;
     peer->backlog.clear();
     peer->generation = generation;

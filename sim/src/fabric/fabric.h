@@ -50,7 +50,10 @@
 // later, REMOTE_WRITE). A requester whose WRITE passes those checks copies the
 // data from its own SGEs straight into the owner's pages with one
 // process_vm_writev (one copy, by the kernel, with no help from the owner's
-// CPU), and sends one packet without payload, marked placed, that stands for
+// CPU) — or, when the program mapped the MR's pages shared from a file (a
+// memfd, a tmpfs file: fabric/shared_file.h), with a memcpy into its own
+// mapping of that file (fabric/file_window.h; no system call once mapped) —
+// and sends one packet without payload, marked placed, that stands for
 // the whole message (all its PSNs); the owner's responder runs every check
 // and answer as before, minus the copy. A placed RDMA WRITE without
 // immediate that goes straight into the owner's ring is also completed by
@@ -116,6 +119,7 @@
 #include <vector>
 
 #include "fabric/fabric_limits.h"
+#include "fabric/file_window.h"
 #include "transport/packet.h"
 
 namespace simverbs {
@@ -130,6 +134,13 @@ struct PublishedKey {
   uint64_t length = 0;
   uint32_t access = 0;
   uint64_t pd = 0;             // the PD's identity in this process
+  // The file the MR's pages belong to, when the program mapped it shared
+  // (fabric/shared_file.h): our descriptor of it (-1: none), its st_dev and
+  // st_ino, and the file offset of the MR's first byte.
+  int32_t file_fd = -1;
+  uint64_t file_dev = 0;
+  uint64_t file_ino = 0;
+  uint64_t file_offset = 0;
 };
 struct FaultRequest;
 
@@ -273,6 +284,9 @@ class Fabric {
     uint64_t last_pushed = 0;    // position of our last packet in its ring
     bool pushed = false;
     bool placement_denied = false;  // the kernel does not let us write into it
+    // Its files we mapped to write into its MRs (at most kMaxFileWindows, the
+    // oldest goes first).
+    std::vector<FileWindow> windows;
     bool ring_refused = false;      // its ring is not ours to use (said once per generation)
     uint64_t next_alive_check_ns = 0;  // while a backlog waits: ask at most every millisecond
     bool wake_owed = false;    // OweWakeLocked
@@ -282,6 +296,9 @@ class Fabric {
     std::deque<Packet> backlog;
   };
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
+  static constexpr size_t kMaxFileWindows = 8;   // per peer
+  // The window for `key` of the peer `pid`: found, or opened (and kept).
+  const FileWindow& WindowFor(Peer& peer, pid_t pid, const FileWindowKey& key);
 
   // Handles the mailbox requests this process has not seen (progress thread).
   void HandleFaults();

@@ -9,13 +9,14 @@ from tcp_listening import wait_listening
 
 
 def run_pair(cli, env, command, port, wrap=lambda side: [], preexec=lambda side: None,
-             timeouts=(("client", 120), ("server", 60))):
+             timeouts=(("client", 120), ("server", 60)), args=lambda side: []):
     """Runs `cli run -- command -p port` as server, then as client once the server listens; `wrap(side)`
-    is put in front of a side's command line (e.g. strace), `preexec(side)` (a function or None) runs
-    in its process before it starts (e.g. pinning it to CPUs). Returns {side: (output, rusage),
-    "ms": the client's run time}, or an error string. A side that does not end in time is killed."""
+    is put in front of a side's command line (e.g. strace), `args(side)` after `command` (e.g. a
+    buffer file of its own), `preexec(side)` (a function or None) runs in its process before it starts
+    (e.g. pinning it to CPUs). Returns {side: (output, rusage), "ms": the client's run time}, or an
+    error string. A side that does not end in time is killed."""
     def start(side):
-        return subprocess.Popen(wrap(side) + [cli, "run", "--"] + command + ["-p", str(port)] +
+        return subprocess.Popen(wrap(side) + [cli, "run", "--"] + command + args(side) + ["-p", str(port)] +
                                 (["127.0.0.1"] if side == "client" else []),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 preexec_fn=preexec(side))

@@ -10,8 +10,11 @@ between the two runs divided by N - SHORT is that process's system calls per mes
 N and 2N: a system call made on some messages only, as when a spinning thread catches a producer
 between two steps, varies from run to run as much as it grows with N, and the difference hides it.)
 Two kinds are taken off:
-  - process_vm_writev: an RDMA WRITE into another process's MR is placed by the requester with one
-    call (sim/src/fabric/fabric.h, "One-copy WRITE"); it is the copy, not overhead;
+  - process_vm_writev: an RDMA WRITE into another process's private memory is placed by the
+    requester with one call (sim/src/fabric/fabric.h, "One-copy WRITE"); it is the copy, not
+    overhead. The WRITE runs are made again with each side's buffer in a file of its own that it
+    maps shared (perftest --mmap, in /dev/shm): the writer maps that file too and copies with no
+    system call, so there process_vm_writev counts like any other;
   - timed looks, whatever the message count: the progress thread looks at its ring every
     millisecond while the program polls, the timer thread at its QPs' deadlines every 2 ms while
     messages are in flight (up to TIMED_LOOKS_PER_MS per millisecond the longer run took in addition).
@@ -31,44 +34,55 @@ TIMED_LOOKS_PER_MS = 1.5  # the progress thread's 1 ms and the timer thread's 2 
 PLACEMENT = "process_vm_writev"
 SHORT = 100
 # (program, N): N large enough that a cost on one message in ten would show in the thousands.
-CASES = [("ib_send_lat", 20000), ("ib_write_lat", 10000), ("ib_read_lat", 20000),
-         ("ib_send_bw", 100000), ("ib_write_bw", 50000), ("ib_read_bw", 50000)]
+# mmap: each side's buffer is a file in /dev/shm it maps shared.
+CASES = [("ib_send_lat", 20000, False), ("ib_write_lat", 10000, False), ("ib_read_lat", 20000, False),
+         ("ib_send_bw", 100000, False), ("ib_write_bw", 50000, False), ("ib_read_bw", 50000, False),
+         ("ib_write_lat", 10000, True), ("ib_write_bw", 50000, True)]
+MMAP_FILE_BYTES = 64 << 20  # sparse; more than a 64-byte run's buffers
 env = dict(os.environ, SIMVERBS_FABRIC=fabric)
 tally = Tally()
 port = [base_port]
 
 
-def run_pair(prog, n, tmp):
-    """Runs one pair, each side under its own strace; returns {side: {syscall: calls}, "ms": the client's
-    run time}, or an error string."""
+def run_pair(prog, n, mmap, tmp, shm):
+    """Runs one pair, each side under its own strace (and with a buffer file of its own in `shm` when
+    `mmap`); returns {side: {syscall: calls}, "ms": the client's run time}, or an error string."""
     port[0] += 1
     paths = {side: os.path.join(tmp, f"{prog}-{n}-{side}") for side in ("server", "client")}
+    buffers = {side: os.path.join(shm, f"{prog}-{side}") for side in ("server", "client")}
+    if mmap:
+        for path in buffers.values():
+            with open(path, "wb") as f:
+                f.truncate(MMAP_FILE_BYTES)
 
     def strace(side):
-        return ["strace", "-f", "-c", "--seccomp-bpf", "-e", f"trace=!{PLACEMENT}", "-o", paths[side]]
+        traced = "all" if mmap else f"!{PLACEMENT}"
+        return ["strace", "-f", "-c", "--seccomp-bpf", "-e", f"trace={traced}", "-o", paths[side]]
 
-    result = perftest_pair.run_pair(cli, env, [prog, "-s", "64", "-n", str(n)], port[0], wrap=strace)
+    result = perftest_pair.run_pair(cli, env, [prog, "-s", "64", "-n", str(n)], port[0], wrap=strace,
+                                    args=lambda side: [f"--mmap={buffers[side]}"] if mmap else [])
     if isinstance(result, str):
         return result
     return {"ms": result["ms"], **{side: perftest_pair.strace_calls(path) for side, path in paths.items()}}
 
 
-with tempfile.TemporaryDirectory() as tmp:
-    for prog, n in CASES:
-        once = run_pair(prog, SHORT, tmp)
-        twice = run_pair(prog, n, tmp) if isinstance(once, dict) else once
-        if not tally.expect(f"{prog} ran", isinstance(twice, dict), twice if isinstance(twice, str) else ""):
+with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+    for prog, n, mmap in CASES:
+        name = prog + (" --mmap" if mmap else "")
+        once = run_pair(prog, SHORT, mmap, tmp, shm)
+        twice = run_pair(prog, n, mmap, tmp, shm) if isinstance(once, dict) else once
+        if not tally.expect(f"{name} ran", isinstance(twice, dict), twice if isinstance(twice, str) else ""):
             continue
         timed_looks = TIMED_LOOKS_PER_MS * max(0.0, twice["ms"] - once["ms"])
         for side in ("server", "client"):
-            more = {name: twice[side].get(name, 0) - once[side].get(name, 0)
-                    for name in set(twice[side]) | set(once[side]) if name != PLACEMENT}
+            more = {call: twice[side].get(call, 0) - once[side].get(call, 0)
+                    for call in set(twice[side]) | set(once[side]) if mmap or call != PLACEMENT}
             per_message = (sum(more.values()) - timed_looks) / (n - SHORT)
-            top = ", ".join(f"{name} {count:+d}" for name, count in
+            top = ", ".join(f"{call} {count:+d}" for call, count in
                             sorted(more.items(), key=lambda item: -abs(item[1]))[:4])
             detail = (f"run of {n} minus run of {SHORT}: {top or 'nothing'}; {timed_looks:.0f} timed looks allowed "
                       f"({once['ms']:.0f} and {twice['ms']:.0f} ms)")
-            print(f"{prog:13} {side:6}: {per_message:.3f} system calls per message ({detail})")
-            tally.expect(f"{prog} {side}", per_message < BOUND,
+            print(f"{name:20} {side:6}: {per_message:.3f} system calls per message ({detail})")
+            tally.expect(f"{name} {side}", per_message < BOUND,
                          f"{per_message:.3f} system calls per message ({detail}); bound {BOUND}")
 tally.finish()

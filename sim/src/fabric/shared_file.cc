@@ -1,0 +1,163 @@
+#include "fabric/shared_file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace simverbs {
+namespace {
+
+// The mapping of /proc/self/maps that holds a range.
+struct MapsLine {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  bool writable = false;
+  bool shared = false;
+  uint64_t offset = 0;
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  std::string path;  // may end in " (deleted)"
+};
+
+// The line of /proc/self/maps whose mapping holds [begin, end), if one does.
+bool FindMapping(uint64_t begin, uint64_t end, MapsLine* out) {
+  FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (!maps) return false;
+  bool found = false;
+  char* line = nullptr;
+  size_t capacity = 0;
+  while (!found && getline(&line, &capacity, maps) > 0) {
+    MapsLine m;
+    char perms[5] = {};
+    unsigned major = 0, minor = 0;
+    int path_at = 0;
+    if (std::sscanf(line, "%" SCNx64 "-%" SCNx64 " %4s %" SCNx64 " %x:%x %" SCNu64 " %n", &m.start, &m.end, perms,
+                    &m.offset, &major, &minor, &m.ino, &path_at) < 7) {
+      continue;
+    }
+    if (m.start > begin || end > m.end) continue;
+    m.writable = perms[1] == 'w';
+    m.shared = perms[3] == 's';
+    m.dev = makedev(major, minor);
+    m.path = line + path_at;
+    while (!m.path.empty() && m.path.back() == '\n') m.path.pop_back();
+    *out = m;
+    found = true;
+  }
+  std::free(line);
+  std::fclose(maps);
+  return found;
+}
+
+// `fd` is the file (dev, ino): a regular file of our effective uid.
+bool IsOurFile(int fd, uint64_t dev, uint64_t ino) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == dev && st.st_ino == ino &&
+         st.st_uid == geteuid();
+}
+
+// A new descriptor of (dev, ino), read-write: by its name when it has one,
+// else through a descriptor of ours that names it (a memfd, or an unlinked
+// file the program still holds). -1 when neither works.
+int OpenFile(const MapsLine& m) {
+  if (!m.path.empty() && m.path[0] == '/') {
+    int fd = open(m.path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0 && IsOurFile(fd, m.dev, m.ino)) return fd;
+    if (fd >= 0) close(fd);
+  }
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return -1;
+  int found = -1;
+  while (const dirent* d = readdir(dir)) {
+    if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+    const int candidate = std::atoi(d->d_name);
+    if (candidate == dirfd(dir) || !IsOurFile(candidate, m.dev, m.ino)) continue;
+    // Reopened: our own description, read-write whatever the program's is,
+    // and still ours when the program closes its descriptor.
+    const std::string link = "/proc/self/fd/" + std::string(d->d_name);
+    int fd = open(link.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd >= 0 && IsOurFile(fd, m.dev, m.ino)) {
+      found = fd;
+      break;
+    }
+    if (fd >= 0) close(fd);
+  }
+  closedir(dir);
+  return found;
+}
+
+// The descriptors held, one per file, and how many MRs hold each.
+struct HeldFile {
+  uint64_t dev;
+  uint64_t ino;
+  int fd;
+  int holders;
+};
+std::mutex held_mu;
+std::vector<HeldFile>& Held() {
+  static auto* held = new std::vector<HeldFile>();  // never destroyed: MRs may outlive static destruction
+  return *held;
+}
+
+}  // namespace
+
+SharedFile HoldSharedFile(const void* addr, size_t length) {
+  SharedFile file;
+  const auto begin = reinterpret_cast<uintptr_t>(addr);
+  MapsLine m;
+  if (length == 0 || begin + length < begin || !FindMapping(begin, begin + length, &m)) return file;
+  if (!m.writable || !m.shared || m.ino == 0) return file;
+  std::lock_guard<std::mutex> lock(held_mu);
+  try {
+    for (HeldFile& h : Held()) {
+      if (h.dev == m.dev && h.ino == m.ino) {
+        ++h.holders;
+        file.fd = h.fd;
+        break;
+      }
+    }
+    if (file.fd < 0) {
+      const int fd = OpenFile(m);
+      if (fd < 0) return file;
+      try {
+        Held().push_back(HeldFile{m.dev, m.ino, fd, 1});
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+      file.fd = fd;
+    }
+  } catch (const std::exception&) {
+    return SharedFile{};  // out of memory: the MR is written into by the other paths
+  }
+  file.dev = m.dev;
+  file.ino = m.ino;
+  file.offset = m.offset + (begin - m.start);
+  return file;
+}
+
+void ReleaseSharedFile(const SharedFile& file) {
+  if (file.fd < 0) return;
+  std::lock_guard<std::mutex> lock(held_mu);
+  std::vector<HeldFile>& held = Held();
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (held[i].fd != file.fd || held[i].dev != file.dev || held[i].ino != file.ino) continue;
+    if (--held[i].holders == 0) {
+      close(held[i].fd);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return;
+  }
+}
+
+}  // namespace simverbs

@@ -1,0 +1,35 @@
+#pragma once
+
+// The file behind registered memory that the program itself mapped shared
+// (MAP_SHARED of a tmpfs or hugetlbfs file, a memfd, `ib_write_bw --mmap`):
+// a peer that maps the same file writes an RDMA WRITE's bytes into our MR
+// with a memcpy, as an HCA writes into the pages, instead of one
+// process_vm_writev per message (fabric/file_window.h). Nothing about the
+// memory changes: the program chose to share those pages, and the peer
+// writes only within the MR, as the copying path would.
+//
+// The owner holds a descriptor of the file while the MR is published, so a
+// peer can open it through /proc/<pid>/fd/<fd> (the same ptrace rule as
+// process_vm_writev) even when the program closed its own or the file has no
+// name (a memfd). One descriptor per file, shared by its MRs.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace simverbs {
+
+struct SharedFile {
+  int fd = -1;          // ours (O_CLOEXEC); -1: the range is not in such a file
+  uint64_t dev = 0;     // the file's st_dev and st_ino: what a peer checks it opened
+  uint64_t ino = 0;
+  uint64_t offset = 0;  // the file offset of the range's first byte
+};
+
+// When [addr, addr + length) lies in one shared, writable mapping of a
+// regular file that our effective uid owns, that file, its descriptor held
+// until ReleaseSharedFile; otherwise fd -1 (and nothing is held). Reads
+// /proc/self/maps: for registration, not the data path.
+SharedFile HoldSharedFile(const void* addr, size_t length);
+void ReleaseSharedFile(const SharedFile& file);
+
+}  // namespace simverbs
