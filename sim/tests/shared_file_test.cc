@@ -82,6 +82,21 @@ TEST(SharedFileTest, OneDescriptorPerFileUntilTheLastRelease) {
   EXPECT_EQ(fcntl(second.fd, F_GETFD), -1) << "still open after the last release";
 }
 
+// A program that closes descriptors it does not know may reuse the number for another file: the
+// last release leaves that one open.
+TEST(SharedFileTest, ReleaseDoesNotCloseAnotherFileOnTheSameNumber) {
+  Memfd file(2, 0);
+  Memfd other(2, 0);
+  ASSERT_NE(file.map(), nullptr);
+  ASSERT_GE(other.fd(), 0);
+  const SharedFile shared = HoldSharedFile(file.map(), kPage);
+  ASSERT_GE(shared.fd, 0);
+  ASSERT_EQ(dup2(other.fd(), shared.fd), shared.fd);
+  ReleaseSharedFile(shared);
+  EXPECT_NE(fcntl(shared.fd, F_GETFD), -1) << "closed the program's descriptor of another file";
+  close(shared.fd);
+}
+
 TEST(SharedFileTest, NoFileForPrivateOrReadOnlyOrAnonymousMemory) {
   Memfd private_map(2, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE);
   Memfd read_only(2, 0, PROT_READ);

@@ -33,13 +33,18 @@ FileWindow FileWindow::Open(pid_t pid, const FileWindowKey& key) {
   if (pid <= 0 || key.fd < 0 || key.length == 0 || end < key.offset || end - start > SIZE_MAX) return window;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", static_cast<int>(pid), static_cast<int>(key.fd));
-  const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return window;
+  // The file is looked at before it is opened: the descriptor number comes
+  // from shared memory, and opening a device file can do things.
+  const auto is_it = [&](const struct stat& st) {
+    return S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_dev) == key.dev &&
+           static_cast<uint64_t>(st.st_ino) == key.ino && st.st_uid == geteuid() && st.st_size >= 0 &&
+           static_cast<uint64_t>(st.st_size) >= end;
+  };
   struct stat st {};
-  const bool ours = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_dev) == key.dev &&
-                    static_cast<uint64_t>(st.st_ino) == key.ino && st.st_uid == geteuid() && st.st_size >= 0 &&
-                    static_cast<uint64_t>(st.st_size) >= end;
-  if (ours) {
+  if (stat(path, &st) != 0 || !is_it(st)) return window;
+  const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return window;
+  if (fstat(fd, &st) == 0 && is_it(st)) {
     void* map = mmap(nullptr, end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
     if (map != MAP_FAILED) {
       window.map_ = map;

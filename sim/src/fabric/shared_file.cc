@@ -59,11 +59,25 @@ bool FindMapping(uint64_t begin, uint64_t end, MapsLine* out) {
   return found;
 }
 
-// `fd` is the file (dev, ino): a regular file of our effective uid.
+// `st` is the file (dev, ino): a regular file of our effective uid.
+bool IsOurFile(const struct stat& st, uint64_t dev, uint64_t ino) {
+  return S_ISREG(st.st_mode) && st.st_dev == dev && st.st_ino == ino && st.st_uid == geteuid();
+}
 bool IsOurFile(int fd, uint64_t dev, uint64_t ino) {
   struct stat st {};
-  return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == dev && st.st_ino == ino &&
-         st.st_uid == geteuid();
+  return fstat(fd, &st) == 0 && IsOurFile(st, dev, ino);
+}
+
+// Opens `path` read-write if it names the file (dev, ino), and only then:
+// opening a device file can do things (a watchdog starts, a line waits for
+// carrier).
+int OpenIfOurFile(const char* path, uint64_t dev, uint64_t ino) {
+  struct stat st {};
+  if (stat(path, &st) != 0 || !IsOurFile(st, dev, ino)) return -1;
+  const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd >= 0 && IsOurFile(fd, dev, ino)) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
 }
 
 // A new descriptor of (dev, ino), read-write: by its name when it has one,
@@ -71,9 +85,8 @@ bool IsOurFile(int fd, uint64_t dev, uint64_t ino) {
 // file the program still holds). -1 when neither works.
 int OpenFile(const MapsLine& m) {
   if (!m.path.empty() && m.path[0] == '/') {
-    int fd = open(m.path.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
-    if (fd >= 0 && IsOurFile(fd, m.dev, m.ino)) return fd;
-    if (fd >= 0) close(fd);
+    const int fd = OpenIfOurFile(m.path.c_str(), m.dev, m.ino);
+    if (fd >= 0) return fd;
   }
   DIR* dir = opendir("/proc/self/fd");
   if (!dir) return -1;
@@ -85,12 +98,8 @@ int OpenFile(const MapsLine& m) {
     // Reopened: our own description, read-write whatever the program's is,
     // and still ours when the program closes its descriptor.
     const std::string link = "/proc/self/fd/" + std::string(d->d_name);
-    int fd = open(link.c_str(), O_RDWR | O_CLOEXEC | O_NOCTTY);
-    if (fd >= 0 && IsOurFile(fd, m.dev, m.ino)) {
-      found = fd;
-      break;
-    }
-    if (fd >= 0) close(fd);
+    found = OpenIfOurFile(link.c_str(), m.dev, m.ino);
+    if (found >= 0) break;
   }
   closedir(dir);
   return found;
@@ -153,7 +162,9 @@ void ReleaseSharedFile(const SharedFile& file) {
   for (size_t i = 0; i < held.size(); ++i) {
     if (held[i].fd != file.fd || held[i].dev != file.dev || held[i].ino != file.ino) continue;
     if (--held[i].holders == 0) {
-      close(held[i].fd);
+      // Unless the program closed it meanwhile (closing every descriptor it
+      // does not know) and the number is another file's now.
+      if (IsOurFile(held[i].fd, held[i].dev, held[i].ino)) close(held[i].fd);
       held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
     }
     return;
