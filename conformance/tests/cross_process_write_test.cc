@@ -328,7 +328,7 @@ class CrossProcessWriteTest : public QpTest {
 // them, keep its PSNs and obey the access rules as it does in private memory.
 class CrossProcessWriteMemoryTest : public CrossProcessWriteTest, public ::testing::WithParamInterface<Memory> {
  protected:
-  ChildSetup Setup() const {
+  ChildSetup WithMemory() const {
     ChildSetup setup;
     setup.memory = GetParam();
     return setup;
@@ -371,7 +371,7 @@ TEST_P(CrossProcessWriteMemoryTest, WriteLandsInAnotherProcess) {
         EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &send_wc, kChildTimeout / 2));
         EXPECT_EQ(send_wc.status, IBV_WC_SUCCESS) << DescribeWc(send_wc);
       },
-      Setup());
+      WithMemory());
 }
 
 // Rule: IBTA C9-222 / ibv_post_send(3): a WRITE through an R_Key whose MR does not allow
@@ -426,7 +426,7 @@ TEST_P(CrossProcessWriteMemoryTest, WriteAfterDeregistrationDoesNotLand) {
         EXPECT_EQ(second.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(second);
         EXPECT_EQ(write(to_child, "c", 1), 1);
       },
-      Setup());
+      WithMemory());
 }
 
 // Rule: IBTA Vol 1 ch. 9 (responder): requests are executed in PSN order, and a remote access error
@@ -458,7 +458,7 @@ TEST_P(CrossProcessWriteMemoryTest, WriteBehindRemoteAccessErrorDoesNotLand) {
         ExpectTwoCompletions(IBV_WC_REM_ACCESS_ERR, IBV_WC_WR_FLUSH_ERR);
         EXPECT_EQ(write(to_child, "x", 1), 1);
       },
-      Setup());
+      WithMemory());
 }
 
 // Rule: IBTA Vol 1 ch. 9 (unreliable connection): a UC responder silently drops a request it
