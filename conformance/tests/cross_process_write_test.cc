@@ -868,6 +868,74 @@ TEST_F(CrossProcessWriteTest, PacketLostForMemoryIsSentAgain) {
       });
 }
 
+// Whether this process maps a file whose /proc/self/maps name contains `name`.
+bool MapsFileNamed(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Rule: ibv_dereg_mr(3): the MR's memory is the program's again; simverbs' one-copy WRITE maps the
+//   file of an MR whose pages the program mapped shared (sim/src/fabric/file_window.h), and must
+//   not keep that file's pages alive once the key is withdrawn.
+// Checks: the child registers 64 KiB of a memfd of its own; the parent's WRITE into it lands (and
+//   the parent maps the memfd); the child deregisters it, unmaps and closes the memfd; after the
+//   parent's next WRITE into the child, the parent no longer maps it.
+TEST_F(CrossProcessWriteTest, WriterUnmapsTheFileOfAWithdrawnKey) {
+  SKIP_IF(!Sim()) << "(the writer's mapping of the MR's file is the simulator's)";
+  struct Memfd {
+    uint32_t rkey;
+    uint64_t addr;
+  };
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        const std::string name = "withdrawn-key-" + std::to_string(getpid());
+        const int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(ftruncate(fd, kLength), 0);
+        void* mem = mmap(nullptr, kLength, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ASSERT_NE(mem, MAP_FAILED);
+        ibv_mr* mr = ibv_reg_mr(c.mr->pd, mem, kLength, static_cast<int>(kFullMrAccess));
+        ASSERT_NE(mr, nullptr);
+        const Memfd target{mr->rkey, reinterpret_cast<uintptr_t>(mem)};
+        ASSERT_EQ(write(c.to_parent, &target, sizeof target), static_cast<ssize_t>(sizeof target));
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        EXPECT_EQ(Read(static_cast<uint8_t*>(mem), kLength), Pattern(8, kLength));
+        EXPECT_EQ(ibv_dereg_mr(mr), 0);
+        munmap(mem, kLength);
+        close(fd);
+        ASSERT_EQ(write(c.to_parent, "d", 1), 1);
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        const std::string memfd_name = "withdrawn-key-" + std::to_string(target.pid);
+        Memfd memfd{};
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &memfd, sizeof memfd), static_cast<ssize_t>(sizeof memfd));
+        src_.FillPattern(8);
+        const ibv_wc first = Write(Target{target.qpn, memfd.rkey, memfd.addr, target.pid});
+        EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
+        const bool mapped = MapsFileNamed(memfd_name);
+        EXPECT_EQ(write(to_child, "w", 1), 1);
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &step, 1), 1);
+        if (mapped) {
+          const ibv_wc second = Write(target);
+          EXPECT_EQ(second.status, IBV_WC_SUCCESS) << DescribeWc(second);
+          EXPECT_FALSE(MapsFileNamed(memfd_name)) << "the writer still maps the file of a withdrawn key";
+        }
+        EXPECT_EQ(write(to_child, "e", 1), 1);
+        if (!mapped) GTEST_SKIP() << "the WRITE was not placed through the file here (ptrace rules?)";
+      });
+}
+
 // Rule: ibv_is_fork_initialized(3): IBV_FORK_UNNEEDED means the kernel copies registered pages for
 //   a child of fork() (copy-on-fork of pinned pages), so fork needs no ibv_fork_init: the child works
 //   on its own copy and the parent's registered memory is not affected by it.

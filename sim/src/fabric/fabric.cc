@@ -32,7 +32,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425241;  // "SIMFABRA"
+constexpr uint64_t kMagic = 0x53494d4641425242;  // "SIMFABRB"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -59,6 +59,9 @@ struct ProcSlot {
   std::atomic<uint32_t> app_spinning;
   // The CPUs it may run on (sched_getaffinity at attach): CPU n is bit n % 64.
   std::atomic<uint64_t> cpus;
+  // How many of its keys with a file it has withdrawn: writers that mapped
+  // its files look again at their windows when this moves.
+  std::atomic<uint32_t> files_revoked;
 };
 
 namespace {
@@ -508,8 +511,11 @@ bool Fabric::PublishKey(int device_index, uint32_t rkey, const PublishedKey& key
 bool Fabric::RevokeKey(int device_index, uint32_t rkey) {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return false;
   KeyEntry& k = segment_->devices[device_index].keys[(rkey >> 8) % kKeySlots];
+  const bool had_file = k.file_fd.load(std::memory_order_relaxed) >= 0;
   uint32_t expected = rkey;
-  return k.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst);
+  if (!k.key.compare_exchange_strong(expected, 0, std::memory_order_seq_cst)) return false;
+  if (had_file) segment_->procs[slot_].files_revoked.fetch_add(1, std::memory_order_release);
+  return true;
 }
 
 void Fabric::WaitKeyUnused(int device_index, uint32_t rkey) {
@@ -592,6 +598,7 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   file.ino = k.file_ino.load(std::memory_order_relaxed);
   file.offset = k.file_offset.load(std::memory_order_relaxed);
   file.length = key_length;
+  if (!peer->windows.empty()) DropStaleWindows(slot, *peer);
   if (key == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
       (access & IBV_ACCESS_REMOTE_WRITE) && va >= iova && length <= key_length && va - iova <= key_length - length &&
       addr + key_length >= addr) {
@@ -619,6 +626,30 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   }
   placing.store(0, std::memory_order_release);
   return placed;
+}
+
+void Fabric::DropStaleWindows(int slot, Peer& peer) {
+  const uint32_t revoked = segment_->procs[slot].files_revoked.load(std::memory_order_acquire);
+  if (revoked == peer.files_revoked_seen) return;
+  peer.files_revoked_seen = revoked;
+  // A window whose key is no longer published as it was maps pages the owner
+  // may have given back: unmapped, they are freed.
+  for (size_t i = 0; i < peer.windows.size();) {
+    const FileWindowKey& w = peer.windows[i].key();
+    const KeyEntry& k = segment_->devices[w.device].keys[(w.rkey >> 8) % kKeySlots];
+    const bool current = k.key.load(std::memory_order_acquire) == w.rkey &&
+                         k.slot.load(std::memory_order_relaxed) == slot &&
+                         k.file_fd.load(std::memory_order_relaxed) == w.fd &&
+                         k.file_dev.load(std::memory_order_relaxed) == w.dev &&
+                         k.file_ino.load(std::memory_order_relaxed) == w.ino &&
+                         k.file_offset.load(std::memory_order_relaxed) == w.offset &&
+                         k.length.load(std::memory_order_relaxed) == w.length;
+    if (current) {
+      ++i;
+    } else {
+      peer.windows.erase(peer.windows.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
 }
 
 const FileWindow& Fabric::WindowFor(Peer& peer, pid_t pid, const FileWindowKey& key) {
@@ -663,6 +694,7 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
     peer->pushed = false;
     peer->placement_denied = false;
     peer->windows.clear();
+    peer->files_revoked_seen = 0;
     peer->ring_refused = false;
     peer->backlog.clear();
     peer->generation = generation;

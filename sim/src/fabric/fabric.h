@@ -285,8 +285,9 @@ class Fabric {
     bool pushed = false;
     bool placement_denied = false;  // the kernel does not let us write into it
     // Its files we mapped to write into its MRs (at most kMaxFileWindows, the
-    // oldest goes first).
+    // oldest goes first; those of withdrawn keys go at our next WRITE to it).
     std::vector<FileWindow> windows;
+    uint32_t files_revoked_seen = 0;  // its ProcSlot::files_revoked when we last looked
     bool ring_refused = false;      // its ring is not ours to use (said once per generation)
     uint64_t next_alive_check_ns = 0;  // while a backlog waits: ask at most every millisecond
     bool wake_owed = false;    // OweWakeLocked
@@ -299,6 +300,9 @@ class Fabric {
   static constexpr size_t kMaxFileWindows = 8;   // per peer
   // The window for `key` of the peer `pid`: found, or opened (and kept).
   const FileWindow& WindowFor(Peer& peer, pid_t pid, const FileWindowKey& key);
+  // Once the peer in `slot` has withdrawn a key with a file since we last
+  // looked: unmaps our windows whose keys it no longer publishes as they were.
+  void DropStaleWindows(int slot, Peer& peer);
 
   // Handles the mailbox requests this process has not seen (progress thread).
   void HandleFaults();
