@@ -8,7 +8,11 @@
 // only when it is the file the owner published (st_dev, st_ino), a regular
 // file of our effective uid, and long enough for the MR (a mapping beyond
 // the end of a file raises SIGBUS on access). Each window belongs to one
-// (device, rkey) publication and is checked against it on every use.
+// (device, rkey) publication and is checked against it on every use. A
+// writer keeps at most a few per peer (Fabric::kMaxFileWindows) and unmaps
+// those whose keys the owner withdrew at its next WRITE to that owner
+// (Fabric::DropStaleWindows), so it does not hold for long the pages of a
+// file the owner has given back.
 // (Should the owner shrink the file under a registered MR afterwards, a write
 // into the lost pages raises SIGBUS here, as a store by the owner itself
 // would; an HCA would write into pages the file no longer has.)
