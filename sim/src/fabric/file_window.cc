@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "fabric/shared_file.h"
+
 namespace simverbs {
 
 FileWindow& FileWindow::operator=(FileWindow&& other) noexcept {
@@ -33,24 +35,14 @@ FileWindow FileWindow::Open(pid_t pid, const FileWindowKey& key) {
   if (pid <= 0 || key.fd < 0 || key.length == 0 || end < key.offset || end - start > SIZE_MAX) return window;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", static_cast<int>(pid), static_cast<int>(key.fd));
-  // The file is looked at before it is opened: the descriptor number comes
-  // from shared memory, and opening a device file can do things.
-  const auto is_it = [&](const struct stat& st) {
-    return S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_dev) == key.dev &&
-           static_cast<uint64_t>(st.st_ino) == key.ino && st.st_uid == geteuid() && st.st_size >= 0 &&
-           static_cast<uint64_t>(st.st_size) >= end;
-  };
-  struct stat st {};
-  if (stat(path, &st) != 0 || !is_it(st)) return window;
-  const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  // (The descriptor number comes from shared memory: the file is checked.)
+  const int fd = OpenSharedFile(path, key.dev, key.ino, end);
   if (fd < 0) return window;
-  if (fstat(fd, &st) == 0 && is_it(st)) {
-    void* map = mmap(nullptr, end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
-    if (map != MAP_FAILED) {
-      window.map_ = map;
-      window.map_length_ = end - start;
-      window.mr_ = static_cast<uint8_t*>(map) + (key.offset - start);
-    }
+  void* map = mmap(nullptr, end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map != MAP_FAILED) {
+    window.map_ = map;
+    window.map_length_ = end - start;
+    window.mr_ = static_cast<uint8_t*>(map) + (key.offset - start);
   }
   close(fd);
   return window;

@@ -59,33 +59,36 @@ bool FindMapping(uint64_t begin, uint64_t end, MapsLine* out) {
   return found;
 }
 
-// `st` is the file (dev, ino): a regular file of our effective uid.
-bool IsOurFile(const struct stat& st, uint64_t dev, uint64_t ino) {
-  return S_ISREG(st.st_mode) && st.st_dev == dev && st.st_ino == ino && st.st_uid == geteuid();
+// `st` is the file (dev, ino): a regular file of our effective uid, at
+// least `min_size` bytes long.
+bool IsOurFile(const struct stat& st, uint64_t dev, uint64_t ino, uint64_t min_size = 0) {
+  return S_ISREG(st.st_mode) && st.st_dev == dev && st.st_ino == ino && st.st_uid == geteuid() &&
+         st.st_size >= 0 && static_cast<uint64_t>(st.st_size) >= min_size;
 }
-bool IsOurFile(int fd, uint64_t dev, uint64_t ino) {
+bool IsOurFile(int fd, uint64_t dev, uint64_t ino, uint64_t min_size = 0) {
   struct stat st {};
-  return fstat(fd, &st) == 0 && IsOurFile(st, dev, ino);
+  return fstat(fd, &st) == 0 && IsOurFile(st, dev, ino, min_size);
 }
 
-// Opens `path` read-write if it names the file (dev, ino), and only then:
-// opening a device file can do things (a watchdog starts, a line waits for
-// carrier).
-int OpenIfOurFile(const char* path, uint64_t dev, uint64_t ino) {
+}  // namespace
+
+int OpenSharedFile(const char* path, uint64_t dev, uint64_t ino, uint64_t min_size) {
   struct stat st {};
-  if (stat(path, &st) != 0 || !IsOurFile(st, dev, ino)) return -1;
+  if (stat(path, &st) != 0 || !IsOurFile(st, dev, ino, min_size)) return -1;
   const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd >= 0 && IsOurFile(fd, dev, ino)) return fd;
+  if (fd >= 0 && IsOurFile(fd, dev, ino, min_size)) return fd;
   if (fd >= 0) close(fd);
   return -1;
 }
+
+namespace {
 
 // A new descriptor of (dev, ino), read-write: by its name when it has one,
 // else through a descriptor of ours that names it (a memfd, or an unlinked
 // file the program still holds). -1 when neither works.
 int OpenFile(const MapsLine& m) {
   if (!m.path.empty() && m.path[0] == '/') {
-    const int fd = OpenIfOurFile(m.path.c_str(), m.dev, m.ino);
+    const int fd = OpenSharedFile(m.path.c_str(), m.dev, m.ino, 0);
     if (fd >= 0) return fd;
   }
   DIR* dir = opendir("/proc/self/fd");
@@ -98,7 +101,7 @@ int OpenFile(const MapsLine& m) {
     // Reopened: our own description, read-write whatever the program's is,
     // and still ours when the program closes its descriptor.
     const std::string link = "/proc/self/fd/" + std::string(d->d_name);
-    found = OpenIfOurFile(link.c_str(), m.dev, m.ino);
+    found = OpenSharedFile(link.c_str(), m.dev, m.ino, 0);
     if (found >= 0) break;
   }
   closedir(dir);
