@@ -305,7 +305,9 @@ std::string Fabric::Attach(int* err) {
     // The thread object names the parent's thread, which does not exist here:
     // forget it without joining or detaching.
     new (&progress_) std::thread();
-    for (auto& peer : peers_) peer.reset();  // the parent's (its mappings stay, unused)
+    // The parent's: its ring mappings stay, unused; its windows were
+    // forgotten at fork.
+    for (auto& peer : peers_) peer.reset();
     segment_fd_ = -1;  // closed by the fork handler
     backlogged_.clear();
     backlog_empty_ = true;
@@ -364,6 +366,12 @@ std::string Fabric::Attach(int* err) {
     // shares them, and would make the parent look alive after it died.
     pthread_atfork(nullptr, nullptr, [] {
       Fabric& fabric = Fabric::Get();
+      // Our windows onto peers' files are not inherited (MADV_DONTFORK).
+      for (auto& peer : fabric.peers_) {
+        if (peer) {
+          for (FileWindow& window : peer->windows) window.Forget();
+        }
+      }
       fabric.ring_ = nullptr;
       fabric.oversubscribed_.store(false, std::memory_order_relaxed);
       if (fabric.segment_fd_ >= 0) close(fabric.segment_fd_);
@@ -598,8 +606,12 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   file.ino = k.file_ino.load(std::memory_order_relaxed);
   file.offset = k.file_offset.load(std::memory_order_relaxed);
   file.length = key_length;
+  // Read again: the fields were all of the publication of `rkey` (another
+  // process may claim a withdrawn entry and fill it in meanwhile).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint32_t key_after = k.key.load(std::memory_order_relaxed);
   if (!peer->windows.empty()) DropStaleWindows(slot, *peer);
-  if (key == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
+  if (key == rkey && key_after == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
       (access & IBV_ACCESS_REMOTE_WRITE) && va >= iova && length <= key_length && va - iova <= key_length - length &&
       addr + key_length >= addr) {
     if (file.fd >= 0) {

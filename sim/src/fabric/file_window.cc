@@ -29,20 +29,31 @@ FileWindow& FileWindow::operator=(FileWindow&& other) noexcept {
 FileWindow FileWindow::Open(pid_t pid, const FileWindowKey& key) {
   FileWindow window;
   window.key_ = key;
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t start = key.offset - key.offset % page;
   const uint64_t end = key.offset + key.length;
-  if (pid <= 0 || key.fd < 0 || key.length == 0 || end < key.offset || end - start > SIZE_MAX) return window;
+  if (pid <= 0 || key.fd < 0 || key.length == 0 || end < key.offset) return window;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/fd/%d", static_cast<int>(pid), static_cast<int>(key.fd));
   // (The descriptor number comes from shared memory: the file is checked.)
   const int fd = OpenSharedFile(path, key.dev, key.ino, end);
   if (fd < 0) return window;
-  void* map = mmap(nullptr, end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
-  if (map != MAP_FAILED) {
-    window.map_ = map;
-    window.map_length_ = end - start;
-    window.mr_ = static_cast<uint8_t*>(map) + (key.offset - start);
+  // Whole pages of the file: its block size is its page size (a huge page
+  // on hugetlbfs, where a mapping must start and end on one).
+  struct stat st {};
+  uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (fstat(fd, &st) == 0 && st.st_blksize > 0 && static_cast<uint64_t>(st.st_blksize) % page == 0) {
+    page = static_cast<uint64_t>(st.st_blksize);
+  }
+  const uint64_t start = key.offset - key.offset % page;
+  const uint64_t map_end = end % page ? end + (page - end % page) : end;
+  if (map_end - start <= SIZE_MAX) {  // (end <= the file size < 2^63: no overflow)
+    void* map = mmap(nullptr, map_end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+    if (map != MAP_FAILED) {
+      // A child of fork() does not inherit it (Fabric::Attach forgets it there).
+      madvise(map, map_end - start, MADV_DONTFORK);
+      window.map_ = map;
+      window.map_length_ = map_end - start;
+      window.mr_ = static_cast<uint8_t*>(map) + (key.offset - start);
+    }
   }
   close(fd);
   return window;
@@ -60,6 +71,10 @@ void FileWindow::Write(uint64_t at, uint64_t length, const iovec* local, size_t 
 
 void FileWindow::Close() {
   if (map_) munmap(map_, map_length_);
+  Forget();
+}
+
+void FileWindow::Forget() {
   map_ = nullptr;
   map_length_ = 0;
   mr_ = nullptr;

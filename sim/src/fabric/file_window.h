@@ -57,8 +57,12 @@ class FileWindow {
   // Copies `local` (our memory) to the MR's bytes [at, at + length).
   // Requires: usable(), and the range within the MR.
   void Write(uint64_t at, uint64_t length, const iovec* local, size_t local_count) const;
-  // Unmaps. (A child of fork() inherits the mapping, shared: it may unmap its copy.)
+  // Unmaps.
   void Close();
+  // Forgets the mapping without unmapping it: in a child of fork(), which
+  // does not inherit it (MADV_DONTFORK), and where something else may be
+  // mapped at its address by now.
+  void Forget();
 
  private:
   FileWindowKey key_;

@@ -2,7 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -31,10 +35,15 @@ struct MapsLine {
 
 // The line of /proc/self/maps whose mapping holds [begin, end), if one does.
 bool FindMapping(uint64_t begin, uint64_t end, MapsLine* out) {
-  FILE* maps = std::fopen("/proc/self/maps", "re");
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen("/proc/self/maps", "re"), &std::fclose);
+  FILE* maps = file.get();
   if (!maps) return false;
   bool found = false;
   char* line = nullptr;
+  struct FreeLine {
+    char** line;
+    ~FreeLine() { std::free(*line); }
+  } free_line{&line};
   size_t capacity = 0;
   while (!found && getline(&line, &capacity, maps) > 0) {
     MapsLine m;
@@ -54,8 +63,6 @@ bool FindMapping(uint64_t begin, uint64_t end, MapsLine* out) {
     *out = m;
     found = true;
   }
-  std::free(line);
-  std::fclose(maps);
   return found;
 }
 
@@ -70,13 +77,20 @@ bool IsOurFile(int fd, uint64_t dev, uint64_t ino, uint64_t min_size = 0) {
   return fstat(fd, &st) == 0 && IsOurFile(st, dev, ino, min_size);
 }
 
+// Memory, not storage: a store into a shared mapping of any other file
+// system may wait for its I/O, or fail with SIGBUS when that fails.
+bool InMemoryFileSystem(int fd) {
+  struct statfs fs {};
+  return fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == HUGETLBFS_MAGIC);
+}
+
 }  // namespace
 
 int OpenSharedFile(const char* path, uint64_t dev, uint64_t ino, uint64_t min_size) {
   struct stat st {};
   if (stat(path, &st) != 0 || !IsOurFile(st, dev, ino, min_size)) return -1;
   const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd >= 0 && IsOurFile(fd, dev, ino, min_size)) return fd;
+  if (fd >= 0 && IsOurFile(fd, dev, ino, min_size) && InMemoryFileSystem(fd)) return fd;
   if (fd >= 0) close(fd);
   return -1;
 }
@@ -91,7 +105,8 @@ int OpenFile(const MapsLine& m) {
     const int fd = OpenSharedFile(m.path.c_str(), m.dev, m.ino, 0);
     if (fd >= 0) return fd;
   }
-  DIR* dir = opendir("/proc/self/fd");
+  std::unique_ptr<DIR, int (*)(DIR*)> opened(opendir("/proc/self/fd"), &closedir);
+  DIR* dir = opened.get();
   if (!dir) return -1;
   int found = -1;
   while (const dirent* d = readdir(dir)) {
@@ -100,11 +115,11 @@ int OpenFile(const MapsLine& m) {
     if (candidate == dirfd(dir) || !IsOurFile(candidate, m.dev, m.ino)) continue;
     // Reopened: our own description, read-write whatever the program's is,
     // and still ours when the program closes its descriptor.
-    const std::string link = "/proc/self/fd/" + std::string(d->d_name);
-    found = OpenSharedFile(link.c_str(), m.dev, m.ino, 0);
+    char link[64];
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", candidate);
+    found = OpenSharedFile(link, m.dev, m.ino, 0);
     if (found >= 0) break;
   }
-  closedir(dir);
   return found;
 }
 
@@ -123,14 +138,21 @@ std::vector<HeldFile>& Held() {
 
 }  // namespace
 
-SharedFile HoldSharedFile(const void* addr, size_t length) {
+SharedFile HoldSharedFile(const void* addr, size_t length) noexcept {
   SharedFile file;
   const auto begin = reinterpret_cast<uintptr_t>(addr);
-  MapsLine m;
-  if (length == 0 || begin + length < begin || !FindMapping(begin, begin + length, &m)) return file;
-  if (!m.writable || !m.shared || m.ino == 0) return file;
-  std::lock_guard<std::mutex> lock(held_mu);
+  if (length == 0 || begin + length < begin) return file;
   try {
+    MapsLine m;
+    if (!FindMapping(begin, begin + length, &m) || !m.writable || !m.shared || m.ino == 0) return file;
+    // Every page of the range exists from now on, as a registration pins
+    // them: a peer's store into a page the file system cannot provide (a full
+    // /dev/shm, an empty huge page pool) would kill that peer with SIGBUS.
+    if (madvise(reinterpret_cast<void*>(begin - begin % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE))),
+                length + begin % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), MADV_POPULATE_WRITE) != 0) {
+      return file;
+    }
+    std::lock_guard<std::mutex> lock(held_mu);
     for (HeldFile& h : Held()) {
       if (h.dev == m.dev && h.ino == m.ino) {
         ++h.holders;
@@ -149,13 +171,13 @@ SharedFile HoldSharedFile(const void* addr, size_t length) {
       }
       file.fd = fd;
     }
+    file.dev = m.dev;
+    file.ino = m.ino;
+    file.offset = m.offset + (begin - m.start);
+    return file;
   } catch (const std::exception&) {
     return SharedFile{};  // out of memory: the MR is written into by the other paths
   }
-  file.dev = m.dev;
-  file.ino = m.ino;
-  file.offset = m.offset + (begin - m.start);
-  return file;
 }
 
 void ReleaseSharedFile(const SharedFile& file) {
@@ -166,8 +188,10 @@ void ReleaseSharedFile(const SharedFile& file) {
     if (held[i].fd != file.fd || held[i].dev != file.dev || held[i].ino != file.ino) continue;
     if (--held[i].holders == 0) {
       // Unless the program closed it meanwhile (closing every descriptor it
-      // does not know) and the number is another file's now.
-      if (IsOurFile(held[i].fd, held[i].dev, held[i].ino)) close(held[i].fd);
+      // does not know) and the number is another file's now, or another
+      // description of the same file (ours alone is non-blocking).
+      const int flags = fcntl(held[i].fd, F_GETFL);
+      if (flags >= 0 && (flags & O_NONBLOCK) && IsOurFile(held[i].fd, held[i].dev, held[i].ino)) close(held[i].fd);
       held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
     }
     return;

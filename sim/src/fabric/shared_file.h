@@ -26,10 +26,13 @@ struct SharedFile {
 };
 
 // When [addr, addr + length) lies in one shared, writable mapping of a
-// regular file that our effective uid owns, that file, its descriptor held
-// until ReleaseSharedFile; otherwise fd -1 (and nothing is held). Reads
-// /proc/self/maps: for registration, not the data path.
-SharedFile HoldSharedFile(const void* addr, size_t length);
+// regular file that our effective uid owns, on tmpfs or hugetlbfs (memory: a
+// store into any other file system may wait for its I/O), that file, its
+// descriptor held until ReleaseSharedFile; otherwise fd -1 (and nothing is
+// held). Every page of the range is populated first (as a registration pins
+// its pages), so a peer's store never needs one the file system cannot give.
+// Reads /proc/self/maps: for registration, not the data path.
+SharedFile HoldSharedFile(const void* addr, size_t length) noexcept;
 void ReleaseSharedFile(const SharedFile& file);
 
 // A new read-write descriptor (O_CLOEXEC) of the file `path` names, if that
