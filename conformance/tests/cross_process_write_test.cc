@@ -328,6 +328,9 @@ class CrossProcessWriteTest : public QpTest {
     return posted;
   }
 
+  // simverbs: the writer's mapping of a file whose MR the child withdrew goes (see the tests).
+  void ExpectWriterUnmapsAWithdrawnFile(bool write_again);
+
   // a_'s next two completions are wr_id 1 with `first` and wr_id 2 with `second`.
   void ExpectTwoCompletions(ibv_wc_status first, ibv_wc_status second) {
     std::vector<ibv_wc> wcs;
@@ -906,6 +909,21 @@ TEST_F(CrossProcessWriteTest, PacketLostForMemoryIsSentAgain) {
 //   parent's next WRITE into the child, the parent no longer maps it.
 TEST_F(CrossProcessWriteTest, WriterUnmapsTheFileOfAWithdrawnKey) {
   SKIP_IF(!Sim()) << "(the writer's mapping of the MR's file is the simulator's)";
+  ExpectWriterUnmapsAWithdrawnFile(true);
+}
+
+// Rule: as above.
+// Checks: as above, but the parent writes no more: it no longer maps the memfd within
+//   kChildTimeout / 2 all the same.
+TEST_F(CrossProcessWriteTest, WriterUnmapsTheFileOfAWithdrawnKeyWithoutWritingAgain) {
+  SKIP_IF(!Sim()) << "(the writer's mapping of the MR's file is the simulator's)";
+  ExpectWriterUnmapsAWithdrawnFile(false);
+}
+
+// `write_again`: the parent writes into the child once more after the deregistration, and expects
+// the mapping gone at once; otherwise it writes no more and expects it gone within kChildTimeout / 2
+// (the progress thread looks every 100 ms).
+void CrossProcessWriteTest::ExpectWriterUnmapsAWithdrawnFile(bool write_again) {
   struct Memfd {
     uint32_t rkey;
     uint64_t addr;
@@ -948,10 +966,19 @@ TEST_F(CrossProcessWriteTest, WriterUnmapsTheFileOfAWithdrawnKey) {
         char step = 0;
         ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
         ASSERT_EQ(read(from_child, &step, 1), 1);
-        if (mapped) {
+        if (mapped && write_again) {
           const ibv_wc second = Write(target);
           EXPECT_EQ(second.status, IBV_WC_SUCCESS) << DescribeWc(second);
           EXPECT_FALSE(MapsFileNamed(memfd_name)) << "the writer still maps the file of a withdrawn key";
+        } else if (mapped) {
+          const auto deadline = std::chrono::steady_clock::now() + kChildTimeout / 2;
+          bool still = true;
+          while ((still = MapsFileNamed(memfd_name)) && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polled, bounded
+          }
+          EXPECT_FALSE(still) << "the writer still maps the file of a withdrawn key after "
+                              << std::chrono::duration_cast<std::chrono::milliseconds>(kChildTimeout / 2).count()
+                              << " ms";
         }
         EXPECT_EQ(write(to_child, "e", 1), 1);
         if (refused) GTEST_SKIP() << "skipped: process_vm_readv of the child is refused here (no one-copy WRITE)";

@@ -664,6 +664,22 @@ void Fabric::DropStaleWindows(int slot, Peer& peer) {
   }
 }
 
+void Fabric::SweepWindowsLocked() {
+  bool open = false;
+  for (int slot = 0; slot < kMaxProcs; ++slot) {
+    Peer* peer = peers_[slot].get();
+    if (!peer || peer->windows.empty()) continue;
+    const ProcSlot& proc = segment_->procs[slot];
+    if (proc.generation.load() != peer->generation || proc.pid.load() == 0) {
+      peer->windows.clear();  // it left (or died): its keys are gone
+    } else {
+      DropStaleWindows(slot, *peer);
+    }
+    open |= !peer->windows.empty();
+  }
+  windows_open_.store(open, std::memory_order_relaxed);
+}
+
 const FileWindow& Fabric::WindowFor(Peer& peer, pid_t pid, const FileWindowKey& key) {
   for (const FileWindow& window : peer.windows) {
     if (window.key() == key) return window;
@@ -678,6 +694,7 @@ const FileWindow& Fabric::WindowFor(Peer& peer, pid_t pid, const FileWindowKey& 
   }
   if (peer.windows.size() >= kMaxFileWindows) peer.windows.erase(peer.windows.begin());
   peer.windows.push_back(FileWindow::Open(pid, key));
+  windows_open_.store(true, std::memory_order_relaxed);
   return peer.windows.back();
 }
 
@@ -1112,6 +1129,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
   uint64_t app_polls_seen = 0;
   uint64_t app_polled_at = 0;
   int room_retries = 0;  // bounds the loop when a peer's ring says it has room but takes nothing
+  uint64_t windows_swept_at = 0;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
@@ -1176,6 +1194,15 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // leave that packet in the ring for good.
     const bool app_polling = ring_->in_poll_loop() && app_polled_lately;
     LookForOversubscription(app_polling);
+    // Windows onto the files of peers that left, or withdrew those keys,
+    // and to which we write no more: unmapped, their pages are freed.
+    if (windows_open_.load(std::memory_order_relaxed) && now - windows_swept_at > kWindowSweepNs) {
+      const auto lock = LockForProgress(app_active);
+      if (lock.owns_lock()) {
+        SweepWindowsLocked();
+        windows_swept_at = now;
+      }
+    }
     // Wakes owed by packets we sent: nobody may poll here to look again.
     if (wake_owed_.load(std::memory_order_relaxed)) {
       // (An active application settles them at its polls: no waiting for it.)

@@ -303,6 +303,12 @@ class Fabric {
   // Once the peer in `slot` has withdrawn a key with a file since we last
   // looked: unmaps our windows whose keys it no longer publishes as they were.
   void DropStaleWindows(int slot, Peer& peer);
+  // The same for every peer, and every window onto a peer that left: for the
+  // progress thread, every kWindowSweepNs while windows are open (so a writer
+  // that stops writing does not keep a file's pages). Requires: engine lock.
+  void SweepWindowsLocked();
+  static constexpr uint64_t kWindowSweepNs = 100'000'000;
+  std::atomic<bool> windows_open_{false};  // some peer has windows (a hint for the progress thread)
 
   // Handles the mailbox requests this process has not seen (progress thread).
   void HandleFaults();
