@@ -61,7 +61,8 @@ class Mr {
   void AssignKeys(uint32_t key_index);
   // Peers may write into this MR directly (fabric/fabric.h): publishes its
   // rkey, and `file` (from FileFor: the MR keeps it, or gives it back when it
-  // is not published). Nothing of the memory changes. Requires: engine lock.
+  // is not published). Neither the memory's content nor its mappings change.
+  // Requires: engine lock.
   void ShareLocked(const SharedFile& file);
   // The file a peer may map to write into [addr, addr + length) registered
   // with `access` (fabric/shared_file.h), held; fd -1 for none. Reads

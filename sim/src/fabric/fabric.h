@@ -42,10 +42,10 @@
 //
 // One-copy WRITE. An MR that allows REMOTE_WRITE is published in the
 // segment's key table (indexed by the key index): owner slot and generation,
-// the owner's address of its first byte, iova range, access and PD. Nothing
-// of the memory changes at registration (an earlier design re-backed the
-// pages with shared memory, and stores that other threads made while the
-// content moved were lost). The QP directory publishes what a writer needs of
+// the owner's address of its first byte, iova range, access and PD. Neither
+// the memory's content nor its mappings change at registration (an earlier
+// design re-backed the pages with shared memory, and stores that other
+// threads made while the content moved were lost). The QP directory publishes what a writer needs of
 // the destination QP: its PD, and whether it takes WRITEs now (RC/UC, RTR or
 // later, REMOTE_WRITE). A requester whose WRITE passes those checks copies the
 // data from its own SGEs straight into the owner's pages with one

@@ -4,9 +4,10 @@
 // (MAP_SHARED of a tmpfs or hugetlbfs file, a memfd, `ib_write_bw --mmap`):
 // a peer that maps the same file writes an RDMA WRITE's bytes into our MR
 // with a memcpy, as an HCA writes into the pages, instead of one
-// process_vm_writev per message (fabric/file_window.h). Nothing about the
-// memory changes: the program chose to share those pages, and the peer
-// writes only within the MR, as the copying path would.
+// process_vm_writev per message (fabric/file_window.h). Neither the memory's
+// content nor its mappings change: the program chose to share those pages,
+// and the peer writes only within the MR, as the copying path would.
+// (Registration makes sure each page of the range exists, as pinning does.)
 //
 // The owner holds a descriptor of the file while the MR is published, so a
 // peer can open it through /proc/<pid>/fd/<fd> (the same ptrace rule as
