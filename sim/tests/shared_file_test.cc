@@ -97,6 +97,13 @@ TEST(SharedFileTest, ReleaseDoesNotCloseAnotherFileOnTheSameNumber) {
   close(shared.fd);
 }
 
+// A path from elsewhere may name a device file: it is refused (and not opened for read-write).
+TEST(SharedFileTest, OpenRefusesADeviceFile) {
+  struct stat st {};
+  ASSERT_EQ(stat("/dev/null", &st), 0);
+  EXPECT_EQ(OpenSharedFile("/dev/null", st.st_dev, st.st_ino, 0), -1);
+}
+
 TEST(SharedFileTest, NoFileForPrivateOrReadOnlyOrAnonymousMemory) {
   Memfd private_map(2, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE);
   Memfd read_only(2, 0, PROT_READ);

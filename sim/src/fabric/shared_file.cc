@@ -87,9 +87,18 @@ bool InMemoryFileSystem(int fd) {
 }  // namespace
 
 int OpenSharedFile(const char* path, uint64_t dev, uint64_t ino, uint64_t min_size) {
-  struct stat st {};
-  if (stat(path, &st) != 0 || !IsOurFile(st, dev, ino, min_size)) return -1;
-  const int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  // An O_PATH descriptor opens nothing (no driver's open runs); once it shows
+  // the file is the one, that very inode is opened through it: `path` cannot
+  // name something else in between.
+  const int path_fd = open(path, O_PATH | O_CLOEXEC);
+  if (path_fd < 0) return -1;
+  int fd = -1;
+  if (IsOurFile(path_fd, dev, ino, min_size)) {
+    char again[64];
+    std::snprintf(again, sizeof again, "/proc/self/fd/%d", path_fd);
+    fd = open(again, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  }
+  close(path_fd);
   if (fd >= 0 && IsOurFile(fd, dev, ino, min_size) && InMemoryFileSystem(fd)) return fd;
   if (fd >= 0) close(fd);
   return -1;

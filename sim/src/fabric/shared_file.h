@@ -38,9 +38,10 @@ void ReleaseSharedFile(const SharedFile& file);
 
 // A new read-write descriptor (O_CLOEXEC) of the file `path` names, if that
 // is the file (dev, ino), a regular file of our effective uid of at least
-// `min_size` bytes; otherwise -1. It is looked at before it is opened (and
-// opened non-blocking): a path from elsewhere may name a device file, whose
-// open can do things (a watchdog starts, a line waits for carrier).
+// `min_size` bytes, on tmpfs or hugetlbfs; otherwise -1. It is looked at
+// before it is opened (through an O_PATH descriptor, then opened
+// non-blocking through that): a path from elsewhere may name a device file,
+// whose open can do things (a watchdog starts, a line waits for carrier).
 int OpenSharedFile(const char* path, uint64_t dev, uint64_t ino, uint64_t min_size);
 
 }  // namespace simverbs
