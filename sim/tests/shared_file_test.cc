@@ -57,7 +57,25 @@ class Memfd {
   uint8_t* map_ = nullptr;
 };
 
-TEST(SharedFileTest, FindsTheFileAndOffsetOfASharedMapping) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14
+#endif
+
+// A shared file is published only once its pages are populated
+// (MADV_POPULATE_WRITE, Linux 5.14): on an older kernel there is nothing to test.
+class SharedFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    void* p = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    const bool populates = madvise(p, kPage, MADV_POPULATE_WRITE) == 0;
+    munmap(p, kPage);
+    if (!populates) GTEST_SKIP() << "the kernel has no MADV_POPULATE_WRITE: no file is ever published";
+  }
+};
+using FileWindowTest = SharedFileTest;
+
+TEST_F(SharedFileTest, FindsTheFileAndOffsetOfASharedMapping) {
   Memfd file(8, 2);
   ASSERT_NE(file.map(), nullptr);
   const SharedFile shared = HoldSharedFile(file.map() + 100, 1000);
@@ -69,7 +87,7 @@ TEST(SharedFileTest, FindsTheFileAndOffsetOfASharedMapping) {
   ReleaseSharedFile(shared);
 }
 
-TEST(SharedFileTest, OneDescriptorPerFileUntilTheLastRelease) {
+TEST_F(SharedFileTest, OneDescriptorPerFileUntilTheLastRelease) {
   Memfd file(4, 0);
   ASSERT_NE(file.map(), nullptr);
   const SharedFile first = HoldSharedFile(file.map(), kPage);
@@ -84,7 +102,7 @@ TEST(SharedFileTest, OneDescriptorPerFileUntilTheLastRelease) {
 
 // A program that closes descriptors it does not know may reuse the number for another file: the
 // last release leaves that one open.
-TEST(SharedFileTest, ReleaseDoesNotCloseAnotherFileOnTheSameNumber) {
+TEST_F(SharedFileTest, ReleaseDoesNotCloseAnotherFileOnTheSameNumber) {
   Memfd file(2, 0);
   Memfd other(2, 0);
   ASSERT_NE(file.map(), nullptr);
@@ -98,13 +116,13 @@ TEST(SharedFileTest, ReleaseDoesNotCloseAnotherFileOnTheSameNumber) {
 }
 
 // A path from elsewhere may name a device file: it is refused (and not opened for read-write).
-TEST(SharedFileTest, OpenRefusesADeviceFile) {
+TEST_F(SharedFileTest, OpenRefusesADeviceFile) {
   struct stat st {};
   ASSERT_EQ(stat("/dev/null", &st), 0);
   EXPECT_EQ(OpenSharedFile("/dev/null", st.st_dev, st.st_ino, 0), -1);
 }
 
-TEST(SharedFileTest, NoFileForPrivateOrReadOnlyOrAnonymousMemory) {
+TEST_F(SharedFileTest, NoFileForPrivateOrReadOnlyOrAnonymousMemory) {
   Memfd private_map(2, 0, PROT_READ | PROT_WRITE, MAP_PRIVATE);
   Memfd read_only(2, 0, PROT_READ);
   ASSERT_NE(private_map.map(), nullptr);
@@ -115,7 +133,7 @@ TEST(SharedFileTest, NoFileForPrivateOrReadOnlyOrAnonymousMemory) {
   EXPECT_EQ(HoldSharedFile(heap.data(), heap.size()).fd, -1);
 }
 
-TEST(SharedFileTest, NoFileForARangeBeyondTheMapping) {
+TEST_F(SharedFileTest, NoFileForARangeBeyondTheMapping) {
   Memfd file(2, 0);
   ASSERT_NE(file.map(), nullptr);
   EXPECT_EQ(HoldSharedFile(file.map() + kPage, 2 * kPage).fd, -1);
@@ -123,7 +141,7 @@ TEST(SharedFileTest, NoFileForARangeBeyondTheMapping) {
 
 // The owner's side and the writer's: what FileWindow::Write puts at an MR
 // offset is at the MR's file offset plus that.
-TEST(FileWindowTest, WritesAtTheMrsOffsetInTheFile) {
+TEST_F(FileWindowTest, WritesAtTheMrsOffsetInTheFile) {
   Memfd file(8, 2);
   ASSERT_NE(file.map(), nullptr);
   const SharedFile shared = HoldSharedFile(file.map() + 100, 3 * kPage);
@@ -143,7 +161,7 @@ TEST(FileWindowTest, WritesAtTheMrsOffsetInTheFile) {
   ReleaseSharedFile(shared);
 }
 
-TEST(FileWindowTest, RefusesAnotherFile) {
+TEST_F(FileWindowTest, RefusesAnotherFile) {
   Memfd file(2, 0);
   Memfd other(2, 0);
   ASSERT_NE(file.map(), nullptr);
@@ -155,7 +173,7 @@ TEST(FileWindowTest, RefusesAnotherFile) {
   ReleaseSharedFile(shared);
 }
 
-TEST(FileWindowTest, RefusesAFileShorterThanTheMr) {
+TEST_F(FileWindowTest, RefusesAFileShorterThanTheMr) {
   Memfd file(2, 0);
   ASSERT_NE(file.map(), nullptr);
   const SharedFile shared = HoldSharedFile(file.map(), kPage);
@@ -166,7 +184,7 @@ TEST(FileWindowTest, RefusesAFileShorterThanTheMr) {
   ReleaseSharedFile(shared);
 }
 
-TEST(FileWindowTest, RefusesADescriptorThatIsNotOpen) {
+TEST_F(FileWindowTest, RefusesADescriptorThatIsNotOpen) {
   Memfd file(2, 0);
   ASSERT_NE(file.map(), nullptr);
   const SharedFile shared = HoldSharedFile(file.map(), kPage);

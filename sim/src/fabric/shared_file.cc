@@ -18,6 +18,10 @@
 #include <string>
 #include <vector>
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; an older kernel refuses it (EINVAL): no file is published
+#endif
+
 namespace simverbs {
 namespace {
 
