@@ -105,6 +105,20 @@ struct DeviceState {
 // Never an rkey (their low byte is 0x01), and names the claiming slot.
 uint32_t ClaimMark(int slot) { return 0xfe | (static_cast<uint32_t>(slot) << 8); }
 
+// What `k` (the entry of `rkey` on device `device_index`, of `length`
+// bytes) publishes of the file behind the MR, each field read once.
+FileWindowKey PublishedFile(const KeyEntry& k, int device_index, uint32_t rkey, uint64_t length) {
+  FileWindowKey file;
+  file.device = device_index;
+  file.rkey = rkey;
+  file.fd = k.file_fd.load(std::memory_order_relaxed);
+  file.dev = k.file_dev.load(std::memory_order_relaxed);
+  file.ino = k.file_ino.load(std::memory_order_relaxed);
+  file.offset = k.file_offset.load(std::memory_order_relaxed);
+  file.length = length;
+  return file;
+}
+
 uint64_t KeyTag(int device_index, uint32_t rkey) {
   return (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
 }
@@ -598,14 +612,7 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   const uint64_t iova = k.iova.load(std::memory_order_relaxed);
   const uint64_t key_length = k.length.load(std::memory_order_relaxed);
   const uint64_t key_pd = k.pd.load(std::memory_order_relaxed);
-  FileWindowKey file;
-  file.device = device_index;
-  file.rkey = rkey;
-  file.fd = k.file_fd.load(std::memory_order_relaxed);
-  file.dev = k.file_dev.load(std::memory_order_relaxed);
-  file.ino = k.file_ino.load(std::memory_order_relaxed);
-  file.offset = k.file_offset.load(std::memory_order_relaxed);
-  file.length = key_length;
+  const FileWindowKey file = PublishedFile(k, device_index, rkey, key_length);
   // Read again: the fields were all of the publication of `rkey` (another
   // process may claim a withdrawn entry and fill it in meanwhile).
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -651,11 +658,7 @@ void Fabric::DropStaleWindows(int slot, Peer& peer) {
     const KeyEntry& k = segment_->devices[w.device].keys[(w.rkey >> 8) % kKeySlots];
     const bool current = k.key.load(std::memory_order_acquire) == w.rkey &&
                          k.slot.load(std::memory_order_relaxed) == slot &&
-                         k.file_fd.load(std::memory_order_relaxed) == w.fd &&
-                         k.file_dev.load(std::memory_order_relaxed) == w.dev &&
-                         k.file_ino.load(std::memory_order_relaxed) == w.ino &&
-                         k.file_offset.load(std::memory_order_relaxed) == w.offset &&
-                         k.length.load(std::memory_order_relaxed) == w.length;
+                         PublishedFile(k, w.device, w.rkey, k.length.load(std::memory_order_relaxed)) == w;
     if (current) {
       ++i;
     } else {

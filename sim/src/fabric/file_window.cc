@@ -48,7 +48,7 @@ FileWindow FileWindow::Open(pid_t pid, const FileWindowKey& key) {
   if (map_end - start <= SIZE_MAX) {  // (end <= the file size < 2^63: no overflow)
     void* map = mmap(nullptr, map_end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
     if (map != MAP_FAILED) {
-      // A child of fork() does not inherit it (Fabric::Attach forgets it there).
+      // A child of fork() does not inherit it (Fabric's fork handler forgets it there).
       madvise(map, map_end - start, MADV_DONTFORK);
       window.map_ = map;
       window.map_length_ = map_end - start;

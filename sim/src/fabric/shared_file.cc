@@ -161,8 +161,8 @@ SharedFile HoldSharedFile(const void* addr, size_t length) noexcept {
     // Every page of the range exists from now on, as a registration pins
     // them: a peer's store into a page the file system cannot provide (a full
     // /dev/shm, an empty huge page pool) would kill that peer with SIGBUS.
-    if (madvise(reinterpret_cast<void*>(begin - begin % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE))),
-                length + begin % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), MADV_POPULATE_WRITE) != 0) {
+    const uintptr_t into_page = begin % static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    if (madvise(reinterpret_cast<void*>(begin - into_page), length + into_page, MADV_POPULATE_WRITE) != 0) {
       return file;
     }
     std::lock_guard<std::mutex> lock(held_mu);
