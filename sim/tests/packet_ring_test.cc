@@ -116,6 +116,53 @@ TEST(PacketRingTest, PublishIntoASkippedSlotFails) {
   EXPECT_FALSE(ring->Pop([](const WirePacket&) {}));
 }
 
+// The same for a packet published with a plain store (a message's first
+// packets, to an owner that polls).
+TEST(PacketRingTest, UnfencedPublishIntoASkippedSlotFails) {
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  ring->MarkPolled();
+  uint64_t pos = 0;
+  ASSERT_TRUE(ring->Claim(&pos, 2, 1));
+  ASSERT_TRUE(ring->SkipDeadClaim([](int, uint32_t) { return true; }));
+  Packet first = MarkedPacket(8);
+  first.last = false;
+  PacketRing::Owed owed;
+  EXPECT_FALSE(ring->Publish(pos, first, 0, 2, &owed));
+  EXPECT_FALSE(owed.look);
+  EXPECT_FALSE(ring->Pop([](const WirePacket&) {}));
+  // The ring goes on: the next lap's producer gets the slot.
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, 3, 1));
+  EXPECT_TRUE(ring->Pop([](const WirePacket&) {}));
+}
+
+// To an owner that polls, a message's first packets are published without a
+// fence and owe the producer a look whether the owner sleeps (taken behind a
+// fence after the last packet); the last packet, and any packet to an owner
+// about to block, is published with one and owes no look.
+TEST(PacketRingTest, FirstPacketsOfAMessageOweALook) {
+  if (!PacketRing::kUnfencedPublish) GTEST_SKIP() << "every publish is fenced in this build";
+  RingMemory memory;
+  PacketRing* ring = PacketRing::Init(memory.bytes);
+  ring->MarkPolled();
+  Packet first = MarkedPacket(8);
+  first.last = false;
+  PacketRing::Owed owed;
+  ASSERT_TRUE(ring->Push(first, 0, nullptr, 1, 1, &owed));
+  EXPECT_TRUE(owed.look);
+  EXPECT_FALSE(owed.wake) << "no progress thread sleeps";
+  PacketRing::Owed after_last;
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, 1, 1, &after_last));
+  EXPECT_FALSE(after_last.look);
+  ring->MarkBlocking();
+  PacketRing::Owed to_blocking;
+  ASSERT_TRUE(ring->Push(first, 0, nullptr, 1, 1, &to_blocking));
+  EXPECT_FALSE(to_blocking.look);
+  int popped = 0;
+  while (ring->Pop([](const WirePacket&) {})) ++popped;
+  EXPECT_EQ(popped, 3);
+}
+
 // An empty ring, or one whose oldest slot is published, has no hole to skip.
 TEST(PacketRingTest, NothingToSkipWithoutAHole) {
   RingMemory memory;

@@ -749,11 +749,13 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
 
 bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
-  bool owe = false;
-  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, slot_, generation_, &owe)) return false;
-  if (owe) OweWakeLocked(slot, peer, pos);
+  PacketRing::Owed owed;
+  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, slot_, generation_, &owed)) return false;
   peer.last_pushed = pos;
   peer.pushed = true;
+  OweLocked(slot, peer, owed, pos);
+  // The look that a message's first packets owe is taken after its last.
+  if (pkt.last && peer.look_owed) LookNowLocked(slot, peer);
   return true;
 }
 
@@ -825,7 +827,7 @@ void Fabric::SendToAllPeers(const Packet& pkt) {
 bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
   bool moved = false;
   uint64_t pos = 0;
-  bool owe = false;
+  PacketRing::Owed owed;
   while (!peer.backlog.empty() && peer.ring) {
     Packet& front = peer.backlog.front();
     const int src_device = front.src_device ? front.src_device->index() : 0;
@@ -835,14 +837,14 @@ bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
         peer.backlog.pop_front();  // all of it sent, or the responder can no longer answer
         continue;
       }
-      if (!peer.ring->Push(part, src_device, &pos, slot_, generation_, &owe)) {
+      if (!peer.ring->Push(part, src_device, &pos, slot_, generation_, &owed)) {
         part.payload.Own();  // its bytes as they were read now, not when room appears
         peer.backlog.push_front(std::move(part));  // made already: it goes first
         break;
       }
       Engine::Get().RecyclePayload(part.payload.TakeBuffer());
     } else {
-      if (!peer.ring->Push(front, src_device, &pos, slot_, generation_, &owe)) break;
+      if (!peer.ring->Push(front, src_device, &pos, slot_, generation_, &owed)) break;
       Engine::Get().RecyclePayload(front.payload.TakeBuffer());
       peer.backlog.pop_front();
     }
@@ -850,7 +852,8 @@ bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
     peer.pushed = true;
     moved = true;
   }
-  if (owe) OweWakeLocked(slot, peer, peer.last_pushed);
+  OweLocked(slot, peer, owed, peer.last_pushed);
+  if (peer.look_owed) LookNowLocked(slot, peer);  // one fence for all that moved
   if (peer.backlog.empty() && peer.ring) peer.ring->SetWaiting(slot_, 0);
   return moved;
 }
@@ -986,20 +989,36 @@ void Fabric::BeforeBlocking() {
   }
 }
 
-void Fabric::OweWakeLocked(int slot, Peer& peer, uint64_t pos) {
+void Fabric::OweLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos) {
+  if (!owed.wake && !owed.look) return;
+  if (!peer.owed_listed) {
+    peer.owed_listed = true;
+    owed_.push_back(slot);
+    wake_owed_.store(true, std::memory_order_relaxed);
+  }
+  if (owed.look) peer.look_owed = true;
+  if (!owed.wake) return;
   if (!peer.wake_owed) {
     peer.wake_owed = true;
     peer.owed_polls = 0;
     if (peer.ring) peer.owner_polls_seen = peer.ring->polls();
-    owed_.push_back(slot);
-    wake_owed_.store(true, std::memory_order_relaxed);
   }
   peer.owed_pos = pos;
 }
 
+void Fabric::LookNowLocked(int slot, Peer& peer) {
+  PacketRing::FenceUnfencedPublishes();
+  peer.look_owed = false;
+  PacketRing::Owed found;
+  if (peer.ring) peer.ring->LookAfterPublish(&found);
+  OweLocked(slot, peer, found, peer.last_pushed);
+}
+
 void Fabric::SettleOwedWakesLocked(bool now) {
   for (size_t i = 0; i < owed_.size();) {
-    Peer* peer = peers_[owed_[i]].get();
+    const int slot = owed_[i];
+    Peer* peer = peers_[slot].get();
+    if (peer && peer->look_owed) LookNowLocked(slot, *peer);
     bool settled = true;
     if (peer && peer->wake_owed && peer->ring && !peer->ring->Consumed(peer->owed_pos)) {
       if (const uint64_t owner_polls = peer->ring->polls(); owner_polls != peer->owner_polls_seen) {
@@ -1017,7 +1036,10 @@ void Fabric::SettleOwedWakesLocked(bool now) {
       ++i;
       continue;
     }
-    if (peer) peer->wake_owed = false;
+    if (peer) {
+      peer->wake_owed = false;
+      peer->owed_listed = false;
+    }
     owed_[i] = owed_.back();
     owed_.pop_back();
   }

@@ -120,11 +120,11 @@
 
 #include "fabric/fabric_limits.h"
 #include "fabric/file_window.h"
+#include "fabric/packet_ring.h"
 #include "transport/packet.h"
 
 namespace simverbs {
 
-class PacketRing;
 struct FabricSegment;
 
 // What a peer needs to write into an MR of ours (Fabric::PublishKey).
@@ -290,7 +290,9 @@ class Fabric {
     uint32_t files_revoked_seen = 0;  // its ProcSlot::files_revoked when we last looked
     bool ring_refused = false;      // its ring is not ours to use (said once per generation)
     uint64_t next_alive_check_ns = 0;  // while a backlog waits: ask at most every millisecond
-    bool wake_owed = false;    // OweWakeLocked
+    bool wake_owed = false;    // OweLocked
+    bool look_owed = false;    // OweLocked: a look whether it sleeps, behind a fence
+    bool owed_listed = false;  // in owed_ (a wake or a look owed, or both until settled)
     uint64_t owed_pos = 0;     // our latest packet it may need waking for
     uint32_t owed_polls = 0;   // our polls since, while it made no progress
     uint64_t owner_polls_seen = 0;  // its poll and post count when we last looked
@@ -336,10 +338,14 @@ class Fabric {
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
   bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
-  // The owner in `slot` may need waking for our packet at `pos` (PacketRing:
-  // it just found work): look again at our next polls.
-  void OweWakeLocked(int slot, Peer& peer, uint64_t pos);
-  // Each owed wake whose packet is still in the peer's ring: after
+  // What a push left owed to the owner in `slot` (PacketRing::Owed): a wake,
+  // when it may need waking for our packet at `pos` (it just found work: look
+  // again at our next polls), or a look whether it sleeps.
+  void OweLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos);
+  // Takes the look owed to the peer now, behind a fence.
+  void LookNowLocked(int slot, Peer& peer);
+  // Takes each owed look, behind one fence (it may find a wake owed). Then
+  // each owed wake whose packet is still in the peer's ring: after
   // kOwedWakePolls of our polls in which the peer neither polled nor posted,
   // or `now`, the peer is woken (one busy copying a large message between its
   // polls drains the ring at its next poll). Called every kPollsPerOwedLook-th
@@ -374,7 +380,7 @@ class Fabric {
   // Written under the engine lock; read without it by pollers and the progress
   // thread to skip taking the lock when there is nothing to flush.
   std::atomic<bool> backlog_empty_{true};
-  std::vector<int> owed_;  // slots we may owe a wake (engine lock)
+  std::vector<int> owed_;  // slots we may owe a wake or a look (engine lock)
   // Publishes whether our application polls in a loop, and counts those of
   // the fabric that do against the CPUs they may run on together. Progress thread.
   void LookForOversubscription(bool app_polling);

@@ -52,10 +52,10 @@ PacketRing* PacketRing::Init(void* memory) {
 }
 
 bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, int producer_slot,
-                      uint32_t producer_generation, bool* owe_wake) {
+                      uint32_t producer_generation, Owed* owed) {
   uint64_t pos = 0;
   if (!Claim(&pos, producer_slot, producer_generation) ||
-      !Publish(pos, pkt, src_device_index, producer_slot, owe_wake)) {
+      !Publish(pos, pkt, src_device_index, producer_slot, owed)) {
     return false;
   }
   if (pushed_at) *pushed_at = pos;
@@ -89,15 +89,24 @@ bool PacketRing::Claim(uint64_t* claimed, int producer_slot, uint32_t producer_g
   return false;
 }
 
-bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, bool* owe_wake) {
+bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, Owed* owed) {
   Slot* slot = &slots_[pos % kSlots];
   slot->pkt.From(pkt, src_device_index);
-  // Dekker with Sleep(): publish, then look whether the consumer sleeps. Both
-  // sides use seq_cst operations rather than fences (the same instructions on
-  // x86, and ThreadSanitizer understands them). A compare-and-swap: the owner
-  // may have skipped the slot, taking us for dead.
-  uint64_t expected = pos;
-  const bool published = slot->seq.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst);
+  // Unfenced (see the top), or Dekker with Sleep() at once: publish, then
+  // look whether the consumer sleeps. Both sides use seq_cst operations
+  // rather than fences there (the same instructions on x86, and
+  // ThreadSanitizer understands them). The owner may have skipped the slot,
+  // taking us for dead: a compare-and-swap, or a look just before the plain
+  // store.
+  const bool unfenced = kUnfencedPublish && owed && !pkt.last && !blocking_.load(std::memory_order_relaxed);
+  bool published;
+  if (unfenced) {
+    published = slot->seq.load(std::memory_order_relaxed) == pos;
+    if (published) slot->seq.store(pos + 1, std::memory_order_release);
+  } else {
+    uint64_t expected = pos;
+    published = slot->seq.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst);
+  }
   if (producer_slot >= 0 && producer_slot < kMaxFabricProcesses) {
     claims_[producer_slot].pos_plus_1.store(0, std::memory_order_release);
   }
@@ -107,19 +116,32 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
   if (pkt.answered && head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed) < kSlots / 2) {
     return true;
   }
-  if (sleeping_.load(std::memory_order_seq_cst)) {
-    // An owner that polls (or just did) is not asked whether it made progress
-    // since our previous packet: that would read two lines it writes on every
-    // poll and pop, a cache miss each per packet. A producer that can wait
-    // looks at its own next polls instead (owe_wake).
-    if (owe_wake && !blocking_.load(std::memory_order_relaxed)) {
-      *owe_wake = true;
-    } else {
-      wake_seq_.fetch_add(1, std::memory_order_release);
-      FutexWake(&wake_seq_);
-    }
+  if (unfenced) {
+    owed->look = true;
+    return true;
   }
+  LookAfterPublish(owed);
   return true;
+}
+
+void PacketRing::LookAfterPublish(Owed* owed) {
+  if (!sleeping_.load(std::memory_order_seq_cst)) return;
+  // An owner that polls (or just did) is not asked whether it made progress
+  // since our previous packet: that would read two lines it writes on every
+  // poll and pop, a cache miss each per packet. A producer that can wait
+  // looks at its own next polls instead (Owed::wake).
+  if (owed && !blocking_.load(std::memory_order_relaxed)) {
+    owed->wake = true;
+  } else {
+    wake_seq_.fetch_add(1, std::memory_order_release);
+    FutexWake(&wake_seq_);
+  }
+}
+
+void PacketRing::FenceUnfencedPublishes() {
+#if !defined(__SANITIZE_THREAD__)  // (no unfenced publishes there: kUnfencedPublish)
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
 }
 
 void PacketRing::WakeIfSleeping() {

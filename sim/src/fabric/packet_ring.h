@@ -11,12 +11,26 @@
 // never polled) is woken at once. One that polls, or just found work there, is
 // likely to drain the ring itself in a moment (a bandwidth loop posts and
 // polls again), or may be spinning on memory: the producer that can wait
-// (owe_wake) is told so, looks again at its own next polls, and wakes the
+// (Owed::wake) is told so, looks again at its own next polls, and wakes the
 // owner only if the packet is still there and the owner has stopped polling
 // (fabric/fabric.h). The producer reads nothing of the owner's progress per
 // packet: the lines the owner writes on every poll and pop would each cost a
 // cache miss. (One that stops polling without saying so is found by its
 // progress thread's next nap.)
+//
+// Publishing. The first packets of a multi-packet message (a SEND, a READ's
+// answer) to an owner that polls are published with a plain (release) store:
+// a compare-and-swap (or a fence) would wait until the packet's lines, which
+// the owner read last, are the producer's again, once per packet, instead of
+// overlapping that wait with the next packet's work. The look whether the
+// owner sleeps (Dekker with Sleep(), which needs a fence between the publish
+// and the look) is then owed (Owed::look) and taken behind one fence
+// (FenceUnfencedPublishes) after the message's last packet, under the lock
+// that every push is made under; a message cut short leaves it to the
+// producer's next settling of owed wakes (its polls, before it blocks, its
+// progress thread). Every other packet (a message's last, an ACK, any packet
+// to an owner about to block) is published with a compare-and-swap and looks
+// at once.
 //
 // A producer killed between claiming a slot and publishing it would leave a
 // hole that every later packet waits behind. So a producer announces the
@@ -26,8 +40,9 @@
 // progress thread asks only once the claim has waited a millisecond: most are
 // a live producer between claim and publish, and asking is a system call)
 // and only then skips the slot. A live producer, even a stopped one, is waited for. A
-// producer publishes with a compare-and-swap, so one whose slot was skipped
-// meanwhile cannot publish into a later lap.
+// producer publishes only into a slot still its own (by a compare-and-swap,
+// or a plain store right after a look: see above), so one taken for dead
+// meanwhile does not publish into a later lap.
 //
 // Flow control. A producer whose packets find the ring full keeps them, in
 // order, in a backlog of its own (fabric/fabric.h) and says so here: its
@@ -53,6 +68,19 @@ uint64_t MonotonicNs();
 class PacketRing {
  public:
   static constexpr uint32_t kSlots = 256;
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer does not understand fences: there every publish is a
+  // compare-and-swap.
+  static constexpr bool kUnfencedPublish = false;
+#else
+  static constexpr bool kUnfencedPublish = true;
+#endif
+
+  // What a producer owes the owner after a push (see the top).
+  struct Owed {
+    bool wake = false;  // the owner may need waking: look again at our next polls
+    bool look = false;  // published unfenced: look whether the owner sleeps, behind a fence
+  };
 
   // Lays out an empty ring in `memory` (of at least sizeof(PacketRing) bytes).
   static PacketRing* Init(void* memory);
@@ -61,14 +89,14 @@ class PacketRing {
   // success *pos is the packet's position, for Consumed(). `producer_slot`
   // (-1: none) and `producer_generation` identify the producer for
   // SkipDeadClaim.
-  // `owe_wake`: see the top; nullptr: wake the owner now if it needs it.
+  // `owed`: see the top; nullptr: wake the owner now if it needs it.
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, int producer_slot = -1,
-            uint32_t producer_generation = 0, bool* owe_wake = nullptr);
+            uint32_t producer_generation = 0, Owed* owed = nullptr);
   // Push in its two steps: claims a slot (false: full), then writes and
   // publishes the packet there (false: the owner skipped the slot meanwhile,
   // taking the producer for dead).
   bool Claim(uint64_t* pos, int producer_slot, uint32_t producer_generation);
-  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, bool* owe_wake = nullptr);
+  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, Owed* owed = nullptr);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
   // The position of the oldest packet (the next to pop).
@@ -159,6 +187,13 @@ class PacketRing {
   void Interrupt();
   // A wake a producer owed: if the owner's progress thread sleeps, wakes it.
   void WakeIfSleeping();
+  // An owed look (Owed::look), after FenceUnfencedPublishes: whether the
+  // owner sleeps; what it finds is added to `owed` (its wake owed, or given now).
+  void LookAfterPublish(Owed* owed);
+  // The fence that owed looks are taken behind: the calling thread's earlier
+  // publishes, and those made under a lock it now holds, are seen from here on
+  // by an owner that goes to sleep.
+  static void FenceUnfencedPublishes();
 
   // The owner polled (or posted) just now; it found work and may leave its
   // poll loop; it is about to block (wake it for anything from now on).
