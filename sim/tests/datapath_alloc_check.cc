@@ -6,14 +6,20 @@
 // This program defines malloc, calloc, realloc and aligned_alloc itself
 // (exported: the simulator's calls, operator new's included, resolve to them
 // first) and counts the calls made on its own thread while it runs SENDs,
-// RDMA WRITEs and RDMA READs between two RC QPs of one process on the
-// simulator, after a warm-up. Any call fails the check.
+// RDMA WRITEs and RDMA READs from an RC QP to a peer QP, after a warm-up:
+// first a peer of its own process, then one of a child process (whose answers
+// cross the fabric's rings and come later, and into whose memory a WRITE is
+// placed). Any call fails the check.
 //
 // usage: datapath-alloc (with LD_LIBRARY_PATH at the simulator's libibverbs.so.1)
 
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,9 +106,188 @@ bool PollOne(ibv_cq* cq) {
   return false;
 }
 
+
+// What a peer tells the other side: its QP and where its buffer is.
+struct PeerInfo {
+  uint32_t qpn;
+  uint64_t addr;
+  uint32_t rkey;
+};
+
+constexpr size_t kBytes = 4096;  // several packets at the path MTU of 1024
+constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+// The peer QP and its buffer, in this process or a child.
+struct Peer {
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buffer = std::vector<uint8_t>(kBytes, 0);
+};
+
+bool MakePeer(ibv_pd* pd, Peer* peer) {
+  peer->cq = ibv_create_cq(pd->context, 64, nullptr, nullptr, 0);
+  if (!peer->cq) return false;
+  ibv_qp_init_attr init = {};
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = 16;
+  init.cap.max_recv_wr = 16;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  init.send_cq = init.recv_cq = peer->cq;
+  peer->qp = ibv_create_qp(pd, &init);
+  peer->mr = ibv_reg_mr(pd, peer->buffer.data(), kBytes, kAccess);
+  return peer->qp && peer->mr;
+}
+
+bool PostRecv(const Peer& peer) {
+  ibv_sge sge = {reinterpret_cast<uintptr_t>(peer.buffer.data()), kBytes, peer.mr->lkey};
+  ibv_recv_wr wr = {};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(peer.qp, &wr, &bad) == 0;
+}
+
+void DestroyPeer(Peer* peer) {
+  if (peer->qp) ibv_destroy_qp(peer->qp);
+  if (peer->mr) ibv_dereg_mr(peer->mr);
+  if (peer->cq) ibv_destroy_cq(peer->cq);
+}
+
+// The child: a peer QP that keeps a receive posted for every SEND, until the
+// parent closes its end of `from_parent` (or a minute passes).
+int RunChildPeer(int to_parent, int from_parent) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_context* ctx = list && n > 0 ? ibv_open_device(list[0]) : nullptr;
+  ibv_pd* pd = ctx ? ibv_alloc_pd(ctx) : nullptr;
+  ibv_port_attr port = {};
+  Peer peer;
+  if (!pd || ibv_query_port(ctx, 1, &port) || !MakePeer(pd, &peer)) return Fail("the child's set-up");
+  const PeerInfo mine = {peer.qp->qp_num, reinterpret_cast<uintptr_t>(peer.buffer.data()), peer.mr->rkey};
+  PeerInfo theirs = {};
+  if (write(to_parent, &mine, sizeof mine) != sizeof mine || read(from_parent, &theirs, sizeof theirs) != sizeof theirs ||
+      !Connect(peer.qp, theirs.qpn, port.lid)) {
+    return Fail("the child's exchange with its parent, or its ibv_modify_qp");
+  }
+  for (int i = 0; i < 16; ++i) {
+    if (!PostRecv(peer)) return Fail("the child's ibv_post_recv");
+  }
+  const char ready = 1;
+  if (write(to_parent, &ready, 1) != 1) return Fail("the child's write to its parent");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  for (uint64_t polls = 0;; ++polls) {
+    ibv_wc wc;
+    if (ibv_poll_cq(peer.cq, 1, &wc) == 1 && (wc.status != IBV_WC_SUCCESS || !PostRecv(peer))) {
+      std::fprintf(stderr, "datapath-alloc: the child's receive failed (%s)\n", ibv_wc_status_str(wc.status));
+      return 1;
+    }
+    // Now and then: has the parent finished (closed its end)?
+    if (polls % 4096 == 0) {
+      pollfd pfd = {from_parent, POLLIN, 0};
+      if (poll(&pfd, 1, 0) > 0) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "datapath-alloc: the child peer gives up after a minute\n");
+        return 1;
+      }
+    }
+  }
+  DestroyPeer(&peer);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  return 0;
+}
+
+// SENDs, WRITEs and READs from `a` (whose send CQ is `cq_a`) to the peer
+// `dst`: warm-up rounds, then counted ones; false if any failed. `local`: the
+// peer in this process (nullptr: another process, which keeps its receives
+// posted itself).
+
+bool Run(const char* which, ibv_qp* a, ibv_cq* cq_a, const std::vector<uint8_t>& src, ibv_mr* src_mr,
+         const PeerInfo& dst, const Peer* local, long* allocations) {
+  // One round: a SEND, an RDMA WRITE and an RDMA READ, each signaled and polled to completion.
+  const auto round = [&]() -> bool {
+    if (local && !PostRecv(*local)) return false;
+    const ibv_wr_opcode ops[] = {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ};
+    for (ibv_wr_opcode op : ops) {
+      ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()), kBytes, src_mr->lkey};
+      ibv_send_wr wr = {};
+      wr.opcode = op;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.wr.rdma.remote_addr = dst.addr;
+      wr.wr.rdma.rkey = dst.rkey;
+      ibv_send_wr* bad = nullptr;
+      if (ibv_post_send(a, &wr, &bad) || !PollOne(cq_a)) return false;
+      if (local && op == IBV_WR_SEND && !PollOne(local->cq)) return false;
+    }
+    return true;
+  };
+  constexpr int kWarmUp = 1000;
+  constexpr int kRounds = 20000;
+  for (int i = 0; i < kWarmUp; ++i) {
+    if (!round()) {
+      std::fprintf(stderr, "datapath-alloc: a warm-up round with %s failed\n", which);
+      return false;
+    }
+  }
+  // The check can fail: the counter sees a call made on this thread.
+  counting = true;
+  void* probe = std::malloc(16);
+  const long probed = calls.exchange(0);
+  std::free(probe);
+  bool ok = true;
+  for (int i = 0; i < kRounds && ok; ++i) ok = round();
+  counting = false;
+  *allocations = calls.exchange(0);
+  if (!ok) {
+    std::fprintf(stderr, "datapath-alloc: a round with %s failed\n", which);
+    return false;
+  }
+  if (probed != 1) {
+    std::fprintf(stderr, "datapath-alloc: the counter did not see a call of our own (%ld): this proves nothing\n",
+                 probed);
+    return false;
+  }
+  std::printf("datapath-alloc: %d rounds of SEND, WRITE and READ (%zu bytes) with %s, %ld allocations\n", kRounds,
+              kBytes, which, *allocations);
+  if (*allocations > 0) {
+    std::fprintf(stderr, "datapath-alloc: %ld allocations in %d rounds with %s (%.2f per round)\n", *allocations,
+                 kRounds, which, static_cast<double>(*allocations) / kRounds);
+  }
+  return true;
+}
+
 }  // namespace
 
 int main() {
+  // The child peer is forked first, before this process opens anything.
+  int to_parent[2];
+  int from_parent[2];
+  if (pipe(to_parent) || pipe(from_parent)) return Fail("pipe");
+  const pid_t child = fork();
+  if (child < 0) return Fail("fork");
+  if (child == 0) {
+    close(to_parent[0]);
+    close(from_parent[1]);
+    _exit(RunChildPeer(to_parent[1], from_parent[0]));
+  }
+  close(to_parent[1]);
+  close(from_parent[0]);
+  // However main returns, the child is told (its end closes) and reaped.
+  struct ChildGuard {
+    pid_t pid;
+    int fd;
+    ~ChildGuard() {
+      close(fd);
+      int status = 0;
+      waitpid(pid, &status, 0);
+    }
+  } guard{child, from_parent[1]};
+
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (!list || n == 0) {
@@ -118,91 +303,43 @@ int main() {
     return 2;
   }
   ibv_pd* pd = ibv_alloc_pd(ctx);
-  ibv_cq* cq_a = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
-  ibv_cq* cq_b = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
-  if (!pd || !cq_a || !cq_b) return Fail("ibv_alloc_pd or ibv_create_cq");
-  ibv_qp_init_attr init = {};
-  init.qp_type = IBV_QPT_RC;
-  init.cap.max_send_wr = 16;
-  init.cap.max_recv_wr = 16;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  init.send_cq = init.recv_cq = cq_a;
-  ibv_qp* a = ibv_create_qp(pd, &init);
-  init.send_cq = init.recv_cq = cq_b;
-  ibv_qp* b = ibv_create_qp(pd, &init);
-  if (!a || !b) return Fail("ibv_create_qp");
-  if (!Connect(a, b->qp_num, port.lid) || !Connect(b, a->qp_num, port.lid)) return Fail("ibv_modify_qp");
-  constexpr size_t kBytes = 4096;  // several packets at the path MTU of 1024
-  std::vector<uint8_t> src(kBytes, 7), dst(kBytes, 0);
-  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  ibv_mr* src_mr = ibv_reg_mr(pd, src.data(), kBytes, access);
-  ibv_mr* dst_mr = ibv_reg_mr(pd, dst.data(), kBytes, access);
-  if (!src_mr || !dst_mr) return Fail("ibv_reg_mr");
+  if (!pd) return Fail("ibv_alloc_pd");
+  Peer own;    // the QP that posts
+  Peer local;  // the peer in this process
+  if (!MakePeer(pd, &own) || !MakePeer(pd, &local)) return Fail("ibv_create_cq, ibv_create_qp or ibv_reg_mr");
+  std::vector<uint8_t> src(kBytes, 7);
+  ibv_mr* src_mr = ibv_reg_mr(pd, src.data(), kBytes, kAccess);
+  if (!src_mr) return Fail("ibv_reg_mr");
 
-  // One round: a SEND a -> b, an RDMA WRITE a -> b and an RDMA READ of b by a, each signaled and
-  // polled to completion.
-  const auto round = [&]() -> bool {
-    ibv_sge rsge = {reinterpret_cast<uintptr_t>(dst.data()), kBytes, dst_mr->lkey};
-    ibv_recv_wr rwr = {};
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* bad_recv = nullptr;
-    if (ibv_post_recv(b, &rwr, &bad_recv)) return false;
-    const ibv_wr_opcode ops[] = {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ};
-    for (ibv_wr_opcode op : ops) {
-      ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()), kBytes, src_mr->lkey};
-      ibv_send_wr wr = {};
-      wr.opcode = op;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
-      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
-      wr.wr.rdma.rkey = dst_mr->rkey;
-      ibv_send_wr* bad = nullptr;
-      if (ibv_post_send(a, &wr, &bad) || !PollOne(cq_a)) return false;
-      if (op == IBV_WR_SEND && !PollOne(cq_b)) return false;
-    }
-    return true;
-  };
-  constexpr int kWarmUp = 1000;
-  constexpr int kRounds = 20000;
-  for (int i = 0; i < kWarmUp; ++i) {
-    if (!round()) return Fail("a warm-up round");
-  }
-  // The check can fail: the counter sees a call made on this thread.
-  counting = true;
-  void* probe = std::malloc(16);
-  const long probed = calls.exchange(0);
-  std::free(probe);
-  for (int i = 0; i < kRounds; ++i) {
-    if (!round()) {
-      counting = false;
-      return Fail("a round");
-    }
-  }
-  counting = false;
-  const long during = calls.load();
-  if (probed != 1) {
-    std::fprintf(stderr, "datapath-alloc: the counter did not see a call of our own (%ld): this proves nothing\n",
-                 probed);
+  // A second QP of ours for the child's peer.
+  Peer remote_side;
+  if (!MakePeer(pd, &remote_side)) return Fail("ibv_create_qp");
+  PeerInfo child_peer = {};
+  const PeerInfo mine = {remote_side.qp->qp_num, 0, 0};
+  char ready = 0;
+  if (read(to_parent[0], &child_peer, sizeof child_peer) != sizeof child_peer ||
+      write(from_parent[1], &mine, sizeof mine) != sizeof mine || !Connect(remote_side.qp, child_peer.qpn, port.lid) ||
+      read(to_parent[0], &ready, 1) != 1) {
+    std::fprintf(stderr, "datapath-alloc: the child peer did not come up\n");
     return 2;
   }
-  std::printf("datapath-alloc: %d rounds of SEND, WRITE and READ (%zu bytes), %ld allocations\n", kRounds, kBytes,
-              during);
-  ibv_destroy_qp(a);
-  ibv_destroy_qp(b);
+
+  if (!Connect(own.qp, local.qp->qp_num, port.lid) || !Connect(local.qp, own.qp->qp_num, port.lid)) {
+    return Fail("ibv_modify_qp");
+  }
+  const PeerInfo local_peer = {local.qp->qp_num, reinterpret_cast<uintptr_t>(local.buffer.data()), local.mr->rkey};
+  long in_process = 0;
+  long across = 0;
+  if (!Run("a peer in this process", own.qp, own.cq, src, src_mr, local_peer, &local, &in_process) ||
+      !Run("a peer in another process", remote_side.qp, remote_side.cq, src, src_mr, child_peer, nullptr, &across)) {
+    return 2;
+  }
+  DestroyPeer(&own);
+  DestroyPeer(&local);
+  DestroyPeer(&remote_side);
   ibv_dereg_mr(src_mr);
-  ibv_dereg_mr(dst_mr);
-  ibv_destroy_cq(cq_a);
-  ibv_destroy_cq(cq_b);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   ibv_free_device_list(list);
-  if (during > 0) {
-    std::fprintf(stderr, "datapath-alloc: %ld allocations in %d rounds (%.2f per round)\n", during, kRounds,
-                 static_cast<double>(during) / kRounds);
-    return 1;
-  }
-  return 0;
+  return in_process == 0 && across == 0 ? 0 : 1;
 }
