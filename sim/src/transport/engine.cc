@@ -62,6 +62,7 @@ void Engine::ForkedChild() {
   for (Qp* qp : armed_) qp->timer_entry().index = TimerEntry::kNotArmed;
   armed_.clear();
   timer_wakeup_.store(Clock::time_point::max().time_since_epoch().count(), std::memory_order_relaxed);
+  timer_looks_soon_.store(false, std::memory_order_relaxed);
   mu_.unlock();
 }
 
@@ -247,13 +248,22 @@ void Engine::DetachAllLocked(const Qp* qp) {
 void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
   auto scaled = ibta_duration / time_scale;
   if (scaled < kTimerFloor) scaled = kTimerFloor;
-  const Clock::time_point deadline = Clock::now() + scaled;
   TimerEntry& entry = qp->timer_entry();
   if (entry.index == TimerEntry::kNotArmed) {
     armed_.push_back(qp);
     entry.index = armed_.size() - 1;
   }
+  entry.duration = scaled;
+  // The timer thread looks again within a floor: the deadline is taken from
+  // its clock then (late by that at most, never early), and posting reads no
+  // clock (a system call where the clock source has no vDSO).
+  if (timer_thread_.joinable() && timer_looks_soon_.load(std::memory_order_relaxed)) {
+    entry.stamped = false;
+    return;
+  }
+  const Clock::time_point deadline = Clock::now() + scaled;
   entry.deadline = deadline;
+  entry.stamped = true;
   if (!timer_thread_.joinable()) {
     timer_thread_ = std::thread([this] { TimerThread(); });
   } else if (deadline.time_since_epoch().count() < timer_wakeup_.load(std::memory_order_relaxed)) {
@@ -281,8 +291,24 @@ void Engine::CancelTimer(Qp* qp) {
 }
 
 Engine::Clock::time_point Engine::RunDueTimersLocked(bool* lingered) {
+  const Clock::time_point wake_at = NextTimerLocked(lingered);
+  // Whether we look again within a floor: then ArmTimer leaves the deadline to
+  // us (a long sleep, or none, must be told of an earlier deadline instead).
+  timer_looks_soon_.store(wake_at != Clock::time_point::max() && wake_at - Clock::now() <= kTimerFloor,
+                          std::memory_order_relaxed);
+  return wake_at;
+}
+
+Engine::Clock::time_point Engine::NextTimerLocked(bool* lingered) {
   for (;;) {
     const Clock::time_point now = Clock::now();
+    for (Qp* armed : armed_) {
+      TimerEntry& entry = armed->timer_entry();
+      if (!entry.stamped) {
+        entry.deadline = now + entry.duration;
+        entry.stamped = true;
+      }
+    }
     if (armed_.empty()) {
       // A QP whose messages were all answered re-arms with its next post:
       // stay due for one more floor first, so that re-arming (never earlier
@@ -321,7 +347,12 @@ void Engine::TimerThread() {
     Clock::time_point wake_at;
     {
       auto lock = TryLockSpinning(mu_, kLockSpins);
-      wake_at = lock.owns_lock() ? RunDueTimersLocked(&lingered) : Clock::now() + kBusyRetry;
+      if (lock.owns_lock()) {
+        wake_at = RunDueTimersLocked(&lingered);
+      } else {
+        wake_at = Clock::now() + kBusyRetry;
+        timer_looks_soon_.store(true, std::memory_order_relaxed);
+      }
       timer_wakeup_.store(wake_at.time_since_epoch().count(), std::memory_order_relaxed);
     }
     std::unique_lock<std::mutex> lock(timer_mu_);

@@ -13,7 +13,10 @@
 // channel's eventfd. Timers (transport timeout, RNR) are kept in simulated
 // time, scaled by the profile's time_scale, and fired by one thread that
 // sleeps until the earliest deadline; it is started with the first timer and
-// sleeps while none is armed. A peer in another process is reached behind the same Transmit():
+// sleeps while none is armed. While it looks again within the timer floor
+// anyway, arming (once per message in a ping-pong) reads no clock: the thread
+// takes the deadline from its own clock at that look, so a timer fires up to
+// a floor late, never early. A peer in another process is reached behind the same Transmit():
 // the packet then crosses a shared-memory ring (fabric/fabric.h); a WRITE into another process's
 // MR may have its data placed by the requester itself, and then crosses as one placed packet.
 //
@@ -126,6 +129,8 @@ class Engine {
 
   // Fires what is due; returns when to look next. Requires: mu() held.
   Clock::time_point RunDueTimersLocked(bool* lingered);
+  // RunDueTimersLocked but for timer_looks_soon_.
+  Clock::time_point NextTimerLocked(bool* lingered);
 
   // The QPs whose timer is armed, each at its TimerEntry::index (mu_).
   std::vector<Qp*> armed_;
@@ -137,6 +142,9 @@ class Engine {
   std::thread timer_thread_;
   // When the timer thread wakes next (Clock ticks): ArmTimer reads it.
   std::atomic<Clock::rep> timer_wakeup_{Clock::time_point::max().time_since_epoch().count()};
+  // The timer thread looks again within kTimerFloor (and stamps the
+  // deadlines armed meanwhile): ArmTimer reads it under mu_.
+  std::atomic<bool> timer_looks_soon_{false};
 };
 
 }  // namespace simverbs

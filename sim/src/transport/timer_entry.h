@@ -12,7 +12,11 @@ namespace simverbs {
 
 struct TimerEntry {
   static constexpr size_t kNotArmed = std::numeric_limits<size_t>::max();
+  // Until `stamped`, the deadline is `duration` from the timer thread's next
+  // look (Engine::ArmTimer: posting reads no clock).
   std::chrono::steady_clock::time_point deadline{};
+  std::chrono::nanoseconds duration{};
+  bool stamped = true;
   size_t index = kNotArmed;  // in Engine::armed_; engine lock
 };
 

@@ -1,18 +1,26 @@
-// datapath-alloc: the steady-state data path allocates nothing. A malloc per
-// message costs a lock-free fast path at best and a brk or mmap system call at
-// worst (the READ path once grew a buffer per message), and a timer kept in a
-// map allocated a node on every post and freed it on every ACK.
+// datapath-costs: the steady-state data path allocates nothing and reads no
+// precise clock. A malloc per message costs a lock-free fast path at best and
+// a brk or mmap system call at worst (the READ path once grew a buffer per
+// message), and a timer kept in a map allocated a node on every post and freed
+// it on every ACK. A read of the precise clock is a system call in a VM whose
+// clock source has no vDSO (HPET), and posting arms the transport timer: the
+// timer thread takes the deadline from its own clock read when it looks within
+// a floor anyway.
 //
-// This program defines malloc, calloc, realloc and aligned_alloc itself
-// (exported: the simulator's calls, operator new's included, resolve to them
-// first) and counts the calls made on its own thread while it runs SENDs,
-// RDMA WRITEs and RDMA READs from an RC QP to a peer QP, after a warm-up:
-// first a peer of its own process, then one of a child process (whose answers
-// cross the fabric's rings and come later, and into whose memory a WRITE is
-// placed). Any call fails the check.
+// This program defines malloc, calloc, realloc, aligned_alloc and
+// clock_gettime itself (exported: the simulator's calls, operator new's
+// included, resolve to them first) and counts the calls made on its own thread
+// while it runs SENDs, RDMA WRITEs and RDMA READs from an RC QP to a peer QP,
+// after a warm-up: first a peer of its own process, then one of a child
+// process (whose answers cross the fabric's rings and come later, so that
+// posts arm the transport timer, and into whose memory a WRITE is placed).
+// Any allocation fails the check, and so do clock reads (but CLOCK_*_COARSE)
+// in more than one round in 100: the first post after the timer thread went
+// idle reads the clock, to wake it.
 //
-// usage: datapath-alloc (with LD_LIBRARY_PATH at the simulator's libibverbs.so.1)
+// usage: datapath-costs (with LD_LIBRARY_PATH at the simulator's libibverbs.so.1)
 
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,11 +43,23 @@ namespace {
 thread_local bool counting = false;
 std::atomic<long> calls{0};
 
+std::atomic<long> clock_reads{0};
+
 void Count() {
   if (counting) calls.fetch_add(1, std::memory_order_relaxed);
 }
 
+using ClockGettime = int (*)(clockid_t, timespec*);
+
 }  // namespace
+
+extern "C" __attribute__((visibility("default"))) int clock_gettime(clockid_t clock, timespec* ts) {
+  static const auto real = reinterpret_cast<ClockGettime>(dlsym(RTLD_NEXT, "clock_gettime"));
+  if (counting && clock != CLOCK_MONOTONIC_COARSE && clock != CLOCK_REALTIME_COARSE) {
+    clock_reads.fetch_add(1, std::memory_order_relaxed);
+  }
+  return real(clock, ts);
+}
 
 extern "C" __attribute__((visibility("default"))) void* malloc(size_t n) {
   Count();
@@ -61,7 +81,7 @@ extern "C" __attribute__((visibility("default"))) void* aligned_alloc(size_t ali
 namespace {
 
 int Fail(const char* what) {
-  std::fprintf(stderr, "datapath-alloc: %s failed: %s\n", what, std::strerror(errno));
+  std::fprintf(stderr, "datapath-costs: %s failed: %s\n", what, std::strerror(errno));
   return 2;
 }
 
@@ -115,6 +135,8 @@ struct PeerInfo {
 };
 
 constexpr size_t kBytes = 4096;  // several packets at the path MTU of 1024
+constexpr int kWarmUp = 1000;
+constexpr int kRounds = 20000;
 constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 
 // The peer QP and its buffer, in this process or a child.
@@ -180,7 +202,7 @@ int RunChildPeer(int to_parent, int from_parent) {
   for (uint64_t polls = 0;; ++polls) {
     ibv_wc wc;
     if (ibv_poll_cq(peer.cq, 1, &wc) == 1 && (wc.status != IBV_WC_SUCCESS || !PostRecv(peer))) {
-      std::fprintf(stderr, "datapath-alloc: the child's receive failed (%s)\n", ibv_wc_status_str(wc.status));
+      std::fprintf(stderr, "datapath-costs: the child's receive failed (%s)\n", ibv_wc_status_str(wc.status));
       return 1;
     }
     // Now and then: has the parent finished (closed its end)?
@@ -188,7 +210,7 @@ int RunChildPeer(int to_parent, int from_parent) {
       pollfd pfd = {from_parent, POLLIN, 0};
       if (poll(&pfd, 1, 0) > 0) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        std::fprintf(stderr, "datapath-alloc: the child peer gives up after a minute\n");
+        std::fprintf(stderr, "datapath-costs: the child peer gives up after a minute\n");
         return 1;
       }
     }
@@ -203,10 +225,15 @@ int RunChildPeer(int to_parent, int from_parent) {
 // SENDs, WRITEs and READs from `a` (whose send CQ is `cq_a`) to the peer
 // `dst`: warm-up rounds, then counted ones; false if any failed. `local`: the
 // peer in this process (nullptr: another process, which keeps its receives
-// posted itself).
+// posted itself). True when the costs stay within bounds.
+struct Costs {
+  long allocations = 0;
+  long clock_reads = 0;
+};
+
 
 bool Run(const char* which, ibv_qp* a, ibv_cq* cq_a, const std::vector<uint8_t>& src, ibv_mr* src_mr,
-         const PeerInfo& dst, const Peer* local, long* allocations) {
+         const PeerInfo& dst, const Peer* local, Costs* costs) {
   // One round: a SEND, an RDMA WRITE and an RDMA READ, each signaled and polled to completion.
   const auto round = [&]() -> bool {
     if (local && !PostRecv(*local)) return false;
@@ -226,39 +253,54 @@ bool Run(const char* which, ibv_qp* a, ibv_cq* cq_a, const std::vector<uint8_t>&
     }
     return true;
   };
-  constexpr int kWarmUp = 1000;
-  constexpr int kRounds = 20000;
   for (int i = 0; i < kWarmUp; ++i) {
     if (!round()) {
-      std::fprintf(stderr, "datapath-alloc: a warm-up round with %s failed\n", which);
+      std::fprintf(stderr, "datapath-costs: a warm-up round with %s failed\n", which);
       return false;
     }
   }
-  // The check can fail: the counter sees a call made on this thread.
+  // The check can fail: the counters see calls made on this thread (the
+  // clock read as the library reads it).
   counting = true;
   void* probe = std::malloc(16);
   const long probed = calls.exchange(0);
   std::free(probe);
+  (void)std::chrono::steady_clock::now();
+  const long clock_probed = clock_reads.exchange(0);
   bool ok = true;
   for (int i = 0; i < kRounds && ok; ++i) ok = round();
   counting = false;
-  *allocations = calls.exchange(0);
+  costs->allocations = calls.exchange(0);
+  costs->clock_reads = clock_reads.exchange(0);
   if (!ok) {
-    std::fprintf(stderr, "datapath-alloc: a round with %s failed\n", which);
+    std::fprintf(stderr, "datapath-costs: a round with %s failed\n", which);
     return false;
   }
-  if (probed != 1) {
-    std::fprintf(stderr, "datapath-alloc: the counter did not see a call of our own (%ld): this proves nothing\n",
-                 probed);
+  if (probed != 1 || clock_probed != 1) {
+    std::fprintf(stderr,
+                 "datapath-costs: the counters did not see calls of our own (%ld allocations, %ld clock reads): this "
+                 "proves nothing\n",
+                 probed, clock_probed);
     return false;
   }
-  std::printf("datapath-alloc: %d rounds of SEND, WRITE and READ (%zu bytes) with %s, %ld allocations\n", kRounds,
-              kBytes, which, *allocations);
-  if (*allocations > 0) {
-    std::fprintf(stderr, "datapath-alloc: %ld allocations in %d rounds with %s (%.2f per round)\n", *allocations,
-                 kRounds, which, static_cast<double>(*allocations) / kRounds);
-  }
+  std::printf("datapath-costs: %d rounds of SEND, WRITE and READ (%zu bytes) with %s: %ld allocations, %ld precise "
+              "clock reads\n",
+              kRounds, kBytes, which, costs->allocations, costs->clock_reads);
   return true;
+}
+
+bool WithinBounds(const char* which, const Costs& costs) {
+  constexpr long kRoundsPerClockRead = 100;
+  if (costs.allocations > 0) {
+    std::fprintf(stderr, "datapath-costs: %ld allocations with %s\n", costs.allocations, which);
+  }
+  if (costs.clock_reads * kRoundsPerClockRead > kRounds) {
+    std::fprintf(stderr,
+                 "datapath-costs: %ld reads of a precise clock with %s (at most one per %ld rounds): a system call "
+                 "each where the clock source has no vDSO\n",
+                 costs.clock_reads, which, kRoundsPerClockRead);
+  }
+  return costs.allocations == 0 && costs.clock_reads * kRoundsPerClockRead <= kRounds;
 }
 
 }  // namespace
@@ -291,7 +333,7 @@ int main() {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   if (!list || n == 0) {
-    std::fprintf(stderr, "datapath-alloc: no device (is LD_LIBRARY_PATH the simulator's?)\n");
+    std::fprintf(stderr, "datapath-costs: no device (is LD_LIBRARY_PATH the simulator's?)\n");
     return 2;
   }
   ibv_context* ctx = ibv_open_device(list[0]);
@@ -299,7 +341,7 @@ int main() {
   ibv_port_attr port = {};
   if (ibv_query_port(ctx, 1, &port)) return Fail("ibv_query_port");
   if (port.link_layer != IBV_LINK_LAYER_INFINIBAND) {
-    std::fprintf(stderr, "datapath-alloc: port 1 is not InfiniBand (run it on an IB profile)\n");
+    std::fprintf(stderr, "datapath-costs: port 1 is not InfiniBand (run it on an IB profile)\n");
     return 2;
   }
   ibv_pd* pd = ibv_alloc_pd(ctx);
@@ -320,7 +362,7 @@ int main() {
   if (read(to_parent[0], &child_peer, sizeof child_peer) != sizeof child_peer ||
       write(from_parent[1], &mine, sizeof mine) != sizeof mine || !Connect(remote_side.qp, child_peer.qpn, port.lid) ||
       read(to_parent[0], &ready, 1) != 1) {
-    std::fprintf(stderr, "datapath-alloc: the child peer did not come up\n");
+    std::fprintf(stderr, "datapath-costs: the child peer did not come up\n");
     return 2;
   }
 
@@ -328,12 +370,13 @@ int main() {
     return Fail("ibv_modify_qp");
   }
   const PeerInfo local_peer = {local.qp->qp_num, reinterpret_cast<uintptr_t>(local.buffer.data()), local.mr->rkey};
-  long in_process = 0;
-  long across = 0;
+  Costs in_process;
+  Costs across;
   if (!Run("a peer in this process", own.qp, own.cq, src, src_mr, local_peer, &local, &in_process) ||
       !Run("a peer in another process", remote_side.qp, remote_side.cq, src, src_mr, child_peer, nullptr, &across)) {
     return 2;
   }
+  const bool within = WithinBounds("a peer in this process", in_process) & WithinBounds("a peer in another process", across);
   DestroyPeer(&own);
   DestroyPeer(&local);
   DestroyPeer(&remote_side);
@@ -341,5 +384,5 @@ int main() {
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   ibv_free_device_list(list);
-  return in_process == 0 && across == 0 ? 0 : 1;
+  return within ? 0 : 1;
 }
