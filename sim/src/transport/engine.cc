@@ -291,17 +291,19 @@ void Engine::CancelTimer(Qp* qp) {
 }
 
 Engine::Clock::time_point Engine::RunDueTimersLocked(bool* lingered) {
-  const Clock::time_point wake_at = NextTimerLocked(lingered);
+  Clock::time_point now;
+  const Clock::time_point wake_at = NextTimerLocked(lingered, &now);
   // Whether we look again within a floor: then ArmTimer leaves the deadline to
   // us (a long sleep, or none, must be told of an earlier deadline instead).
-  timer_looks_soon_.store(wake_at != Clock::time_point::max() && wake_at - Clock::now() <= kTimerFloor,
+  timer_looks_soon_.store(wake_at != Clock::time_point::max() && wake_at - now <= kTimerFloor,
                           std::memory_order_relaxed);
   return wake_at;
 }
 
-Engine::Clock::time_point Engine::NextTimerLocked(bool* lingered) {
+Engine::Clock::time_point Engine::NextTimerLocked(bool* lingered, Clock::time_point* looked_at) {
   for (;;) {
     const Clock::time_point now = Clock::now();
+    *looked_at = now;
     for (Qp* armed : armed_) {
       TimerEntry& entry = armed->timer_entry();
       if (!entry.stamped) {

@@ -129,8 +129,8 @@ class Engine {
 
   // Fires what is due; returns when to look next. Requires: mu() held.
   Clock::time_point RunDueTimersLocked(bool* lingered);
-  // RunDueTimersLocked but for timer_looks_soon_.
-  Clock::time_point NextTimerLocked(bool* lingered);
+  // RunDueTimersLocked but for timer_looks_soon_; *looked_at: its last clock read.
+  Clock::time_point NextTimerLocked(bool* lingered, Clock::time_point* looked_at);
 
   // The QPs whose timer is armed, each at its TimerEntry::index (mu_).
   std::vector<Qp*> armed_;
