@@ -201,9 +201,12 @@ int RunChildPeer(int to_parent, int from_parent) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   for (uint64_t polls = 0;; ++polls) {
     ibv_wc wc;
-    if (ibv_poll_cq(peer.cq, 1, &wc) == 1 && (wc.status != IBV_WC_SUCCESS || !PostRecv(peer))) {
-      std::fprintf(stderr, "datapath-costs: the child's receive failed (%s)\n", ibv_wc_status_str(wc.status));
-      return 1;
+    if (ibv_poll_cq(peer.cq, 1, &wc) == 1) {
+      if (wc.status != IBV_WC_SUCCESS) {
+        std::fprintf(stderr, "datapath-costs: the child's receive failed (%s)\n", ibv_wc_status_str(wc.status));
+        return 1;
+      }
+      if (!PostRecv(peer)) return Fail("the child's ibv_post_recv");
     }
     // Now and then: has the parent finished (closed its end)?
     if (polls % 4096 == 0) {
@@ -222,24 +225,23 @@ int RunChildPeer(int to_parent, int from_parent) {
   return 0;
 }
 
-// SENDs, WRITEs and READs from `a` (whose send CQ is `cq_a`) to the peer
-// `dst`: warm-up rounds, then counted ones; false if any failed. `local`: the
-// peer in this process (nullptr: another process, which keeps its receives
-// posted itself). True when the costs stay within bounds.
+// What the counted rounds of one Run cost on this thread.
 struct Costs {
   long allocations = 0;
   long clock_reads = 0;
 };
 
-
-bool Run(const char* which, ibv_qp* a, ibv_cq* cq_a, const std::vector<uint8_t>& src, ibv_mr* src_mr,
-         const PeerInfo& dst, const Peer* local, Costs* costs) {
+// SENDs, WRITEs and READs from `from`'s QP (its buffer the source) to the
+// peer `dst`: warm-up rounds, then counted ones; false if any failed. `local`:
+// the peer in this process (nullptr: another process, which keeps its
+// receives posted itself).
+bool Run(const char* which, const Peer& from, const PeerInfo& dst, const Peer* local, Costs* costs) {
   // One round: a SEND, an RDMA WRITE and an RDMA READ, each signaled and polled to completion.
   const auto round = [&]() -> bool {
     if (local && !PostRecv(*local)) return false;
     const ibv_wr_opcode ops[] = {IBV_WR_SEND, IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ};
     for (ibv_wr_opcode op : ops) {
-      ibv_sge sge = {reinterpret_cast<uintptr_t>(src.data()), kBytes, src_mr->lkey};
+      ibv_sge sge = {reinterpret_cast<uintptr_t>(from.buffer.data()), kBytes, from.mr->lkey};
       ibv_send_wr wr = {};
       wr.opcode = op;
       wr.send_flags = IBV_SEND_SIGNALED;
@@ -248,7 +250,7 @@ bool Run(const char* which, ibv_qp* a, ibv_cq* cq_a, const std::vector<uint8_t>&
       wr.wr.rdma.remote_addr = dst.addr;
       wr.wr.rdma.rkey = dst.rkey;
       ibv_send_wr* bad = nullptr;
-      if (ibv_post_send(a, &wr, &bad) || !PollOne(cq_a)) return false;
+      if (ibv_post_send(from.qp, &wr, &bad) || !PollOne(from.cq)) return false;
       if (local && op == IBV_WR_SEND && !PollOne(local->cq)) return false;
     }
     return true;
@@ -348,14 +350,10 @@ int main() {
   if (!pd) return Fail("ibv_alloc_pd");
   Peer own;    // the QP that posts
   Peer local;  // the peer in this process
-  if (!MakePeer(pd, &own) || !MakePeer(pd, &local)) return Fail("ibv_create_cq, ibv_create_qp or ibv_reg_mr");
-  std::vector<uint8_t> src(kBytes, 7);
-  ibv_mr* src_mr = ibv_reg_mr(pd, src.data(), kBytes, kAccess);
-  if (!src_mr) return Fail("ibv_reg_mr");
-
-  // A second QP of ours for the child's peer.
-  Peer remote_side;
-  if (!MakePeer(pd, &remote_side)) return Fail("ibv_create_qp");
+  Peer remote_side;  // the QP that posts to the child's peer
+  if (!MakePeer(pd, &own) || !MakePeer(pd, &local) || !MakePeer(pd, &remote_side)) {
+    return Fail("ibv_create_cq, ibv_create_qp or ibv_reg_mr");
+  }
   PeerInfo child_peer = {};
   const PeerInfo mine = {remote_side.qp->qp_num, 0, 0};
   char ready = 0;
@@ -372,15 +370,14 @@ int main() {
   const PeerInfo local_peer = {local.qp->qp_num, reinterpret_cast<uintptr_t>(local.buffer.data()), local.mr->rkey};
   Costs in_process;
   Costs across;
-  if (!Run("a peer in this process", own.qp, own.cq, src, src_mr, local_peer, &local, &in_process) ||
-      !Run("a peer in another process", remote_side.qp, remote_side.cq, src, src_mr, child_peer, nullptr, &across)) {
+  if (!Run("a peer in this process", own, local_peer, &local, &in_process) ||
+      !Run("a peer in another process", remote_side, child_peer, nullptr, &across)) {
     return 2;
   }
   const bool within = WithinBounds("a peer in this process", in_process) & WithinBounds("a peer in another process", across);
   DestroyPeer(&own);
   DestroyPeer(&local);
   DestroyPeer(&remote_side);
-  ibv_dereg_mr(src_mr);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
   ibv_free_device_list(list);
