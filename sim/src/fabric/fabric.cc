@@ -1483,6 +1483,9 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     }
   };
   // Segments first: a fabric none of whose processes is alive goes whole.
+  // Whether one is alive is asked of the kernel (its locks on the file), not
+  // read from the segment: garbage written into it, or a creator that died
+  // before it was ready, must not keep it forever.
   for (const ShmEntry& e : entries) {
     if (e.size != sizeof(FabricSegment) || e.name == keep) continue;
     const ShmMapping m = OpenShm(e.name, sizeof(FabricSegment), true);
@@ -1492,15 +1495,21 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     }
     auto* seg = static_cast<FabricSegment*>(m.addr);
     int alive = 0;
-    // Being created right now, or another version's: not ours to judge.
-    if (seg->magic == kMagic && seg->ready.load(std::memory_order_acquire)) {
-      // A fabric whose lock is taken is in use: judged another time.
+    // Another version's (its processes may keep their liveness elsewhere):
+    // not ours to judge. Ours, or no version's magic at all (garbage): ours.
+    const uint64_t magic = seg->magic;
+    if (magic == kMagic || (magic >> 8) != (kMagic >> 8)) {
+      // A fabric whose lock is taken is in use: judged another time. Under
+      // it the name stays this file's (every process removing a fabric's name
+      // holds its lock and marks it unlinked first, so one about to join
+      // makes a new fabric).
       SegmentLock lock(m.fd, 0);
-      for (int i = 0; lock.locked() && i < kMaxProcs; ++i) {
-        alive += seg->procs[i].pid.load() != 0 && SlotAlive(m.fd, i);
-      }
-      if (lock.locked() && alive == 0 && !seg->unlinked) {
-        seg->unlinked = 1;  // a process about to join creates a new one
+      for (int i = 0; lock.locked() && i < kMaxProcs; ++i) alive += SlotAlive(m.fd, i);
+      struct stat ours {}, named {};
+      const bool same = fstat(m.fd, &ours) == 0 && stat(ShmPath(e.name).c_str(), &named) == 0 &&
+                        ours.st_dev == named.st_dev && ours.st_ino == named.st_ino;
+      if (lock.locked() && same && alive == 0 && !FileLockedByOther(m.fd)) {
+        seg->unlinked = 1;
         remove(e);
       }
     }

@@ -92,7 +92,8 @@
 // and its shared-memory objects ("<ring>-mr+<n>") go; its peers' packets are
 // lost and their retry timers report IBV_WC_RETRY_EXC_ERR. A fabric whose
 // last process died is removed by the next process of the same user that
-// opens a device on any fabric, or by `simverbs clean`.
+// opens a device on any fabric, or by `simverbs clean`: that nobody holds a
+// lock on its file is all it asks, so garbage in the segment cannot keep it.
 //
 // Hostile input. Every object is created O_EXCL with mode 0600 and opened only
 // after fstat shows our uid, no group/other bits and the expected size

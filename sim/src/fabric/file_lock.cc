@@ -10,12 +10,13 @@
 namespace simverbs {
 namespace {
 
-struct flock Range(short type, off_t byte) {
+// `length` 0: from `byte` to the end of the file, however far it grows.
+struct flock Range(short type, off_t byte, off_t length = 1) {
   struct flock fl {};
   fl.l_type = type;
   fl.l_whence = SEEK_SET;
   fl.l_start = byte;
-  fl.l_len = 1;
+  fl.l_len = length;
   fl.l_pid = 0;  // required for OFD locks
   return fl;
 }
@@ -47,6 +48,12 @@ void UnlockByte(int fd, off_t byte) {
 
 bool ByteLockedByOther(int fd, off_t byte) {
   struct flock fl = Range(F_WRLCK, byte);
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;
+  return fl.l_type != F_UNLCK;
+}
+
+bool FileLockedByOther(int fd) {
+  struct flock fl = Range(F_WRLCK, 0, 0);
   if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;
   return fl.l_type != F_UNLCK;
 }

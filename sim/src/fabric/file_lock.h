@@ -18,5 +18,8 @@ void UnlockByte(int fd, off_t byte);
 // Whether another open file description holds a lock on byte `byte` (a
 // failed query counts as held: never take a live process for dead).
 bool ByteLockedByOther(int fd, off_t byte);
+// Whether another open file description holds a lock on any byte of `fd`
+// (a failed query counts as held).
+bool FileLockedByOther(int fd);
 
 }  // namespace simverbs

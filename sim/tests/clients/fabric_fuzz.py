@@ -43,7 +43,8 @@ print(f"fabric-fuzz: seed {seed} (replay: {' '.join(sys.argv[:4])} --seed {seed}
 
 
 def objects(name):
-    return sorted(glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}*"))
+    return sorted(glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}") +
+                  glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}-p*"))
 
 
 def flip_some(name, count):
@@ -133,14 +134,16 @@ while time.time() - start < args.seconds or runs == 0:
         if n in ended and p.returncode < 0:
             failures.append(f"{what}: the {n} died of signal {-p.returncode}: {out[-300:]!r}")
     errored += any(p.returncode not in (0, None) for p in (client, server))
+    # Its programs have exited: clean removes the fabric whatever our garbage
+    # made of it (remove what it leaves, so the next runs are judged alone).
     subprocess.run([args.cli, "clean"], capture_output=True, timeout=60)
-    # What clean leaves of this run's fabric is what our garbage made unreadable
-    # (its magic or ready flag): its programs have exited, and it is ours to remove.
-    for path in objects(name):
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    if left := objects(name):
+        failures.append(f"{what}: simverbs clean left {left}")
+        for path in left:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     if failures:
         break
 

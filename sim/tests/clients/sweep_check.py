@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """What a fabric whose last process was killed leaves in /dev/shm is removed:
 by `simverbs clean`, and by the next program of the same user that opens a
-device on any fabric. A fabric with a live process is kept.
+device on any fabric, whatever was written into its segment. A fabric with a
+live process is kept, and so is another version's.
 
 usage: sweep_check.py SIMVERBS_CLI FABRIC PORT
 """
 import glob
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -39,6 +41,16 @@ def killed_fabric(name, p):
     if len(left) < 2:
         raise SystemExit(f"a killed last process should leave its fabric behind; found {left}")
     return left
+
+
+def segment(name):
+    return f"/dev/shm/simverbs-{os.geteuid()}-{name}"
+
+
+def overwrite_header(name, magic, ready):
+    """Writes the segment's magic and ready flag, as a stray write or another version would."""
+    with open(segment(name), "r+b") as f:
+        f.write(struct.pack("<QI", magic, ready))
 
 
 # 1. simverbs clean removes a dead fabric and says what it removed.
@@ -74,9 +86,42 @@ try:
 finally:
     server.kill()
     server.wait()
+
+# 4. A dead fabric is removed whatever its header says: garbage over the magic,
+# or a creator that died before marking it ready.
+for suffix, magic, ready in (("-e", 0x0123456789ABCDEF, 0xDEADBEEF), ("-f", 0x53494D4641425242, 0)):
+    left = killed_fabric(fabric + suffix, port + (3 if suffix == "-e" else 6))
+    overwrite_header(fabric + suffix, magic, ready)
+    r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
+    if objects(fabric + suffix):
+        failures.append(f"simverbs clean left a dead fabric with magic {magic:#x}, ready {ready}: "
+                        f"{objects(fabric + suffix)} ({r.stdout!r} {r.stderr!r})")
+
+# 5. A live fabric is kept whatever its header says (its process holds its lock).
+server = start_server(fabric + "-g", port + 4)
+try:
+    live = objects(fabric + "-g")
+    overwrite_header(fabric + "-g", 0x0123456789ABCDEF, 0)
+    r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
+    if objects(fabric + "-g") != live:
+        failures.append(f"simverbs clean removed part of a live fabric with a garbage header: {live} -> "
+                        f"{objects(fabric + '-g')}")
+    if f'kept fabric "{fabric}-g" (1 process)' not in r.stdout:
+        failures.append(f"simverbs clean did not say it kept the live fabric with a garbage header: {r.stdout!r}")
+finally:
+    server.kill()
+    server.wait()
+
+# 6. Another version's fabric of the same size is not ours to judge.
+killed_fabric(fabric + "-h", port + 5)
+overwrite_header(fabric + "-h", 0x53494D4641425233, 1)  # "SIMFABR3"
+subprocess.run([cli, "clean"], capture_output=True, timeout=60)
+if not os.path.exists(segment(fabric + "-h")):
+    failures.append("simverbs clean removed another version's fabric")
+os.unlink(segment(fabric + "-h"))
 subprocess.run([cli, "clean"], capture_output=True, timeout=60)
 
 for f in failures:
     print("FAIL", f)
-print(f"{3 - min(len(failures), 3)} passed, {len(failures)} failed")
+print(f"{6 - min(len(failures), 6)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
