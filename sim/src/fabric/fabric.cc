@@ -1048,6 +1048,7 @@ void Fabric::SettleOwedWakesLocked(bool now) {
 
 bool Fabric::DrainInbound() {
   if (ring_->Empty()) return false;
+  ring_->PrefetchNextPayload();
   std::lock_guard<std::mutex> lock(Engine::Get().mu());
   DrainInboundLocked();
   return true;

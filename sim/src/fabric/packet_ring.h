@@ -119,6 +119,12 @@ class PacketRing {
     }
   }
   bool Empty() const;
+  // Asks the CPU for the first payload lines of the next packet, once Empty()
+  // said it is there: they are another process's writes, and fetching them
+  // while the engine lock is taken and the header read hides one cross-core
+  // miss of the delivery. (A hint: nothing is read from the slot itself but
+  // its length, clamped.)
+  void PrefetchNextPayload() const;
   // A Push would find a free slot now.
   bool HasRoom() const;
 
