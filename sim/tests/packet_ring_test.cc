@@ -82,8 +82,8 @@ TEST(PacketRingTest, HoleOfADeadProducerIsSkipped) {
   constexpr int kDead = 3;
   constexpr int kLive = 4;
   uint64_t hole = 0;
-  ASSERT_TRUE(ring->Claim(&hole, kDead, 7));  // ... and never publishes
-  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, kLive, 1));
+  ASSERT_TRUE(ring->Claim(&hole, {kDead, 7}));  // ... and never publishes
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, {kLive, 1}));
   uint32_t len = 0;
   const auto take = [&](const WirePacket& wp) { len = wp.payload_len; };
   EXPECT_FALSE(ring->Pop(take)) << "the hole is in front";
@@ -110,9 +110,9 @@ TEST(PacketRingTest, PublishIntoASkippedSlotFails) {
   RingMemory memory;
   PacketRing* ring = PacketRing::Init(memory.bytes);
   uint64_t pos = 0;
-  ASSERT_TRUE(ring->Claim(&pos, 2, 1));
+  ASSERT_TRUE(ring->Claim(&pos, {2, 1}));
   ASSERT_TRUE(ring->SkipDeadClaim([](int, uint32_t) { return true; }));
-  EXPECT_FALSE(ring->Publish(pos, MarkedPacket(8), 0, 2));
+  EXPECT_FALSE(ring->Publish(pos, MarkedPacket(8), 0, {2, 1}));
   EXPECT_FALSE(ring->Pop([](const WirePacket&) {}));
 }
 
@@ -123,16 +123,16 @@ TEST(PacketRingTest, UnfencedPublishIntoASkippedSlotFails) {
   PacketRing* ring = PacketRing::Init(memory.bytes);
   ring->MarkPolled();
   uint64_t pos = 0;
-  ASSERT_TRUE(ring->Claim(&pos, 2, 1));
+  ASSERT_TRUE(ring->Claim(&pos, {2, 1}));
   ASSERT_TRUE(ring->SkipDeadClaim([](int, uint32_t) { return true; }));
   Packet first = MarkedPacket(8);
   first.last = false;
   PacketRing::Owed owed;
-  EXPECT_FALSE(ring->Publish(pos, first, 0, 2, &owed));
+  EXPECT_FALSE(ring->Publish(pos, first, 0, {2, 1}, &owed));
   EXPECT_FALSE(owed.look);
   EXPECT_FALSE(ring->Pop([](const WirePacket&) {}));
   // The ring goes on: the next lap's producer gets the slot.
-  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, 3, 1));
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, {3, 1}));
   EXPECT_TRUE(ring->Pop([](const WirePacket&) {}));
 }
 
@@ -148,15 +148,15 @@ TEST(PacketRingTest, FirstPacketsOfAMessageOweALook) {
   Packet first = MarkedPacket(8);
   first.last = false;
   PacketRing::Owed owed;
-  ASSERT_TRUE(ring->Push(first, 0, nullptr, 1, 1, &owed));
+  ASSERT_TRUE(ring->Push(first, 0, nullptr, {1, 1}, &owed));
   EXPECT_TRUE(owed.look);
   EXPECT_FALSE(owed.wake) << "no progress thread sleeps";
   PacketRing::Owed after_last;
-  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, 1, 1, &after_last));
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, {1, 1}, &after_last));
   EXPECT_FALSE(after_last.look);
   ring->MarkBlocking();
   PacketRing::Owed to_blocking;
-  ASSERT_TRUE(ring->Push(first, 0, nullptr, 1, 1, &to_blocking));
+  ASSERT_TRUE(ring->Push(first, 0, nullptr, {1, 1}, &to_blocking));
   EXPECT_FALSE(to_blocking.look);
   int popped = 0;
   while (ring->Pop([](const WirePacket&) {})) ++popped;
@@ -169,7 +169,7 @@ TEST(PacketRingTest, NothingToSkipWithoutAHole) {
   PacketRing* ring = PacketRing::Init(memory.bytes);
   const auto dead = [](int, uint32_t) { return true; };
   EXPECT_FALSE(ring->SkipDeadClaim(dead));
-  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, 1, 1));
+  ASSERT_TRUE(ring->Push(MarkedPacket(8), 0, nullptr, {1, 1}));
   EXPECT_FALSE(ring->SkipDeadClaim(dead));
   EXPECT_TRUE(ring->Pop([](const WirePacket&) {}));
 }

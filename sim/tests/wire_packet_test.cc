@@ -100,8 +100,11 @@ void ExpectSameFields(const Packet& a, const Packet& b) {
 TEST(WirePacketTest, EveryFieldArrives) {
   auto wire = std::make_unique<WirePacket>();
   const Packet sent = EveryField();
-  wire->From(sent, 1);
+  wire->From(sent, 1, WireSender{3, 7, (uint64_t{5} << 32) + 9});
   EXPECT_EQ(wire->src_device, 1);
+  EXPECT_EQ(wire->sender_slot, 3);
+  EXPECT_EQ(wire->sender_generation, 7u);
+  EXPECT_EQ(wire->sender_consumed, 9u) << "the low 32 bits";
   Packet received;
   wire->ToPacket(nullptr, &received);
   ExpectSameFields(sent, received);
@@ -109,11 +112,11 @@ TEST(WirePacketTest, EveryFieldArrives) {
 
 TEST(WirePacketTest, UnusedLinesCarryNothingOfAnEarlierPacket) {
   auto wire = std::make_unique<WirePacket>();
-  wire->From(EveryField(), 0);
+  wire->From(EveryField(), 0, {});
   Packet ack;  // no GRH, RETH, atomic or XRC field: its defaults
   ack.kind = Packet::Kind::kAck;
   ack.psn = 5;
-  wire->From(ack, 0);
+  wire->From(ack, 0, {});
   EXPECT_EQ(wire->flags & (WirePacket::kAddressing | WirePacket::kExtended), 0);
   Packet received = EveryField();  // ToPacket must overwrite every field
   wire->ToPacket(nullptr, &received);

@@ -32,7 +32,7 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425242;  // "SIMFABRB"
+constexpr uint64_t kMagic = 0x53494d4641425243;  // "SIMFABRC"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -750,7 +750,7 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
 bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
   PacketRing::Owed owed;
-  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, slot_, generation_, &owed)) return false;
+  if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, Sender(), &owed)) return false;
   peer.last_pushed = pos;
   peer.pushed = true;
   OweLocked(slot, peer, owed, pos);
@@ -837,14 +837,14 @@ bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
         peer.backlog.pop_front();  // all of it sent, or the responder can no longer answer
         continue;
       }
-      if (!peer.ring->Push(part, src_device, &pos, slot_, generation_, &owed)) {
+      if (!peer.ring->Push(part, src_device, &pos, Sender(), &owed)) {
         part.payload.Own();  // its bytes as they were read now, not when room appears
         peer.backlog.push_front(std::move(part));  // made already: it goes first
         break;
       }
       Engine::Get().RecyclePayload(part.payload.TakeBuffer());
     } else {
-      if (!peer.ring->Push(front, src_device, &pos, slot_, generation_, &owed)) break;
+      if (!peer.ring->Push(front, src_device, &pos, Sender(), &owed)) break;
       Engine::Get().RecyclePayload(front.payload.TakeBuffer());
       peer.backlog.pop_front();
     }
@@ -1001,7 +1001,7 @@ void Fabric::OweLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint6
   if (!peer.wake_owed) {
     peer.wake_owed = true;
     peer.owed_polls = 0;
-    if (peer.ring) peer.owner_polls_seen = peer.ring->polls();
+    peer.owner_polls_known = false;
   }
   peer.owed_pos = pos;
 }
@@ -1020,16 +1020,22 @@ void Fabric::SettleOwedWakesLocked(bool now) {
     Peer* peer = peers_[slot].get();
     if (peer && peer->look_owed) LookNowLocked(slot, *peer);
     bool settled = true;
-    if (peer && peer->wake_owed && peer->ring && !peer->ring->Consumed(peer->owed_pos)) {
-      if (const uint64_t owner_polls = peer->ring->polls(); owner_polls != peer->owner_polls_seen) {
-        peer->owner_polls_seen = owner_polls;  // still polling or posting: it will drain
-        peer->owed_polls = 0;
-      }
+    if (peer && peer->wake_owed && peer->ring && !peer->HeardConsumed(peer->owed_pos)) {
       peer->owed_polls += kPollsPerOwedLook;
-      if (now || peer->owed_polls >= kOwedWakePolls) {
-        peer->ring->WakeIfSleeping();
-      } else {
+      if (!now && !peer->owner_polls_known && peer->owed_polls < kOwedHearPolls) {
+        settled = false;  // it has not said yet: its own lines are not read before it had the time
+      } else if (peer->ring->Consumed(peer->owed_pos)) {
+        // taken
+      } else if (const uint64_t owner_polls = peer->ring->polls();
+                 !now && (!peer->owner_polls_known || owner_polls != peer->owner_polls_seen)) {
+        peer->owner_polls_seen = owner_polls;  // still polling or posting (or first look): it may drain
+        peer->owner_polls_known = true;
+        peer->owed_polls = 0;
         settled = false;
+      } else if (!now && peer->owed_polls < kOwedWakePolls) {
+        settled = false;
+      } else {
+        peer->ring->WakeIfSleeping();
       }
     }
     if (!settled) {
@@ -1043,6 +1049,29 @@ void Fabric::SettleOwedWakesLocked(bool now) {
     owed_[i] = owed_.back();
     owed_.pop_back();
   }
+  wake_owed_.store(!owed_.empty(), std::memory_order_relaxed);
+}
+
+WireSender Fabric::Sender() const {
+  // The packet being delivered now counts as taken: its answers (a READ's
+  // response, an ACK not held back) say so.
+  return {slot_, generation_, ring_ ? ring_->tail() + (taking_ ? 1 : 0) : 0};
+}
+
+void Fabric::HearSender(int slot, uint32_t generation, uint32_t consumed) {
+  // A hint from shared memory: a wrong one only delays a wake until the
+  // owner's progress thread looks (SettleOwedWakesLocked).
+  if (slot < 0 || slot >= kMaxFabricProcesses || slot == slot_) return;
+  Peer* peer = peers_[slot].get();
+  if (!peer || peer->generation != generation) return;
+  peer->consumed_heard = consumed;
+  peer->heard = true;
+  // It took our packet: the wake owed for it is settled now, so our next
+  // polls need not take the engine lock to look (a ping-pong's ACK or reply).
+  if (!peer->wake_owed || peer->look_owed || !peer->HeardConsumed(peer->owed_pos)) return;
+  peer->wake_owed = false;
+  peer->owed_listed = false;
+  owed_.erase(std::find(owed_.begin(), owed_.end(), slot));
   wake_owed_.store(!owed_.empty(), std::memory_order_relaxed);
 }
 
@@ -1069,6 +1098,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
   Engine::Get().BeginBurst();
   while (ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = wp.src_device;  // read once: another process wrote it
+    HearSender(wp.sender_slot, wp.sender_generation, wp.sender_consumed);
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
     // Delivered before Transmit returns unless the engine is delivering
@@ -1081,7 +1111,9 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
     pkt.from_peer = true;
+    taking_ = true;
     Engine::Get().Transmit(std::move(pkt));
+    taking_ = false;
     pkt.payload = Engine::Get().PayloadBuffer();
   })) {
     if (++popped % kBurstPackets == 0) {

@@ -21,7 +21,10 @@
 // each of its own next polls and wakes it only if its packet is still in the
 // ring after kOwedWakePolls of them in which the owner neither polled nor
 // posted, or when the producer itself is about to sleep or block (an owed
-// wake); it reads nothing the owner writes per poll while it pushes. A
+// wake). It reads nothing the owner writes per poll while it pushes, nor
+// while it waits, unless the owner is slow to answer: every packet says how
+// far its sender has drained its own ring (WireSender), so the ACK or reply
+// to a packet settles the wake owed for it. A
 // packet's payload is copied once into the ring, straight from the sender's
 // registered memory (the packet borrows those bytes until then:
 // transport/payload.h), and the owner delivers it from the slot (borrowing
@@ -297,6 +300,13 @@ class Fabric {
     uint64_t owed_pos = 0;     // our latest packet it may need waking for
     uint32_t owed_polls = 0;   // our polls since, while it made no progress
     uint64_t owner_polls_seen = 0;  // its poll and post count when we last looked
+    bool owner_polls_known = false;  // owner_polls_seen was read for this wake
+    // Its ring's tail as its latest packet to us said (WireSender: the low 32 bits).
+    uint32_t consumed_heard = 0;
+    bool heard = false;
+    bool HeardConsumed(uint64_t pos) const {
+      return heard && static_cast<int32_t>(consumed_heard - static_cast<uint32_t>(pos + 1)) >= 0;
+    }
     std::deque<Packet> backlog;
   };
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
@@ -349,10 +359,23 @@ class Fabric {
   // each owed wake whose packet is still in the peer's ring: after
   // kOwedWakePolls of our polls in which the peer neither polled nor posted,
   // or `now`, the peer is woken (one busy copying a large message between its
-  // polls drains the ring at its next poll). Called every kPollsPerOwedLook-th
+  // polls drains the ring at its next poll). A wake whose packet the peer has
+  // said it took (in a packet of its own: HearSender) is settled by that; the
+  // peer's ring, whose tail and poll count it writes at every pop and poll,
+  // is read only once it has not said so for kOwedHearPolls of our polls (a
+  // read of either line while it works costs it a miss at its next write:
+  // in a ping-pong, on every message; its ACK takes two hand-offs and its
+  // drain to come back, which far apart on this machine's CPUs is longer
+  // than 32 of our empty polls). Called every kPollsPerOwedLook-th
   // poll. Requires: engine lock.
   void SettleOwedWakesLocked(bool now);
+  // Who we are, and how far our ring has been drained, for a packet we push.
+  WireSender Sender() const;
+  // A packet from the process in `slot` said how far its ring was drained
+  // (WireSender; read once from shared memory, a hint). Requires: engine lock.
+  void HearSender(int slot, uint32_t generation, uint32_t consumed);
   static constexpr uint32_t kOwedWakePolls = 32;
+  static constexpr uint32_t kOwedHearPolls = 256;
   static constexpr uint32_t kPollsPerOwedLook = 8;
   bool PeerAlive(int slot) const;
   // The shared port_xmit_discards of (device, port), or nullptr when not
@@ -391,6 +414,7 @@ class Fabric {
   static constexpr uint64_t kDeadClaimGraceNs = 1'000'000;
   std::atomic<bool> oversubscribed_{false};
   bool draining_inbound_ = false;  // DrainInboundLocked is on the stack (engine lock)
+  bool taking_ = false;            // it delivers the packet at our ring's tail (engine lock)
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers
   std::thread progress_;
   std::atomic<bool> stop_{false};

@@ -52,20 +52,19 @@ PacketRing* PacketRing::Init(void* memory) {
   return ring;
 }
 
-bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, int producer_slot,
-                      uint32_t producer_generation, Owed* owed) {
+bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, const WireSender& producer,
+                      Owed* owed) {
   uint64_t pos = 0;
-  if (!Claim(&pos, producer_slot, producer_generation) ||
-      !Publish(pos, pkt, src_device_index, producer_slot, owed)) {
+  if (!Claim(&pos, producer) || !Publish(pos, pkt, src_device_index, producer, owed)) {
     return false;
   }
   if (pushed_at) *pushed_at = pos;
   return true;
 }
 
-bool PacketRing::Claim(uint64_t* claimed, int producer_slot, uint32_t producer_generation) {
-  Announcement* claim = producer_slot >= 0 && producer_slot < kMaxFabricProcesses ? &claims_[producer_slot] : nullptr;
-  if (claim) claim->generation.store(producer_generation, std::memory_order_relaxed);
+bool PacketRing::Claim(uint64_t* claimed, const WireSender& producer) {
+  Announcement* claim = producer.slot >= 0 && producer.slot < kMaxFabricProcesses ? &claims_[producer.slot] : nullptr;
+  if (claim) claim->generation.store(producer.generation, std::memory_order_relaxed);
   uint64_t pos = head_.load(std::memory_order_relaxed);
   // Another process may have written anything here: a bounded number of tries.
   for (int tries = 0; tries < 4096; ++tries) {
@@ -90,9 +89,10 @@ bool PacketRing::Claim(uint64_t* claimed, int producer_slot, uint32_t producer_g
   return false;
 }
 
-bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, Owed* owed) {
+bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, const WireSender& producer,
+                         Owed* owed) {
   Slot* slot = &slots_[pos % kSlots];
-  slot->pkt.From(pkt, src_device_index);
+  slot->pkt.From(pkt, src_device_index, producer);
   // Unfenced (see the top), or Dekker with Sleep() at once: publish, then
   // look whether the consumer sleeps. Both sides use seq_cst operations
   // rather than fences there (the same instructions on x86, and
@@ -108,8 +108,8 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
     uint64_t expected = pos;
     published = slot->seq.compare_exchange_strong(expected, pos + 1, std::memory_order_seq_cst);
   }
-  if (producer_slot >= 0 && producer_slot < kMaxFabricProcesses) {
-    claims_[producer_slot].pos_plus_1.store(0, std::memory_order_release);
+  if (producer.slot >= 0 && producer.slot < kMaxFabricProcesses) {
+    claims_[producer.slot].pos_plus_1.store(0, std::memory_order_release);
   }
   if (!published) return false;
   // An answered WRITE needs nothing of the owner: no wake for it, unless the

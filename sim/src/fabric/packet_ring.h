@@ -86,17 +86,18 @@ class PacketRing {
   static PacketRing* Init(void* memory);
 
   // False when the ring is full (or its shared state is not believable). On
-  // success *pos is the packet's position, for Consumed(). `producer_slot`
-  // (-1: none) and `producer_generation` identify the producer for
-  // SkipDeadClaim.
+  // success *pos is the packet's position, for Consumed(). `producer` says
+  // who pushes (its slot and generation for SkipDeadClaim; all of it goes
+  // out with the packet: WireSender).
   // `owed`: see the top; nullptr: wake the owner now if it needs it.
-  bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, int producer_slot = -1,
-            uint32_t producer_generation = 0, Owed* owed = nullptr);
+  bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, const WireSender& producer = {},
+            Owed* owed = nullptr);
   // Push in its two steps: claims a slot (false: full), then writes and
   // publishes the packet there (false: the owner skipped the slot meanwhile,
   // taking the producer for dead).
-  bool Claim(uint64_t* pos, int producer_slot, uint32_t producer_generation);
-  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, int producer_slot, Owed* owed = nullptr);
+  bool Claim(uint64_t* pos, const WireSender& producer);
+  bool Publish(uint64_t pos, const Packet& pkt, int src_device_index, const WireSender& producer,
+               Owed* owed = nullptr);
   // True once the owner has taken the packet at `pos` out of the ring.
   bool Consumed(uint64_t pos) const { return tail_.load(std::memory_order_acquire) > pos; }
   // The position of the oldest packet (the next to pop).

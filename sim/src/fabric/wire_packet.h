@@ -20,6 +20,18 @@
 
 namespace simverbs {
 
+// The process that pushes a packet: its fabric slot (-1: none) and that
+// slot's generation, and how far it had taken packets out of its own ring
+// (its PacketRing::tail) when it wrote this one. The last tells a process
+// that owes it a wake whether that owner has taken its packet already,
+// without reading the owner's ring, whose lines the owner writes at every
+// pop (fabric/fabric.h).
+struct WireSender {
+  int slot = -1;
+  uint32_t generation = 0;
+  uint64_t consumed = 0;
+};
+
 struct WirePacket {
   static constexpr uint32_t kMaxPayload = 4096;  // the largest IB MTU
   // flags
@@ -49,7 +61,10 @@ struct WirePacket {
   uint8_t dst_sgid_index;
   uint8_t dst_sl;
   uint8_t dst_port_num;
-  uint8_t reserved[10];
+  // Who wrote it (WireSender), for the owner's owed wakes only: a hint.
+  int16_t sender_slot;
+  uint32_t sender_generation;
+  uint32_t sender_consumed;  // the low 32 bits
 
   uint8_t payload[kMaxPayload];
 
@@ -74,7 +89,7 @@ struct WirePacket {
   uint8_t reserved_line[8];  // (so that `extended` starts a line of its own)
   Extended extended;
 
-  void From(const Packet& p, int src_device_index) {
+  void From(const Packet& p, int src_device_index, const WireSender& sender) {
     // The payload and the rare lines first, the first line last: the owner
     // spins on the sequence word, in the first line, until it is published.
     payload_len = static_cast<uint32_t>(p.payload.size());
@@ -108,6 +123,9 @@ struct WirePacket {
     pkey = p.pkey;
     dst_dlid = p.dst.dlid;
     src_device = static_cast<int16_t>(src_device_index);
+    sender_slot = static_cast<int16_t>(sender.slot);
+    sender_generation = sender.generation;
+    sender_consumed = static_cast<uint32_t>(sender.consumed);
     dst_is_global = p.dst.is_global;
     dst_sgid_index = p.dst.sgid_index;
     dst_sl = p.dst.sl;
