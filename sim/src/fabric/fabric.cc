@@ -1071,7 +1071,7 @@ void Fabric::HearSender(int slot, uint32_t generation, uint32_t consumed) {
   if (!peer->wake_owed || peer->look_owed || !peer->HeardConsumed(peer->owed_pos)) return;
   peer->wake_owed = false;
   peer->owed_listed = false;
-  owed_.erase(std::find(owed_.begin(), owed_.end(), slot));
+  if (const auto listed = std::find(owed_.begin(), owed_.end(), slot); listed != owed_.end()) owed_.erase(listed);
   wake_owed_.store(!owed_.empty(), std::memory_order_relaxed);
 }
 

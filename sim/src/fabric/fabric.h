@@ -19,12 +19,13 @@
 // polls, or has just found work (and may be back polling in a moment, or
 // spinning on memory), is not woken at once: the producer looks again at
 // each of its own next polls and wakes it only if its packet is still in the
-// ring after kOwedWakePolls of them in which the owner neither polled nor
-// posted, or when the producer itself is about to sleep or block (an owed
-// wake). It reads nothing the owner writes per poll while it pushes, nor
-// while it waits, unless the owner is slow to answer: every packet says how
-// far its sender has drained its own ring (WireSender), so the ACK or reply
-// to a packet settles the wake owed for it. A
+// ring after kOwedHearPolls of them, and then kOwedWakePolls in which the
+// owner neither polled nor posted, or when the producer itself is about to
+// sleep or block (an owed wake). It reads nothing the owner writes per poll
+// while it pushes, nor while it waits, unless the owner is slow to answer:
+// every packet says how far its sender has drained its own ring
+// (WireSender), so the ACK or reply to a packet settles the wake owed for
+// it. A
 // packet's payload is copied once into the ring, straight from the sender's
 // registered memory (the packet borrows those bytes until then:
 // transport/payload.h), and the owner delivers it from the slot (borrowing
