@@ -76,7 +76,7 @@ void Context::Close() {
     // Objects still alive are left to the program (ibv_close_device(3)), but
     // the kernel destroys them: nothing may reach them, and through them this
     // context, once it is gone.
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     std::vector<Qp*> qps;
     device_->ForEachQp([&](Qp* qp) {
       if (qp->context() == this) qps.push_back(qp);

@@ -78,7 +78,7 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
 
 int Cq::Destroy() {
   {
-    std::lock_guard<std::mutex> engine_lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> engine_lock(Engine::Get().mu());
     if (!qps_.empty() || srqs_.load() != 0) return EBUSY;
     std::lock_guard<std::mutex> lock(mu_);
     destroying_ = true;

@@ -228,7 +228,7 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   Device* dev = pd->context()->device();
   if (!dev->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
   const SharedFile file = FileFor(addr, length, access);
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   const uint32_t key_index = dev->NewKeyIndex();
   if (key_index == 0) {
     ReleaseSharedFile(file);
@@ -284,7 +284,7 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   const bool moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
   const SharedFile file = FileFor(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length,
                                   (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_);
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   UnshareLocked();
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -308,7 +308,7 @@ int Mr::Deregister() {
   bool wait = false;
   {
     // After this no packet can reach the memory: its keys are gone.
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     if (windows_ > 0) return EBUSY;  // a memory window is bound to it
     dev->RemoveKey(handle_.pub.lkey);
     dev->ReleaseKeyIndex(handle_.pub.lkey >> 8);

@@ -46,7 +46,7 @@ Result<Mw*> Mw::Alloc(Pd* pd, ibv_mw_type type) {
   if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return Result<Mw*>::Error(EINVAL);
   if (!supported) return Result<Mw*>::Error(EOPNOTSUPP);
   if (!dev->Reserve(Device::Kind::kMw)) return Result<Mw*>::Error(ENOMEM);
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   const uint32_t key_index = dev->NewKeyIndex();
   if (key_index == 0) {
     dev->Release(Device::Kind::kMw);
@@ -60,7 +60,7 @@ Result<Mw*> Mw::Alloc(Pd* pd, ibv_mw_type type) {
 int Mw::Dealloc() {
   Device* dev = ctx_->device();
   {
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     UnbindLocked();
     dev->RemoveWindowKey(key_);
     dev->ReleaseKeyIndex(key_ >> 8);

@@ -157,7 +157,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
     ctx->device()->Release(Device::Kind::kQp);
     return R::Error(ENOMEM);
   }
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   return new Qp(ctx, pd, send_cq, recv_cq, srq, a, qpn);
 }
 
@@ -208,7 +208,7 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
 }
 
 int Qp::Modify(const ibv_qp_attr& a, int mask) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (destroying_) return EINVAL;
   const ibv_qp_state cur = attr_.qp_state;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
@@ -328,7 +328,7 @@ void Qp::EnterErrorLocked(int event) {
 }
 
 int Qp::FailNthSend(uint32_t nth, ibv_wc_status status) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   return FailNthSendLocked(nth, status);
 }
 
@@ -340,7 +340,7 @@ int Qp::FailNthSendLocked(uint32_t nth, ibv_wc_status status) {
 }
 
 int Qp::InjectState(ibv_qp_state next) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   return InjectStateLocked(next);
 }
 
@@ -377,7 +377,7 @@ void Qp::SetStateLocked(ibv_qp_state next) {
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
   if (!attr || !init) return EINVAL;
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   // Providers fill every attribute whatever the mask asks; so does the simulator.
   *attr = attr_;
   *init = init_;
@@ -385,7 +385,7 @@ int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
 }
 
 void Qp::RaiseAsync(ibv_event_type type) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (destroying_) return;
   RaiseAsyncLocked(type);
 }
@@ -393,14 +393,14 @@ void Qp::RaiseAsync(ibv_event_type type) {
 void Qp::RaiseAsyncLocked(ibv_event_type type) { events_.RaiseAsync(type); }
 
 int Qp::AttachMulticast(const ibv_gid& gid, uint16_t lid) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   // ibv_attach_mcast(3): only UD QPs may be attached to multicast groups.
   if (type() != IBV_QPT_UD || destroying_) return EINVAL;
   return Engine::Get().AttachMulticast(this, gid, lid);
 }
 
 int Qp::DetachMulticast(const ibv_gid& gid, uint16_t lid) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (type() != IBV_QPT_UD) return EINVAL;
   return Engine::Get().DetachMulticast(this, gid, lid);
 }
@@ -423,7 +423,7 @@ int Qp::Destroy() {
   {
     // Outstanding WRs are discarded without completions; the QP number stops
     // answering, so peers see their packets lost.
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     // The kernel counts attachments in the QP's usecnt: destroy fails while attached.
     if (Engine::Get().IsAttached(this)) return EBUSY;
     destroying_ = true;

@@ -155,7 +155,7 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
 }
 
 int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   const ibv_qp_state s = state();
   const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
   int err = 0;

@@ -487,7 +487,7 @@ bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited) {
 }
 
 int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   for (; wr; wr = wr->next) {
     int err = 0;
     // C10-97.2.1: no receives in RESET; a QP on an SRQ has no receive queue.

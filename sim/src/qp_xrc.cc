@@ -34,7 +34,7 @@ Result<Qp*> Qp::CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& a) {
   ibv_qp_init_attr_ex init = a;
   init.comp_mask &= ~IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   init.cap = {};
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   Qp* qp = new Qp(ctx, nullptr, nullptr, nullptr, nullptr, init, qpn);
   qp->xrcd_ = xrcd;
   xrcd->AddUser();

@@ -88,7 +88,7 @@ Result<Srq*> Srq::CreateEx(Context* ctx, const ibv_srq_init_attr_ex& a) {
   }
   xrcd->AddUser();
   cq->AddSrq();
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   srq->xrcd_ = xrcd;
   srq->cq_ = cq;
   srq->srq_num_ = srq_num;
@@ -247,7 +247,7 @@ int Srq::Destroy() {
     destroying_ = true;
   }
   if (xrcd_) {
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     LeaveXrcDirectoryLocked();
   }
   events_.Purge(ctx_->async_events());

@@ -70,7 +70,7 @@ SIMVERBS_EXPORT int simverbs_push_completion(ibv_cq* cq, const ibv_wc* wc, int s
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Cq* c = Cq::From(cq);
     if (!c || !wc) return EINVAL;
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     switch (c->Push(*wc, solicited != 0)) {
       case Cq::PushResult::kOk:
         return 0;
@@ -136,7 +136,7 @@ SIMVERBS_EXPORT int simverbs_release_completions(ibv_cq* cq) {
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Cq* c = Cq::From(cq);
     if (!c) return EINVAL;
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     return c->ReleaseLocked();
   });
 }

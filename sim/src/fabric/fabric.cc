@@ -889,7 +889,7 @@ namespace {
 
 // The engine lock for the progress thread: while the application is active
 // only if it is free (the returned lock may not own it), otherwise waited for.
-std::unique_lock<std::mutex> LockForProgress(bool app_active) {
+std::unique_lock<DataPathMutex> LockForProgress(bool app_active) {
   return app_active ? TryLockSpinning(Engine::Get().mu(), 0) : LockSpinningFirst(Engine::Get().mu());
 }
 
@@ -936,7 +936,7 @@ void Fabric::PollInbound() {
   thread_local uint32_t polls = 0;
   const bool look = wake_owed_.load(std::memory_order_relaxed) && ++polls % kPollsPerOwedLook == 0;
   if (!backlog_empty_ || look) {
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     FlushBacklogLocked();
     if (look) SettleOwedWakesLocked(false);
   }
@@ -984,7 +984,7 @@ void Fabric::BeforeBlocking() {
   DrainInbound();
   // We will not poll to look again: wake now whoever still has our packets.
   if (wake_owed_.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     SettleOwedWakesLocked(true);
   }
 }
@@ -1078,7 +1078,7 @@ void Fabric::HearSender(int slot, uint32_t generation, uint32_t consumed) {
 bool Fabric::DrainInbound() {
   if (ring_->Empty()) return false;
   ring_->PrefetchNextPayload();
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   DrainInboundLocked();
   return true;
 }

@@ -25,8 +25,7 @@
 // while it pushes, nor while it waits, unless the owner is slow to answer:
 // every packet says how far its sender has drained its own ring
 // (WireSender), so the ACK or reply to a packet settles the wake owed for
-// it. A
-// packet's payload is copied once into the ring, straight from the sender's
+// it. A packet's payload is copied once into the ring, straight from the sender's
 // registered memory (the packet borrows those bytes until then:
 // transport/payload.h), and the owner delivers it from the slot (borrowing
 // the slot's bytes while it holds the slot): a SEND's bytes are copied twice

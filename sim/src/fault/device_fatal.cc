@@ -50,7 +50,7 @@ bool EnterDeviceFatal(Context* ctx) {
   {
     // Take the context's QPs off the wire: what arrives for them is lost, and
     // their retransmit timers stop.
-    std::lock_guard<std::mutex> lock(Engine::Get().mu());
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     Device* device = ctx->device();
     std::vector<Qp*> qps;
     device->ForEachQp([&](Qp* qp) {

@@ -284,7 +284,7 @@ void OnTargetQp(const Action& a, const Involved& involved, Fn fn) {
   }
   const auto& devices = DeviceList::Get().devices();
   if (qp.first < 0 || static_cast<size_t>(qp.first) >= devices.size() || qp.second == 0) return;
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (Qp* q = devices[qp.first]->FindQp(qp.second)) fn(q);
 }
 

@@ -106,7 +106,7 @@ int RaiseFault(ibv_event_type type, const FaultSite& site) {
     case EventElement::kQp:
     case EventElement::kCq:
     case EventElement::kSrq: {
-      std::lock_guard<std::mutex> lock(Engine::Get().mu());
+      std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
       return RaiseOnObjectLocked(type, site);
     }
     default:
@@ -115,7 +115,7 @@ int RaiseFault(ibv_event_type type, const FaultSite& site) {
 }
 
 int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object) {
-  std::lock_guard<std::mutex> lock(Engine::Get().mu());
+  std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   Qp* qp = device->FindQp(qpn);  // only this process's QPs
   if (!qp) return 0;
   FaultSite site;

@@ -32,6 +32,7 @@
 #include <vector>
 #include <thread>
 
+#include "transport/data_path_mutex.h"
 #include "transport/packet.h"
 
 namespace simverbs {
@@ -50,7 +51,7 @@ class Engine {
   static Device* Route(const AddressVector& dst);
 
   // The data-path lock; every verb that touches QP state holds it.
-  std::mutex& mu() { return mu_; }
+  DataPathMutex& mu() { return mu_; }
 
   // Requires: mu() held. Queues a packet and delivers everything queued,
   // including the answers it causes, before returning.
@@ -108,7 +109,7 @@ class Engine {
   void TimerThread();
   void ForkedChild();
 
-  std::mutex mu_;
+  DataPathMutex mu_;
   // Packets waiting for delivery, from queue_head_ on: a vector that keeps
   // its capacity, not a deque that allocates as it moves.
   std::vector<Packet> queue_;

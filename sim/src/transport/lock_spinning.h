@@ -18,8 +18,9 @@ inline void CpuRelax() {
 
 // Takes `mu` if it is free, or becomes free within `spins` pauses; the
 // returned lock does not own it otherwise.
-inline std::unique_lock<std::mutex> TryLockSpinning(std::mutex& mu, int spins = 4096) {
-  std::unique_lock<std::mutex> lock(mu, std::try_to_lock);
+template <typename Mutex>
+inline std::unique_lock<Mutex> TryLockSpinning(Mutex& mu, int spins = 4096) {
+  std::unique_lock<Mutex> lock(mu, std::try_to_lock);
   for (int i = 0; i < spins && !lock.owns_lock(); ++i) {
     CpuRelax();
     if (i % 16 == 15) (void)lock.try_lock();
@@ -28,8 +29,9 @@ inline std::unique_lock<std::mutex> TryLockSpinning(std::mutex& mu, int spins = 
 }
 
 // The same, then waits asleep: for a holder that keeps the lock longer.
-inline std::unique_lock<std::mutex> LockSpinningFirst(std::mutex& mu) {
-  std::unique_lock<std::mutex> lock = TryLockSpinning(mu);
+template <typename Mutex>
+inline std::unique_lock<Mutex> LockSpinningFirst(Mutex& mu) {
+  std::unique_lock<Mutex> lock = TryLockSpinning(mu);
   if (!lock.owns_lock()) lock.lock();
   return lock;
 }
