@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -73,50 +73,80 @@ double ProcessVmWritevMBps(size_t bytes) {
   // The target cycles through 8 MiB (or one message), as perftest's buffers.
   const size_t span = std::max<size_t>(bytes, size_t{8} << 20);
   auto* target = static_cast<char*>(mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  int ready[2], done[2];
-  if (target == MAP_FAILED || pipe(ready) != 0 || pipe(done) != 0) return 0;
-  const pid_t child = fork();
+  if (target == MAP_FAILED) return 0;
+  int ready[2] = {-1, -1}, done[2] = {-1, -1};
+  pid_t child = -1;
+  if (pipe(ready) == 0 && pipe(done) == 0) child = fork();
+  // Each side closes the pipe ends the other one uses, so that either one's
+  // read ends (end of file) when the other exits or dies.
   if (child == 0) {
+    close(ready[0]);
+    close(done[1]);
     std::memset(target, 1, span);  // its own pages, not its parent's copy-on-write ones
     char c = 0;
+    // Then waits until the parent closes its end.
     if (write(ready[1], &c, 1) != 1 || read(done[0], &c, 1) < 0) _exit(1);
     _exit(0);
   }
-  char c;
-  std::vector<char> src(bytes, 2);
   double best = 0;
-  if (read(ready[0], &c, 1) == 1) {
-    const size_t slots = span / bytes;
-    const size_t reps = std::max<size_t>(1, (size_t{1} << 30) / bytes / 10);
-    for (int run = 0; run < 5; ++run) {
-      const auto t0 = Clock::now();
-      size_t moved = 0;
-      for (size_t i = 0; i < reps; ++i) {
-        iovec local{src.data(), bytes};
-        iovec remote{target + (i % slots) * bytes, bytes};
-        const ssize_t n = process_vm_writev(child, &local, 1, &remote, 1, 0);
-        if (n <= 0) break;
-        moved += static_cast<size_t>(n);
+  if (child > 0) {
+    close(ready[1]);
+    close(done[0]);
+    ready[1] = done[0] = -1;
+    char c;
+    std::vector<char> src(bytes, 2);
+    if (read(ready[0], &c, 1) == 1) {
+      const size_t slots = span / bytes;
+      const size_t reps = std::max<size_t>(1, (size_t{1} << 30) / bytes / 10);
+      for (int run = 0; run < 5; ++run) {
+        const auto t0 = Clock::now();
+        size_t moved = 0;
+        for (size_t i = 0; i < reps; ++i) {
+          iovec local{src.data(), bytes};
+          iovec remote{target + (i % slots) * bytes, bytes};
+          const ssize_t n = process_vm_writev(child, &local, 1, &remote, 1, 0);
+          if (n <= 0) break;
+          moved += static_cast<size_t>(n);
+        }
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        best = std::max(best, moved / s / 1e6);
       }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      best = std::max(best, moved / s / 1e6);
     }
+    close(done[1]);  // the child's read ends: it exits
+    done[1] = -1;
+    waitpid(child, nullptr, 0);
   }
-  if (write(done[1], &c, 1) < 0) kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) {
+    if (fd >= 0) close(fd);
+  }
   munmap(target, span);
-  for (int fd : {ready[0], ready[1], done[0], done[1]}) close(fd);
   return best;
+}
+
+// A BYTES argument: a positive number (decimal or 0x), or false.
+bool ParseBytes(const char* text, size_t* bytes) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 0);
+  if (errno != 0 || end == text || *end != '\0' || value == 0 || text[0] == '-') return false;
+  *bytes = static_cast<size_t>(value);
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
+  size_t bytes = 0;
+  if ((what == "memcpy" || what == "process-vm-writev") && argc == 3 && !ParseBytes(argv[2], &bytes)) {
+    std::fprintf(stderr, "%s %s: BYTES must be a positive number of bytes (e.g. 65536), not \"%s\"\n", argv[0],
+                 what.c_str(), argv[2]);
+    return 2;
+  }
   if (what == "memcpy" && argc == 3) {
-    std::printf("%.1f\n", MemcpyMBps(std::strtoull(argv[2], nullptr, 0)));
+    std::printf("%.1f\n", MemcpyMBps(bytes));
   } else if (what == "process-vm-writev" && argc == 3) {
-    const double mbps = ProcessVmWritevMBps(std::strtoull(argv[2], nullptr, 0));
+    const double mbps = ProcessVmWritevMBps(bytes);
     if (mbps <= 0) {
       std::fprintf(stderr, "%s: process_vm_writev into a child failed (ptrace restricted here?)\n", argv[0]);
       return 1;
