@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -44,29 +46,50 @@ double MemcpyMBps(size_t bytes) {
   return best;
 }
 
+// Spins until *line holds `value`; false once `deadline` has passed (the
+// other side died or never started). The clock is read every 2^16 spins only.
+bool SpinUntil(const std::atomic<int>* line, int value, Clock::time_point deadline) {
+  for (uint32_t spins = 1;; ++spins) {
+    if (line->load(std::memory_order_acquire) == value) return true;
+    if (spins % 65536 == 0 && Clock::now() > deadline) return false;
+  }
+}
+
+// 0 when it could not be measured (no memory, no fork, or the child did not
+// answer within 30 s).
 double HandoffNs() {
   constexpr int kRounds = 200000;
-  auto* line = static_cast<std::atomic<int>*>(
-      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  void* shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return 0;
+  auto* line = static_cast<std::atomic<int>*>(shared);
   line->store(0);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
   const pid_t child = fork();
   if (child == 0) {
     for (int i = 0; i < kRounds; ++i) {
-      while (line->load(std::memory_order_acquire) != 2 * i + 1) {
-      }
+      if (!SpinUntil(line, 2 * i + 1, deadline)) _exit(1);
       line->store(2 * i + 2, std::memory_order_release);
     }
     _exit(0);
   }
-  const auto t0 = Clock::now();
-  for (int i = 0; i < kRounds; ++i) {
-    line->store(2 * i + 1, std::memory_order_release);
-    while (line->load(std::memory_order_acquire) != 2 * i + 2) {
+  double ns_per_handoff = 0;
+  if (child > 0) {
+    bool answered = true;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kRounds && answered; ++i) {
+      line->store(2 * i + 1, std::memory_order_release);
+      answered = SpinUntil(line, 2 * i + 2, deadline);
     }
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    if (answered) {
+      ns_per_handoff = ns / kRounds / 2;  // a round trip is two hand-offs
+    } else {
+      kill(child, SIGKILL);
+    }
+    waitpid(child, nullptr, 0);
   }
-  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-  waitpid(child, nullptr, 0);
-  return ns / kRounds / 2;  // a round trip is two hand-offs
+  munmap(shared, 4096);
+  return ns_per_handoff;
 }
 
 double ProcessVmWritevMBps(size_t bytes) {
@@ -153,7 +176,13 @@ int main(int argc, char** argv) {
     }
     std::printf("%.1f\n", mbps);
   } else if (what == "handoff") {
-    std::printf("%.1f\n", HandoffNs());
+    const double ns = HandoffNs();
+    if (ns <= 0) {
+      std::fprintf(stderr, "%s: the hand-off child did not answer within 30 s (or could not be started)\n",
+                   argv[0]);
+      return 1;
+    }
+    std::printf("%.1f\n", ns);
   } else {
     std::fprintf(stderr, "usage: %s memcpy BYTES | handoff | process-vm-writev BYTES\n", argv[0]);
     return 2;
