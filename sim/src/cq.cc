@@ -80,7 +80,7 @@ int Cq::Destroy() {
   {
     std::lock_guard<DataPathMutex> engine_lock(Engine::Get().mu());
     if (!qps_.empty() || srqs_.load() != 0) return EBUSY;
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<DataPathMutex> lock(mu_);
     destroying_ = true;
   }
   // Events never read are dropped; they do not hold up the destroy.
@@ -101,7 +101,7 @@ int Cq::Destroy() {
 
 int Cq::Resize(int cqe) {
   std::lock_guard<std::mutex> poll_lock(poll_mu_);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<DataPathMutex> lock(mu_);
   if (error_) return EINVAL;
   const int max_cqe = ctx_->device()->profile().attr_ex.orig_attr.max_cqe;
   if (cqe < 1 || cqe > max_cqe || static_cast<size_t>(cqe) < count_) return EINVAL;
@@ -115,7 +115,7 @@ int Cq::Resize(int cqe) {
 }
 
 Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<DataPathMutex> lock(mu_);
   if (destroying_ || error_) return PushResult::kErrored;
   if (held_) {
     held_wcs_.emplace_back(wc, solicited);
@@ -130,7 +130,7 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
 }
 
 void Cq::DiscardQpCompletions(uint32_t qp_num) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<DataPathMutex> lock(mu_);
   size_t kept = 0;
   for (size_t i = 0; i < count_; ++i) {
     const ibv_wc& wc = ring_[(head_ + i) % ring_.size()];
@@ -182,14 +182,14 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
 }
 
 void Cq::Hold() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<DataPathMutex> lock(mu_);
   held_ = true;
 }
 
 int Cq::ReleaseLocked() {
   std::vector<std::pair<ibv_wc, bool>> released;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<DataPathMutex> lock(mu_);
     if (!held_) return EINVAL;
     held_ = false;
     released.swap(held_wcs_);
@@ -231,14 +231,14 @@ void Cq::NotifyLocked(const ibv_wc& wc, bool solicited_bit) {
 }
 
 void Cq::SetError() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<DataPathMutex> lock(mu_);
   if (destroying_ || error_) return;
   error_ = true;
   RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
 }
 
 void Cq::RaiseAsync(ibv_event_type type) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<DataPathMutex> lock(mu_);
   if (destroying_) return;
   RaiseAsyncLocked(type);
 }
@@ -256,7 +256,7 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   }
   // poll_mu_ only while another thread is inside a polling section (which
   // holds it between calls): one lock per poll otherwise, as a provider's.
-  std::unique_lock<std::mutex> lock(cq->mu_);
+  std::unique_lock<DataPathMutex> lock(cq->mu_);
   std::unique_lock<std::mutex> poll_lock;
   if (cq->in_section_) {
     lock.unlock();
@@ -277,7 +277,7 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 int Cq::ReqNotifyOp(ibv_cq* ibcq, int solicited_only) {
   Cq* cq = From(ibcq);
   if (!cq) return EINVAL;
-  std::lock_guard<std::mutex> lock(cq->mu_);
+  std::lock_guard<DataPathMutex> lock(cq->mu_);
   if (cq->error_) return EINVAL;
   // Arming for solicited while armed for any completion keeps the wider arm.
   if (!solicited_only) {
@@ -379,7 +379,7 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
     return ENOENT;
   }
   std::unique_lock<std::mutex> poll_lock(cq->poll_mu_);  // kept on success, until end_poll
-  std::lock_guard<std::mutex> lock(cq->mu_);
+  std::lock_guard<DataPathMutex> lock(cq->mu_);
   if (cq->error_ || cq->count_ == 0) return cq->error_ ? EINVAL : ENOENT;
   cq->LoadCurrentLocked();
   cq->in_section_ = true;
@@ -390,7 +390,7 @@ int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
 
 int Cq::NextPoll(ibv_cq_ex* ibcq) {
   Cq* cq = From(ibcq);
-  std::lock_guard<std::mutex> lock(cq->mu_);
+  std::lock_guard<DataPathMutex> lock(cq->mu_);
   cq->ConsumeCurrentLocked();
   if (cq->count_ == 0) return ENOENT;
   cq->LoadCurrentLocked();
@@ -400,7 +400,7 @@ int Cq::NextPoll(ibv_cq_ex* ibcq) {
 void Cq::EndPoll(ibv_cq_ex* ibcq) {
   Cq* cq = From(ibcq);
   {
-    std::lock_guard<std::mutex> lock(cq->mu_);
+    std::lock_guard<DataPathMutex> lock(cq->mu_);
     cq->ConsumeCurrentLocked();
     cq->in_section_ = false;
   }

@@ -20,6 +20,7 @@
 #include "affiliated_events.h"
 #include "handle.h"
 #include "result.h"
+#include "transport/data_path_mutex.h"
 
 namespace simverbs {
 
@@ -132,7 +133,7 @@ class Cq {
   // this process) from inside a polling section.
   std::mutex poll_mu_;
   bool in_section_ = false;  // mu_
-  std::mutex mu_;
+  DataPathMutex mu_;  // taken by every poll that finds a completion, and every completion
   std::vector<ibv_wc> ring_;  // capacity = cqe
   size_t head_ = 0;
   // Written under mu_; read without it by a poller to answer an empty CQ

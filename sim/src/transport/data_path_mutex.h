@@ -1,9 +1,10 @@
 #pragma once
 
-// The engine lock (Engine::mu): a futex mutex whose uncontended lock and
-// unlock are one atomic instruction each, inlined into the verb that takes
-// it. Every verb on the data path takes it at least once, and a ping-pong
-// message several times on each side: pthread_mutex_lock and unlock are calls
+// The data path's locks (Engine::mu, and each CQ's): a futex mutex whose
+// uncontended lock and unlock are one atomic instruction each, inlined into
+// the verb that takes it. Every verb on the data path takes the engine lock
+// at least once, a ping-pong message takes these locks several times on each
+// side, and pthread_mutex_lock and unlock are calls
 // that check the mutex type and count users as well (about 3% of
 // ib_send_lat's one-way time). A waiter spins briefly before it sleeps (the
 // lock is held for the microseconds of a verb); unlock wakes one sleeper only
