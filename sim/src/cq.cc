@@ -164,7 +164,7 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
       Trace::Get().Cqe(handle_.pub.handle, wc);
       ring_[head_] = wc;
-      head_ = (head_ + 1) % ring_.size();
+      head_ = RingIndex(head_, 1);
       NotifyLocked(wc, solicited);
       return PushResult::kOk;
     }
@@ -175,8 +175,9 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
     return PushResult::kOverrun;
   }
   Trace::Get().Cqe(handle_.pub.handle, wc);
-  ring_[(head_ + count_) % ring_.size()] = wc;
-  ++count_;
+  const size_t count = count_.load(std::memory_order_relaxed);
+  ring_[RingIndex(head_, count)] = wc;
+  count_.store(count + 1, std::memory_order_release);
   NotifyLocked(wc, solicited);
   return PushResult::kOk;
 }
@@ -265,11 +266,13 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   }
   if (cq->error_) return -1;
   int n = 0;
-  while (n < num_entries && cq->count_ > 0) {
+  size_t count = cq->count_.load(std::memory_order_relaxed);
+  while (n < num_entries && count > 0) {
     wc[n++] = cq->ring_[cq->head_];
-    cq->head_ = (cq->head_ + 1) % cq->ring_.size();
-    --cq->count_;
+    cq->head_ = cq->RingIndex(cq->head_, 1);
+    --count;
   }
+  cq->count_.store(count, std::memory_order_release);
   if (n > 0) Fabric::Get().PollFoundWork();
   return n;
 }
@@ -365,8 +368,8 @@ void Cq::LoadCurrentLocked() {
 void Cq::ConsumeCurrentLocked() {
   if (!has_current_ || count_ == 0) return;
   has_current_ = false;
-  head_ = (head_ + 1) % ring_.size();
-  --count_;
+  head_ = RingIndex(head_, 1);
+  count_.store(count_.load(std::memory_order_relaxed) - 1, std::memory_order_release);
 }
 
 int Cq::StartPoll(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {

@@ -136,9 +136,16 @@ class Cq {
   DataPathMutex mu_;  // taken by every poll that finds a completion, and every completion
   std::vector<ibv_wc> ring_;  // capacity = cqe
   size_t head_ = 0;
-  // Written under mu_; read without it by a poller to answer an empty CQ
+  // Written under mu_ (a load and a store: no locked instruction, as only
+  // the holder writes it); read without it by a poller to answer an empty CQ
   // without taking a lock (EmptyAndSound).
   std::atomic<size_t> count_{0};
+  // The ring index `n` (at most the ring's size) entries after `i`: no
+  // division on the data path.
+  size_t RingIndex(size_t i, size_t n) const {
+    i += n;
+    return i >= ring_.size() ? i - ring_.size() : i;
+  }
   Arm arm_ = Arm::kNone;
   std::atomic<bool> error_{false};
   bool destroying_ = false;
