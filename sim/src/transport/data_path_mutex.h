@@ -2,14 +2,13 @@
 
 // The data path's locks (Engine::mu, and each CQ's): a futex mutex whose
 // uncontended lock and unlock are one atomic instruction each, inlined into
-// the verb that takes it. Every verb on the data path takes the engine lock
-// at least once, a ping-pong message takes these locks several times on each
-// side, and pthread_mutex_lock and unlock are calls
-// that check the mutex type and count users as well (about 3% of
-// ib_send_lat's one-way time). A waiter spins briefly before it sleeps (the
-// lock is held for the microseconds of a verb); unlock wakes one sleeper only
-// when one may be asleep. Process-private (the fabric's shared memory has
-// locks of its own), and never throws.
+// the verb that takes it. A ping-pong message takes these locks several times
+// on each side, and pthread_mutex_lock and unlock are calls that check the
+// mutex type and count users as well (about 3% of ib_send_lat's one-way
+// time). A waiter spins briefly before it sleeps (the lock is held for the
+// microseconds of a verb); unlock wakes one sleeper only when one may be
+// asleep. Process-private (the fabric's shared memory has locks of its own),
+// and never throws.
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
