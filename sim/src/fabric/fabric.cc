@@ -1088,7 +1088,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
   if (!ring_ || draining_inbound_) return;  // (a delivery that polls again: the outer loop goes on)
   if (flush_backlog) FlushBacklogLocked();
   const auto& devices = DeviceList::Get().devices();
-  Packet pkt;
+  Packet& pkt = inbound_;
   pkt.payload = Engine::Get().PayloadBuffer();
   uint32_t popped = 0;
   draining_inbound_ = true;
