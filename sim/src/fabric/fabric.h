@@ -418,11 +418,11 @@ class Fabric {
   static constexpr uint64_t kDeadClaimGraceNs = 1'000'000;
   std::atomic<bool> oversubscribed_{false};
   bool draining_inbound_ = false;  // DrainInboundLocked is on the stack (engine lock)
+  bool taking_ = false;            // it delivers the packet at our ring's tail (engine lock)
   // The packet DrainInboundLocked fills from each slot (engine lock): kept,
   // not made afresh per drain (a Packet's default values cost a fill of its
   // 250 bytes, a fifth of a one-packet drain); ToPacket sets every field.
   Packet inbound_;
-  bool taking_ = false;            // it delivers the packet at our ring's tail (engine lock)
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers
   std::thread progress_;
   std::atomic<bool> stop_{false};
