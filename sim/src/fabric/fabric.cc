@@ -930,7 +930,7 @@ bool Fabric::OwnerAlive(int device_index, uint32_t qpn) {
 void Fabric::PollInbound() {
   if (!ring_) return;
   ring_->MarkPolled();
-  DrainInbound();
+  DrainInbound(kPollDrainReceives);
   // Owed wakes are looked at every kPollsPerOwedLook-th poll only: a look
   // takes the engine lock and reads the peer's ring, and a poller waiting
   // for an answer would otherwise pay both on every poll.
@@ -982,7 +982,7 @@ void Fabric::LookForOversubscription(bool app_polling) {
 void Fabric::BeforeBlocking() {
   if (!ring_) return;
   ring_->MarkBlocking();
-  DrainInbound();
+  DrainInbound(UINT32_MAX);
   // We will not poll to look again: wake now whoever still has our packets.
   if (wake_owed_.load(std::memory_order_relaxed)) {
     std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
@@ -1076,28 +1076,48 @@ void Fabric::HearSender(int slot, uint32_t generation, uint32_t consumed) {
   wake_owed_.store(!owed_.empty(), std::memory_order_relaxed);
 }
 
-bool Fabric::DrainInbound() {
+bool Fabric::DrainInbound(uint32_t max_receives) {
   if (ring_->Empty()) return false;
   ring_->PrefetchNextPayload();
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
-  DrainInboundLocked();
+  DrainInboundLocked(true, max_receives);
   return true;
 }
 
-void Fabric::DrainInboundLocked(bool flush_backlog) {
+namespace {
+
+// The first packet of a message that the responder delivers into a receive
+// WQE (a SEND of any kind, a WRITE with immediate).
+bool TakesReceive(const Packet& pkt) {
+  if (pkt.kind != Packet::Kind::kRequest || !pkt.first) return false;
+  switch (pkt.op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   if (!ring_ || draining_inbound_) return;  // (a delivery that polls again: the outer loop goes on)
   if (flush_backlog) FlushBacklogLocked();
   const auto& devices = DeviceList::Get().devices();
   Packet& pkt = inbound_;
   pkt.payload = Engine::Get().PayloadBuffer();
   uint32_t popped = 0;
+  uint32_t receives = 0;  // messages delivered that take a receive WQE
   draining_inbound_ = true;
   // The ACKs of a burst of packets go out together (Engine::BeginBurst); a
   // burst is cut short so that a producer that keeps the ring busy still
   // hears from us while it has room in its send queue.
   constexpr uint32_t kBurstPackets = 32;
   Engine::Get().BeginBurst();
-  while (ring_->Pop([&](const WirePacket& wp) {
+  while (receives < max_receives && ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = wp.src_device;  // read once: another process wrote it
     HearSender(wp.sender_slot, wp.sender_generation, wp.sender_consumed);
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
@@ -1112,6 +1132,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
     pkt.from_peer = true;
+    receives += TakesReceive(pkt);
     taking_ = true;
     Engine::Get().Transmit(std::move(pkt));
     taking_ = false;
