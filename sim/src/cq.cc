@@ -107,7 +107,7 @@ int Cq::Resize(int cqe) {
   if (cqe < 1 || cqe > max_cqe || static_cast<size_t>(cqe) < count_) return EINVAL;
   cqe = ActualSize(ctx_->device(), cqe);
   std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
-  for (size_t i = 0; i < count_; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
+  for (size_t i = 0; i < count_; ++i) ring[i] = ring_[RingIndex(head_, i)];
   ring_ = std::move(ring);
   head_ = 0;
   handle_.pub.cqe = cqe;
@@ -133,10 +133,10 @@ void Cq::DiscardQpCompletions(uint32_t qp_num) {
   std::lock_guard<DataPathMutex> lock(mu_);
   size_t kept = 0;
   for (size_t i = 0; i < count_; ++i) {
-    const ibv_wc& wc = ring_[(head_ + i) % ring_.size()];
+    const ibv_wc& wc = ring_[RingIndex(head_, i)];
     // has_current_ changes only under mu_: the entry being read is ring_[head_].
     if (wc.qp_num == qp_num && !(i == 0 && has_current_)) continue;
-    ring_[(head_ + kept++) % ring_.size()] = wc;
+    ring_[RingIndex(head_, kept++)] = wc;
   }
   count_ = kept;
   std::erase_if(held_wcs_, [qp_num](const std::pair<ibv_wc, bool>& held) { return held.first.qp_num == qp_num; });

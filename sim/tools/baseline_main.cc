@@ -19,8 +19,8 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
