@@ -754,9 +754,8 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, Sender(), &owed)) return false;
   peer.last_pushed = pos;
   peer.pushed = true;
+  // A look owed is taken at our next settling (packet_ring.h: publishing).
   OweLocked(slot, peer, owed, pos);
-  // The look that a message's first packets owe is taken after its last.
-  if (pkt.last && peer.look_owed) LookNowLocked(slot, peer);
   return true;
 }
 

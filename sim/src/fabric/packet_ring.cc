@@ -99,7 +99,7 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
   // ThreadSanitizer understands them). The owner may have skipped the slot,
   // taking us for dead: a compare-and-swap, or a look just before the plain
   // store.
-  const bool unfenced = kUnfencedPublish && owed && !pkt.last && !blocking_.load(std::memory_order_relaxed);
+  const bool unfenced = kUnfencedPublish && owed && !blocking_.load(std::memory_order_relaxed);
   bool published;
   if (unfenced) {
     published = slot->seq.load(std::memory_order_relaxed) == pos;
@@ -119,16 +119,16 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
   }
   if (unfenced) {
     owed->look = true;
-    return true;
+  } else {
+    LookAfterPublish(owed);
   }
-  LookAfterPublish(owed);
-  // A message's last packet, most often followed by a wait for the answer:
-  // ask meanwhile for the payload line of the slot after it, which the owner
-  // read when it last went round and does not read again until it is
-  // published, so the next message's copy does not wait for it. (Not after
-  // every packet: within a message the next copy follows at once, and the
-  // hint only competes with it.)
-  __builtin_prefetch(slots_[(pos + 1) % kSlots].pkt.payload, 1, 3);
+  // A message's last packet, most often followed by a wait for the answer or
+  // by the next message: ask meanwhile for the payload line of the slot after
+  // it, which the owner read when it last went round and does not read again
+  // until it is published, so the next message's copy does not wait for it.
+  // (Not after every packet: within a message the next copy follows at once,
+  // and the hint only competes with it.)
+  if (pkt.last) __builtin_prefetch(slots_[(pos + 1) % kSlots].pkt.payload, 1, 3);
   return true;
 }
 

@@ -18,19 +18,20 @@
 // cache miss. (One that stops polling without saying so is found by its
 // progress thread's next nap.)
 //
-// Publishing. The first packets of a multi-packet message (a SEND, a READ's
-// answer) to an owner that polls are published with a plain (release) store:
-// a compare-and-swap (or a fence) would wait until the packet's lines, which
-// the owner read last, are the producer's again, once per packet, instead of
-// overlapping that wait with the next packet's work. The look whether the
-// owner sleeps (Dekker with Sleep(), which needs a fence between the publish
-// and the look) is then owed (Owed::look) and taken behind one fence
-// (FenceUnfencedPublishes) after the message's last packet, under the lock
-// that every push is made under; a message cut short leaves it to the
-// producer's next settling of owed wakes (its polls, before it blocks, its
-// progress thread). Every other packet (a message's last, an ACK, any packet
-// to an owner about to block) is published with a compare-and-swap and looks
-// at once.
+// Publishing. A packet to an owner that polls is published with a plain
+// (release) store: a compare-and-swap (or a fence) would wait until the
+// packet's lines, which the owner read last, are the producer's again, once
+// per packet, instead of overlapping that wait with the next packet's work
+// (the next message of a bandwidth loop, or a wait for the answer). The look
+// whether the owner sleeps (Dekker with Sleep(), which needs a fence between
+// the publish and the look) is then owed (Owed::look) and taken behind one
+// fence (FenceUnfencedPublishes) under the lock that every push is made
+// under: after a backlog flush, and at the producer's next settling of owed
+// wakes (every few of its polls, before it blocks, its progress thread). The
+// owner meanwhile polls and finds the packet itself; if it stops polling
+// without blocking, its progress thread's next nap finds it. A packet to an
+// owner about to block is published with a compare-and-swap and looks at
+// once.
 //
 // A producer killed between claiming a slot and publishing it would leave a
 // hole that every later packet waits behind. So a producer announces the
