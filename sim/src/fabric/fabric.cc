@@ -1077,7 +1077,7 @@ void Fabric::HearSender(int slot, uint32_t generation, uint32_t consumed) {
 
 bool Fabric::DrainInbound(uint32_t max_receives) {
   if (ring_->Empty()) return false;
-  ring_->PrefetchNextPayload();
+  ring_->PrefetchNextPacket();
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   DrainInboundLocked(true, max_receives);
   return true;
@@ -1233,7 +1233,9 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     const bool flush = !backlog_empty_ && !app_flushes;
     bool worked = false;
     bool lock_busy = false;
-    if (flush || !ring_->Empty()) {
+    const bool inbound = !ring_->Empty();
+    if (inbound) ring_->PrefetchNextPacket();
+    if (flush || inbound) {
       const auto lock = LockForProgress(app_active);
       if (!lock.owns_lock()) {
         lock_busy = true;

@@ -163,11 +163,14 @@ bool PacketRing::Empty() const {
   return slots_[pos % kSlots].seq.load(std::memory_order_acquire) != pos + 1;
 }
 
-void PacketRing::PrefetchNextPayload() const {
+void PacketRing::PrefetchNextPacket() const {
   const Slot& slot = slots_[tail_.load(std::memory_order_relaxed) % kSlots];
   constexpr uint32_t kLines = 4;
   const uint32_t bytes = std::min<uint32_t>(slot.pkt.payload_len, kLines * 64);
   for (uint32_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(slot.pkt.payload + offset, 0, 3);
+  const uint8_t flags = slot.pkt.flags;
+  if (flags & WirePacket::kAddressing) __builtin_prefetch(&slot.pkt.addressing, 0, 3);
+  if (flags & WirePacket::kExtended) __builtin_prefetch(&slot.pkt.extended, 0, 3);
 }
 
 bool PacketRing::HasRoom() const {

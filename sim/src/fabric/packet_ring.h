@@ -121,12 +121,14 @@ class PacketRing {
     }
   }
   bool Empty() const;
-  // Asks the CPU for the first payload lines of the next packet, once Empty()
-  // said it is there: they are another process's writes, and fetching them
-  // while the engine lock is taken and the header read hides one cross-core
-  // miss of the delivery. (A hint: nothing is read from the slot itself but
-  // its length, clamped.)
-  void PrefetchNextPayload() const;
+  // Asks the CPU for the lines of the next packet past its first, once
+  // Empty() said it is there: the first payload lines, and the addressing
+  // (a READ's or WRITE's RETH) and extended (atomics, XRC) lines when its
+  // flags say they are in use. They are another process's writes, and
+  // fetching them while the engine lock is taken and the header read hides
+  // a cross-core miss of the delivery. (A hint: nothing is read from the slot
+  // itself but its length, clamped, and its flags.)
+  void PrefetchNextPacket() const;
   // A Push would find a free slot now.
   bool HasRoom() const;
 
