@@ -1209,13 +1209,17 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
   uint64_t app_polled_at = 0;
   int room_retries = 0;  // bounds the loop when a peer's ring says it has room but takes nothing
   uint64_t windows_swept_at = 0;
+  bool spin_found_packet = false;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
     HandleFaults();
     // When the application last polled or posted, by our clock (its poll
-    // loop reads no clock, it only counts its polls).
-    now = MonotonicNs();
+    // loop reads no clock, it only counts its polls). Not read when the spin
+    // below just saw a packet: the clock then is the last look's, at most a
+    // few microseconds old, and a read would delay the packet's delivery.
+    if (!spin_found_packet) now = MonotonicNs();
+    spin_found_packet = false;
     if (const uint64_t polls = ring_->polls(); polls != app_polls_seen) {
       app_polls_seen = polls;
       app_polled_at = now;
@@ -1261,6 +1265,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
       for (int turn = 0; turn < kSpinTurnsPerLook && ring_->Empty() && !stop_.load(std::memory_order_relaxed); ++turn) {
         CpuRelax();
       }
+      spin_found_packet = !ring_->Empty();
       continue;
     }
     // Packets that wait for room in a peer's ring: ask the peer to wake us
