@@ -68,6 +68,15 @@ void Engine::ForkedChild() {
 
 void Engine::Transmit(Packet&& pkt) {
   if (draining_) {
+    // Nothing waits in front of it, and it leaves this process (a READ's
+    // answer, an ACK to a peer): into the peer's ring now, instead of a move
+    // into the queue and out again. Pushing it reaches no QP of ours, so it
+    // cannot re-enter a delivery; packets to one peer still leave in order.
+    if (queue_head_ == queue_.size() && LeavesProcess(pkt)) {
+      DeliverOrDropLocked(pkt);
+      RecyclePayload(pkt.payload.TakeBuffer());
+      return;
+    }
     try {
       queue_.push_back(std::move(pkt));
     } catch (const std::bad_alloc&) {
@@ -148,6 +157,13 @@ void Engine::DrainLocked() {
 }
 
 bool IsMulticastDestination(const AddressVector& dst);  // below, with the groups
+
+bool Engine::LeavesProcess(const Packet& pkt) {
+  if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) return false;
+  if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) return false;
+  const Device* dev = Route(pkt.dst);
+  return dev && !dev->FindQp(pkt.dst_qpn);
+}
 
 void Engine::DeliverLocked(const Packet& pkt) {
   if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) {

@@ -49,6 +49,9 @@ class Engine {
   // The device a packet to `dst` reaches (by GID with a GRH, by LID
   // otherwise), or nullptr when the address is unreachable.
   static Device* Route(const AddressVector& dst);
+  // `pkt` goes to another process's QP by one route (not a multicast group,
+  // not XRC's own traffic). Requires: mu() held.
+  static bool LeavesProcess(const Packet& pkt);
 
   // The data-path lock; every verb that touches QP state holds it.
   DataPathMutex& mu() { return mu_; }
