@@ -235,34 +235,27 @@ int main(int argc, char** argv) {
                  what.c_str(), argv[2]);
     return 2;
   }
-  if (what == "memcpy" && argc == 3) {
-    std::printf("%.1f\n", MemcpyMBps(bytes));
-  } else if (what == "process-vm-writev" && argc == 3) {
-    const double mbps = ProcessVmWritevMBps(bytes);
-    if (mbps <= 0) {
-      std::fprintf(stderr, "%s: process_vm_writev into a child failed (ptrace restricted here?)\n", argv[0]);
+  // Prints a figure, or says why there is none (exit status 1).
+  const auto report = [&](double figure, const char* failure) {
+    if (figure <= 0) {
+      std::fprintf(stderr, "%s: %s\n", argv[0], failure);
       return 1;
     }
-    std::printf("%.1f\n", mbps);
-  } else if (what == "cross-process-copy" && argc == 3) {
-    const double mbps = CrossProcessCopyMBps(bytes);
-    if (mbps <= 0) {
-      std::fprintf(stderr, "%s: the copying child did not answer within 30 s (or could not be started)\n", argv[0]);
-      return 1;
-    }
-    std::printf("%.1f\n", mbps);
-  } else if (what == "handoff") {
-    const double ns = HandoffNs();
-    if (ns <= 0) {
-      std::fprintf(stderr, "%s: the hand-off child did not answer within 30 s (or could not be started)\n",
-                   argv[0]);
-      return 1;
-    }
-    std::printf("%.1f\n", ns);
-  } else {
-    std::fprintf(stderr, "usage: %s memcpy BYTES | handoff | cross-process-copy BYTES | process-vm-writev BYTES\n",
-                 argv[0]);
-    return 2;
+    std::printf("%.1f\n", figure);
+    return 0;
+  };
+  if (what == "memcpy" && argc == 3) return report(MemcpyMBps(bytes), "memcpy could not be timed");
+  if (what == "process-vm-writev" && argc == 3) {
+    return report(ProcessVmWritevMBps(bytes), "process_vm_writev into a child failed (ptrace restricted here?)");
   }
-  return 0;
+  if (what == "cross-process-copy" && argc == 3) {
+    return report(CrossProcessCopyMBps(bytes),
+                  "the copying child did not answer within 30 s (or could not be started)");
+  }
+  if (what == "handoff" && argc == 2) {
+    return report(HandoffNs(), "the hand-off child did not answer within 30 s (or could not be started)");
+  }
+  std::fprintf(stderr, "usage: %s memcpy BYTES | handoff | cross-process-copy BYTES | process-vm-writev BYTES\n",
+               argv[0]);
+  return 2;
 }
