@@ -60,7 +60,10 @@ class Engine {
   // including the answers it causes, before returning.
   void Transmit(Packet&& pkt);
   // Transmit is on the stack already: a packet it is given now is queued,
-  // and delivered only after its caller has returned.
+  // and delivered only after its caller has returned (one that leaves this
+  // process, with nothing queued in front of it, goes into the peer's ring at
+  // once: that reaches no QP of ours). So a packet made while this is true
+  // must own its bytes: it may wait in the queue.
   bool delivering() const { return draining_; }
 
   // ACKs in a burst. While packets that arrived together from another
