@@ -33,11 +33,6 @@ unsigned RemoteAccessFor(ibv_wr_opcode op) {
   }
 }
 
-bool ConsumesRecv(ibv_wr_opcode op) {
-  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
-         op == IBV_WR_RDMA_WRITE_WITH_IMM;
-}
-
 // IBTA 9.4.x: the length of a UD receive counts the 40-byte GRH area.
 constexpr uint32_t kGrhBytes = 40;
 

@@ -1083,25 +1083,6 @@ bool Fabric::DrainInbound(uint32_t max_receives) {
   return true;
 }
 
-namespace {
-
-// The first packet of a message that the responder delivers into a receive
-// WQE (a SEND of any kind, a WRITE with immediate).
-bool TakesReceive(const Packet& pkt) {
-  if (pkt.kind != Packet::Kind::kRequest || !pkt.first) return false;
-  switch (pkt.op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   if (!ring_ || draining_inbound_) return;  // (a delivery that polls again: the outer loop goes on)
   if (flush_backlog) FlushBacklogLocked();
@@ -1131,7 +1112,8 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
     pkt.from_peer = true;
-    receives += TakesReceive(pkt);
+    // (A message's first packet takes the receive WQE.)
+    receives += pkt.kind == Packet::Kind::kRequest && pkt.first && ConsumesRecv(pkt.op);
     taking_ = true;
     Engine::Get().Transmit(std::move(pkt));
     taking_ = false;

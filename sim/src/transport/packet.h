@@ -87,4 +87,11 @@ struct Packet {
   mutable std::shared_ptr<ResponseStream> stream;
 };
 
+// A request with this operation is delivered into a receive WQE (a SEND of
+// any kind, a WRITE with immediate).
+inline bool ConsumesRecv(ibv_wr_opcode op) {
+  return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_SEND_WITH_INV ||
+         op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
 }  // namespace simverbs
