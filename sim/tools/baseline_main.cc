@@ -53,11 +53,12 @@ double MemcpyMBps(size_t bytes) {
   return best;
 }
 
-// Spins until *line holds `value`; false once `deadline` has passed (the
-// other side died or never started). The clock is read every 2^16 spins only.
-bool SpinUntil(const std::atomic<int>* line, int value, Clock::time_point deadline) {
+// Spins until the counter *line (which only grows) reaches `value`; false
+// once `deadline` has passed (the other side died or never started). The
+// clock is read every 2^16 spins only.
+bool SpinUntil(const std::atomic<uint64_t>* line, uint64_t value, Clock::time_point deadline) {
   for (uint32_t spins = 1;; ++spins) {
-    if (line->load(std::memory_order_acquire) == value) return true;
+    if (line->load(std::memory_order_acquire) >= value) return true;
     if (spins % 65536 == 0 && Clock::now() > deadline) return false;
   }
 }
@@ -68,7 +69,7 @@ double HandoffNs() {
   constexpr int kRounds = 200000;
   void* shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 0;
-  auto* line = static_cast<std::atomic<int>*>(shared);
+  auto* line = static_cast<std::atomic<uint64_t>*>(shared);
   line->store(0);
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   const pid_t child = fork();
@@ -118,18 +119,11 @@ double CrossProcessCopyMBps(size_t bytes) {
   const uint64_t messages = std::max<uint64_t>(64, (uint64_t{2} << 30) / bytes);
   const uint64_t total = 2 * messages;
   const auto deadline = Clock::now() + std::chrono::seconds(30);
-  // Spins until *counter >= value; false once the deadline has passed.
-  const auto wait_for = [deadline](const std::atomic<uint64_t>* counter, uint64_t value) {
-    for (uint32_t spins = 1;; ++spins) {
-      if (counter->load(std::memory_order_acquire) >= value) return true;
-      if (spins % 65536 == 0 && Clock::now() > deadline) return false;
-    }
-  };
   const pid_t child = fork();
   if (child == 0) {
     std::vector<char> src(bytes, 3);
     for (uint64_t i = 0; i < total; ++i) {
-      if (i >= slots && !wait_for(consumed, i - slots + 1)) _exit(1);
+      if (i >= slots && !SpinUntil(consumed, i - slots + 1, deadline)) _exit(1);
       std::memcpy(ring + (i % slots) * stride, src.data(), bytes);
       published->store(i + 1, std::memory_order_release);
     }
@@ -142,7 +136,7 @@ double CrossProcessCopyMBps(size_t bytes) {
     Clock::time_point t0;
     for (uint64_t i = 0; i < total && answered; ++i) {
       if (i == messages) t0 = Clock::now();
-      answered = wait_for(published, i + 1);
+      answered = SpinUntil(published, i + 1, deadline);
       if (!answered) break;
       std::memcpy(dst.data(), ring + (i % slots) * stride, bytes);
       asm volatile("" : : "r"(dst.data()) : "memory");
