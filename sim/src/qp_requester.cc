@@ -361,6 +361,9 @@ void Qp::ExecuteLocked(size_t index) {
   // packet. Each packet gathers its own bytes: the message is never copied
   // whole (it may be as long as max_msg_sz).
   const uint64_t total = wqe.length;
+  // A message in one piece of our memory (one SGE, or inline data): found
+  // once, and each packet borrows its bytes from there.
+  const uint8_t* whole = ContiguousLocked(wqe, 0, total);
   uint64_t offset = 0;
   do {
     const uint64_t chunk = std::min<uint64_t>(mtu, total - offset);
@@ -387,7 +390,9 @@ void Qp::ExecuteLocked(size_t index) {
     // packet is delivered or copied into a ring slot, before Transmit returns
     // (unless the engine is delivering already: then the packet waits in its
     // queue and gathers its own copy).
-    const uint8_t* in_place = Engine::Get().delivering() ? nullptr : ContiguousLocked(wqe, offset, chunk);
+    const uint8_t* in_place = Engine::Get().delivering() ? nullptr
+                              : whole                      ? whole + offset
+                                                           : ContiguousLocked(wqe, offset, chunk);
     if (in_place) {
       p.payload.Borrow(in_place, chunk);
     } else {
