@@ -15,6 +15,7 @@
 //                    process's private memory in MB/s: what a WRITE into
 //                    memory not mapped from a file costs at least
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -55,10 +56,14 @@ double MemcpyMBps(size_t bytes) {
 
 // Spins until the counter *line (which only grows) reaches `value`; false
 // once `deadline` has passed (the other side died or never started). The
-// clock is read every 2^16 spins only.
+// clock is read every 2^16 spins only. A wait that lasts 1024 spins (the other
+// side answers within a few hundred nanoseconds when it has a CPU) gives the
+// CPU away: with more spinners than CPUs, the other side may be waiting for
+// this one, and each hand-off would otherwise wait out a scheduler time slice.
 bool SpinUntil(const std::atomic<uint64_t>* line, uint64_t value, Clock::time_point deadline) {
   for (uint32_t spins = 1;; ++spins) {
     if (line->load(std::memory_order_acquire) >= value) return true;
+    if (spins % 1024 == 0) sched_yield();
     if (spins % 65536 == 0 && Clock::now() > deadline) return false;
   }
 }
