@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include "conformance/lib/event_acks.h"
 #include "conformance/lib/event_wait.h"
+#include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
@@ -36,6 +38,8 @@ constexpr const char* kUpEnv = "VERBS_CONFORMANCE_PORT_UP_CMD";
 // A real link takes longer to change than a simulated one.
 constexpr std::chrono::milliseconds kLinkChangeWindow = 5000ms;
 constexpr std::chrono::milliseconds kToggleChildTimeout = 30000ms;
+// A lost SEND with retry_cnt 1 and a 67 ms ACK timeout has failed well within this.
+constexpr std::chrono::milliseconds kRetryWindow = 5000ms;
 
 std::string EnvOrEmpty(const char* name) {
   const char* value = std::getenv(name);
@@ -224,6 +228,79 @@ TEST_F(PortStateTest, LinkDownReachesEveryOpenContext) {
         }
       },
       kToggleChildTimeout, "link down: PORT_ERR on two contexts");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Two RC QPs on `port` of context, connected to each other (loopback), with a registered buffer:
+// `retry_cnt` 1 and the ACK timeout 14 (67 ms), so a lost message fails within a second.
+struct LoopbackPair {
+  PdPtr pd;
+  QpEnd a;
+  QpEnd b;
+  Buffer buffer;
+};
+
+testing::AssertionResult MakeLoopbackPair(ibv_context* context, uint8_t port, int gid_index, LoopbackPair* pair) {
+  pair->pd.reset(ibv_alloc_pd(context));
+  if (!pair->pd) return testing::AssertionFailure() << "ibv_alloc_pd failed";
+  if (auto ok = CreateEndOn(context, pair->pd.get(), &pair->a, {}); !ok) return ok;
+  if (auto ok = CreateEndOn(context, pair->pd.get(), &pair->b, {}); !ok) return ok;
+  if (auto ok = pair->buffer.Register(pair->pd.get(), 128); !ok) return ok;
+  ibv_port_attr attr = {};
+  if (ibv_query_port(context, port, &attr) != 0) return testing::AssertionFailure() << "ibv_query_port failed";
+  ibv_ah_attr address = {};
+  if (auto ok = PortAddress(context, port, gid_index, false, &address); !ok) return ok;
+  ConnectParams params;
+  params.path_mtu = std::min(params.path_mtu, attr.active_mtu);
+  params.timeout = 14;
+  params.retry_cnt = 1;
+  if (auto ok = BringUp(pair->a.get(), port, pair->b.qp_num(), address, params); !ok) return ok;
+  return BringUp(pair->b.get(), port, pair->a.qp_num(), address, params);
+}
+
+// Posts a receive on b and a signaled 16-byte SEND on a, and returns a's completion.
+testing::AssertionResult SendOnce(LoopbackPair& pair, ibv_wc* send_wc) {
+  ibv_sge recv_sge = pair.buffer.Sge(64, 64);
+  if (PostRecv(pair.b.get(), 2, &recv_sge, 1) != 0) return testing::AssertionFailure() << "ibv_post_recv failed";
+  ibv_sge send_sge = pair.buffer.Sge(0, 16);
+  if (PostOne(pair.a.get(), SendWr(1, &send_sge, 1)) != 0) return testing::AssertionFailure() << "ibv_post_send failed";
+  return PollOneCompletion(pair.a.send_cq.get(), send_wc, kRetryWindow);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (transport timer and retries): a requester that gets no response after
+//   retry_cnt retries completes the WR with IBV_WC_RETRY_EXC_ERR; ibv_query_port(3): state is the
+//   "Logical port state", and a port that is not ACTIVE passes no packets.
+// Checks: with the link down, a SEND between two RC QPs of the port (retry_cnt 1, timeout 14)
+//   completes with IBV_WC_RETRY_EXC_ERR and the receiver gets nothing; once the link is up again, a
+//   SEND on a new pair of QPs completes with success and arrives.
+TEST_F(PortStateTest, LinkDownLosesTrafficUntilLinkUp) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        LoopbackPair before;
+        ASSERT_TRUE(MakeLoopbackPair(context.get(), port(), gid_index(), &before));
+        ASSERT_EQ(toggle_.Down(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ERR, port(), kLinkChangeWindow));
+        ibv_wc wc = {};
+        ASSERT_TRUE(SendOnce(before, &wc));
+        EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << "a SEND while the link is down: " << DescribeWc(wc);
+        ibv_wc recv_wc = {};
+        if (ibv_poll_cq(before.b.recv_cq.get(), 1, &recv_wc) == 1) {
+          EXPECT_NE(recv_wc.status, IBV_WC_SUCCESS) << "received while the link was down: " << DescribeWc(recv_wc);
+        }
+
+        ASSERT_EQ(toggle_.Up(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ACTIVE, port(), kLinkChangeWindow));
+        LoopbackPair after;
+        ASSERT_TRUE(MakeLoopbackPair(context.get(), port(), gid_index(), &after));
+        ASSERT_TRUE(SendOnce(after, &wc));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "a SEND once the link is up again: " << DescribeWc(wc);
+        ASSERT_TRUE(PollOneCompletion(after.b.recv_cq.get(), &recv_wc));
+        EXPECT_EQ(recv_wc.status, IBV_WC_SUCCESS) << DescribeWc(recv_wc);
+        EXPECT_EQ(recv_wc.byte_len, 16u) << DescribeWc(recv_wc);
+      },
+      kToggleChildTimeout, "link down and up: a SEND is lost, then delivered");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -40,6 +40,7 @@ void Device::SetPortState(int port_num, ibv_port_state state) {
   std::lock_guard<std::mutex> lock(mu_);  // one trace line per change, in order
   Trace::Get().PortState(name(), port_num, PortState(port_num), state);
   port_state_[port_num - 1].store(state, std::memory_order_release);
+  port_changes_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 }  // namespace simverbs

@@ -53,6 +53,8 @@ class Device {
     return static_cast<ibv_port_state>(port_state_[port_num - 1].load(std::memory_order_acquire));
   }
   void SetPortState(int port_num, ibv_port_state state);
+  // Grows with every port state change of any device (Engine::Route's cache).
+  static uint64_t PortChanges() { return port_changes_.load(std::memory_order_acquire); }
 
   // Contexts opened on this device, for device-wide events (port, fatal).
   void AddContext(Context* ctx);
@@ -131,6 +133,7 @@ class Device {
   int index_;
   mutable std::mutex mu_;
   std::unique_ptr<std::atomic<int>[]> port_state_;  // an ibv_port_state; index 0 = port 1
+  alignas(64) static inline std::atomic<uint64_t> port_changes_{0};  // read per packet: a line of its own
   std::mutex contexts_mu_;
   std::set<Context*> contexts_;  // contexts_mu_
   std::atomic<uint32_t> next_qpn_{0x11};

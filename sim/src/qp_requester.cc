@@ -78,7 +78,7 @@ uint32_t Qp::PathMtuBytes() const {
 }
 
 int Qp::RemoteDeviceIndex() const {
-  const Device* dev = Engine::Route(AddressVector::From(attr_.ah_attr));
+  const Device* dev = Engine::Get().Route(AddressVector::From(attr_.ah_attr));
   return dev ? dev->index() : -1;
 }
 
@@ -441,7 +441,7 @@ bool Qp::MayPlaceLocked(size_t index) {
 
 bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
-  Device* dst = Engine::Route(av);
+  Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
   // Where the message's bytes are in our memory: the inline copy, or each SGE
   // (checked by ExecuteLocked, under the same lock).

@@ -24,6 +24,18 @@ constexpr std::chrono::microseconds kTimerFloor{2000};
 }  // namespace
 
 Device* Engine::Route(const AddressVector& dst) {
+  const uint64_t port_changes = Device::PortChanges();
+  LastRoute& last = last_route_;
+  if (last.valid && last.port_changes == port_changes && last.is_global == dst.is_global &&
+      (dst.is_global ? std::memcmp(&last.dgid, &dst.dgid, sizeof dst.dgid) == 0 : last.dlid == dst.dlid)) {
+    return last.device;
+  }
+  Device* device = FindRoute(dst);
+  last = {true, port_changes, dst.is_global, dst.dlid, dst.dgid, device};
+  return device;
+}
+
+Device* Engine::FindRoute(const AddressVector& dst) {
   for (const auto& dev : DeviceList::Get().devices()) {
     for (int port = 1; port <= dev->port_count(); ++port) {
       const PortProfile& p = dev->profile().ports[port - 1];

@@ -47,11 +47,11 @@ class Engine {
   static Engine& Get();
 
   // The device a packet to `dst` reaches (by GID with a GRH, by LID
-  // otherwise), or nullptr when the address is unreachable.
-  static Device* Route(const AddressVector& dst);
+  // otherwise), or nullptr when the address is unreachable. Requires: mu() held.
+  Device* Route(const AddressVector& dst);
   // `pkt` goes to another process's QP by one route (not a multicast group,
   // not XRC's own traffic). Requires: mu() held.
-  static bool LeavesProcess(const Packet& pkt);
+  bool LeavesProcess(const Packet& pkt);
 
   // The data-path lock; every verb that touches QP state holds it.
   DataPathMutex& mu() { return mu_; }
@@ -114,6 +114,21 @@ class Engine {
   void DeliverLocked(const Packet& pkt);
   void TimerThread();
   void ForkedChild();
+  // Route without the cache: every active port of every device.
+  static Device* FindRoute(const AddressVector& dst);
+
+  // The last address routed and where it led (mu_): a message's packets,
+  // and a connection's messages, all go one way, and a route changes only
+  // with a port's state (Device::PortChanges).
+  struct alignas(64) LastRoute {  // a line of its own: not beside the lock word
+    bool valid = false;
+    uint64_t port_changes = 0;
+    bool is_global = false;
+    uint16_t dlid = 0;
+    ibv_gid dgid{};
+    Device* device = nullptr;
+  };
+  LastRoute last_route_;
 
   DataPathMutex mu_;
   // Packets waiting for delivery, from queue_head_ on: a vector that keeps
