@@ -364,28 +364,31 @@ void Qp::ExecuteLocked(size_t index) {
   // A message in one piece of our memory (one SGE, or inline data): found
   // once, and each packet borrows its bytes from there.
   const uint8_t* whole = ContiguousLocked(wqe, 0, total);
+  // What every packet of the message carries, made once. Transmit may move
+  // from it, which takes only its payload (the header is plain values, and a
+  // SEND or WRITE has no response stream): each packet sets its own again.
+  Packet p = NewPacket(av, dst_qpn);
+  p.op = wqe.opcode;
+  if (wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    // RETH: a SEND carries none (and crosses to another process in fewer cache lines).
+    p.remote_addr = wqe.remote_addr;
+    p.rkey = wqe.rkey;
+    p.dma_length = total;
+  }
+  p.imm_data = wqe.imm_data;
+  p.xrc_srqn = wqe.xrc_srqn;
+  if (type() == IBV_QPT_UD) {
+    // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
+    p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
+  }
   uint64_t offset = 0;
   do {
     const uint64_t chunk = std::min<uint64_t>(mtu, total - offset);
-    Packet p = NewPacket(av, dst_qpn);
-    p.op = wqe.opcode;
     p.first = offset == 0;
     p.last = offset + chunk == total;
     p.psn = next_psn_;
     next_psn_ = (next_psn_ + 1) & kPsnMask;
     p.solicited = wqe.solicited && p.last;
-    if (wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      // RETH: a SEND carries none (and crosses to another process in fewer cache lines).
-      p.remote_addr = wqe.remote_addr;
-      p.rkey = wqe.rkey;
-      p.dma_length = total;
-    }
-    p.imm_data = wqe.imm_data;
-    p.xrc_srqn = wqe.xrc_srqn;
-    if (type() == IBV_QPT_UD) {
-      // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
-      p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
-    }
     // Bytes that lie in one piece in our memory are read from there when the
     // packet is delivered or copied into a ring slot, before Transmit returns
     // (unless the engine is delivering already: then the packet waits in its
