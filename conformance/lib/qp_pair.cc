@@ -472,20 +472,25 @@ testing::AssertionResult QpTest::CreateEnd(QpEnd* end, const EndConfig& config) 
   return CreateEndOn(context(), config.pd ? config.pd : pd(), end, config);
 }
 
-testing::AssertionResult QpTest::Connect(QpEnd& a, QpEnd& b, const ConnectParams& a_params,
-                                         const ConnectParams& b_params) {
+testing::AssertionResult ConnectOn(ibv_context* context, uint8_t port, int gid_index, ibv_mtu active_mtu, QpEnd& a,
+                                   QpEnd& b, const ConnectParams& a_params, const ConnectParams& b_params) {
   ConnectParams ap = a_params;
   ConnectParams bp = b_params;
-  ap.path_mtu = std::min(ap.path_mtu, port_attr().active_mtu);
-  bp.path_mtu = std::min(bp.path_mtu, port_attr().active_mtu);
+  ap.path_mtu = std::min(ap.path_mtu, active_mtu);
+  bp.path_mtu = std::min(bp.path_mtu, active_mtu);
   ap.rq_psn = bp.sq_psn;
   bp.rq_psn = ap.sq_psn;
   ibv_ah_attr a_route = {};
   ibv_ah_attr b_route = {};
-  if (auto ok = PortAddress(context(), port(), gid_index(), ap.grh, &a_route); !ok) return ok;
-  if (auto ok = PortAddress(context(), port(), gid_index(), bp.grh, &b_route); !ok) return ok;
-  if (auto ok = BringUp(a.get(), port(), b.qp_num(), a_route, ap); !ok) return ok;
-  return BringUp(b.get(), port(), a.qp_num(), b_route, bp);
+  if (auto ok = PortAddress(context, port, gid_index, ap.grh, &a_route); !ok) return ok;
+  if (auto ok = PortAddress(context, port, gid_index, bp.grh, &b_route); !ok) return ok;
+  if (auto ok = BringUp(a.get(), port, b.qp_num(), a_route, ap); !ok) return ok;
+  return BringUp(b.get(), port, a.qp_num(), b_route, bp);
+}
+
+testing::AssertionResult QpTest::Connect(QpEnd& a, QpEnd& b, const ConnectParams& a_params,
+                                         const ConnectParams& b_params) {
+  return ConnectOn(context(), port(), gid_index(), port_attr().active_mtu, a, b, a_params, b_params);
 }
 
 testing::AssertionResult QpTest::MakePair(const EndConfig& config, const ConnectParams& params) {

@@ -207,6 +207,11 @@ testing::AssertionResult ModifyToRts(ibv_qp* qp, const ConnectParams& params);
 testing::AssertionResult BringUp(ibv_qp* qp, uint8_t port, uint32_t dest_qpn, const ibv_ah_attr& remote,
                                  const ConnectParams& params);
 testing::AssertionResult ModifyToState(ibv_qp* qp, ibv_qp_state state);
+// Connects a and b to each other (RC/UC) or brings both up (UD) on `port` of
+// context, each addressing the port itself at gid_index (loopback); path MTUs
+// capped at `active_mtu`, each side's rq_psn the other's sq_psn.
+testing::AssertionResult ConnectOn(ibv_context* context, uint8_t port, int gid_index, ibv_mtu active_mtu, QpEnd& a,
+                                   QpEnd& b, const ConnectParams& a_params, const ConnectParams& b_params);
 
 // Fixture for QP tests: a PD on the fixture's context, helpers bound to the
 // run's device, port and GID index, and a connected pair a_ <-> b_.

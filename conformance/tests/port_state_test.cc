@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -248,14 +247,10 @@ testing::AssertionResult MakeLoopbackPair(ibv_context* context, uint8_t port, in
   if (auto ok = pair->buffer.Register(pair->pd.get(), 128); !ok) return ok;
   ibv_port_attr attr = {};
   if (ibv_query_port(context, port, &attr) != 0) return testing::AssertionFailure() << "ibv_query_port failed";
-  ibv_ah_attr address = {};
-  if (auto ok = PortAddress(context, port, gid_index, false, &address); !ok) return ok;
   ConnectParams params;
-  params.path_mtu = std::min(params.path_mtu, attr.active_mtu);
   params.timeout = 14;
   params.retry_cnt = 1;
-  if (auto ok = BringUp(pair->a.get(), port, pair->b.qp_num(), address, params); !ok) return ok;
-  return BringUp(pair->b.get(), port, pair->a.qp_num(), address, params);
+  return ConnectOn(context, port, gid_index, attr.active_mtu, pair->a, pair->b, params, params);
 }
 
 // Posts a receive on b and a signaled 16-byte SEND on a, and returns a's completion.
