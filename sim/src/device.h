@@ -60,7 +60,7 @@ class Device {
   void AddContext(Context* ctx);
   void RemoveContext(Context* ctx);
   // `fn` may take the engine lock (DEVICE_FATAL does): contexts_mu_ comes
-  // before it, mu_ (taken under the engine lock by Engine::Route) after it.
+  // before it, mu_ (port states, QP numbers: it may be taken under the engine lock) after it.
   template <typename Fn>
   void ForEachContext(Fn fn) {
     std::lock_guard<std::mutex> lock(contexts_mu_);
