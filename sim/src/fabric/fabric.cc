@@ -230,8 +230,9 @@ std::string Fabric::NameFromEnvironment(const std::string& given) {
   return env && *env ? env : "default";
 }
 
-Fabric& Fabric::Get() {
+Fabric& Fabric::Make() {
   static Fabric* fabric = new Fabric();  // leaked: used from atexit
+  instance_.store(fabric, std::memory_order_release);
   return *fabric;
 }
 

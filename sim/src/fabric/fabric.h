@@ -177,7 +177,11 @@ struct FabricCounters {
 
 class Fabric {
  public:
-  static Fabric& Get();
+  // Every post and poll asks for it: after the first call, one load.
+  static Fabric& Get() {
+    Fabric* fabric = instance_.load(std::memory_order_acquire);
+    return fabric ? *fabric : Make();
+  }
   // `given` if not empty, else SIMVERBS_FABRIC, else "default".
   static std::string NameFromEnvironment(const std::string& given);
 
@@ -284,6 +288,9 @@ class Fabric {
                              int timeout_ms);
 
  private:
+  static Fabric& Make();  // the first Get()
+  static inline std::atomic<Fabric*> instance_{nullptr};
+
   // What this process keeps of a peer process slot (engine lock).
   struct Peer {
     PacketRing* ring = nullptr;  // mapped on first use

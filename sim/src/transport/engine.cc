@@ -52,7 +52,7 @@ Device* Engine::FindRoute(const AddressVector& dst) {
   return nullptr;
 }
 
-Engine& Engine::Get() {
+Engine& Engine::Make() {
   // Leaked: the timer thread may still be parked when the process exits.
   static Engine* engine = [] {
     auto* e = new Engine();
@@ -61,6 +61,7 @@ Engine& Engine::Get() {
     pthread_atfork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); }, [] { Get().ForkedChild(); });
     return e;
   }();
+  instance_.store(engine, std::memory_order_release);
   return *engine;
 }
 

@@ -44,7 +44,12 @@ class Engine {
  public:
   using Clock = std::chrono::steady_clock;
 
-  static Engine& Get();
+  // Every post and poll asks for it a dozen times: after the first call,
+  // one load.
+  static Engine& Get() {
+    Engine* engine = instance_.load(std::memory_order_acquire);
+    return engine ? *engine : Make();
+  }
 
   // The device a packet to `dst` reaches (by GID with a GRH, by LID
   // otherwise), or nullptr when the address is unreachable. Requires: mu() held.
@@ -106,6 +111,9 @@ class Engine {
   void DetachAllLocked(const Qp* qp);
 
  private:
+  static Engine& Make();  // the first Get()
+  static inline std::atomic<Engine*> instance_{nullptr};
+
   Engine() = default;
   void DrainLocked();
   // DeliverLocked, or the packet is lost when delivering it runs out of
