@@ -753,6 +753,17 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
   PacketRing::Owed owed;
   if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, Sender(), &owed)) return false;
+  // Nothing of the peer's taken since our previous packet to it: a stream,
+  // whose later packets' slot lines we may ask for now. (Bare ACKs and NAKs
+  // count on neither side: a ping-pong's reply follows the ACK of the
+  // request it answers.)
+  if (pkt.kind != Packet::Kind::kAck && pkt.kind != Packet::Kind::kNak) {
+    if (peer.pushed_work && peer.work_taken_at_push == work_taken_) {
+      peer.ring->PrefetchSlotAfterNext(pos, static_cast<uint32_t>(pkt.payload.size()));
+    }
+    peer.work_taken_at_push = work_taken_;
+    peer.pushed_work = true;
+  }
   peer.last_pushed = pos;
   peer.pushed = true;
   // A look owed is taken at our next settling (packet_ring.h: publishing).
@@ -1113,6 +1124,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
     pkt.from_peer = true;
+    work_taken_ += pkt.kind != Packet::Kind::kAck && pkt.kind != Packet::Kind::kNak;
     // (A message's first packet takes the receive WQE.)
     receives += pkt.kind == Packet::Kind::kRequest && pkt.first && ConsumesRecv(pkt.op);
     taking_ = true;

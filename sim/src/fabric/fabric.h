@@ -297,6 +297,9 @@ class Fabric {
     uint32_t generation = 0;     // of the slot when the ring was mapped
     uint64_t last_pushed = 0;    // position of our last packet in its ring
     bool pushed = false;
+    // work_taken_ when we last pushed it a packet other than a bare ACK or NAK (PushNow).
+    uint64_t work_taken_at_push = 0;
+    bool pushed_work = false;
     bool placement_denied = false;  // the kernel does not let us write into it
     // Its files we mapped to write into its MRs (at most kMaxFileWindows, the
     // oldest goes first; those of withdrawn keys go at our next WRITE to it).
@@ -439,6 +442,10 @@ class Fabric {
   std::atomic<bool> oversubscribed_{false};
   bool draining_inbound_ = false;  // DrainInboundLocked is on the stack (engine lock)
   bool taking_ = false;            // it delivers the packet at our ring's tail (engine lock)
+  // Packets taken from our ring that are a peer's own work, not a bare ACK or
+  // NAK (engine lock). Two pushes to a peer with none of these in between are
+  // a stream (a bandwidth loop, a READ's answer), not a ping-pong: PushNow.
+  uint64_t work_taken_ = 0;
   // The packet DrainInboundLocked fills from each slot (engine lock): kept,
   // not made afresh per drain (a Packet's default values cost a fill of its
   // 250 bytes, a fifth of a one-packet drain); ToPacket sets every field.

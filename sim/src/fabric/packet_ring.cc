@@ -199,6 +199,13 @@ void PacketRing::PrefetchNextPacket() const {
   if (flags & WirePacket::kExtended) __builtin_prefetch(&slot.pkt.extended, 0, 3);
 }
 
+void PacketRing::PrefetchSlotAfterNext(uint64_t pos, uint32_t payload_len) const {
+  if (payload_len > kMaxStreamPrefetch) return;
+  const Slot& slot = slots_[(pos + 2) % kSlots];
+  PrefetchForWrite(&slot);
+  for (uint32_t offset = 0; offset < payload_len; offset += 64) PrefetchForWrite(slot.pkt.payload + offset);
+}
+
 bool PacketRing::HasRoom() const {
   const uint64_t pos = head_.load(std::memory_order_relaxed);
   return slots_[pos % kSlots].seq.load(std::memory_order_seq_cst) == pos;
