@@ -62,7 +62,7 @@ TEST(PacketRingTest, PayloadLengthBeyondThePayloadAreaIsDropped) {
   ASSERT_TRUE(ring->Push(MarkedPacket(16), 0));
   WirePacket* in_ring = FindMarked(memory);
   ASSERT_NE(in_ring, nullptr);
-  in_ring->payload_len = 0x7fffffff;  // a corrupt (or malicious) peer
+  in_ring->payload_len = 0xffff;  // a corrupt (or malicious) peer
   ASSERT_TRUE(ring->Push(MarkedPacket(8), 0));
   // The corrupt packet is skipped; the good one behind it still arrives.
   uint32_t len = 0;

@@ -3,6 +3,8 @@
 
 #include "fabric/wire_packet.h"
 
+#include "fabric/profile_gids.h"
+
 #include <cstring>
 #include <memory>
 
@@ -121,6 +123,109 @@ TEST(WirePacketTest, UnusedLinesCarryNothingOfAnEarlierPacket) {
   Packet received = EveryField();  // ToPacket must overwrite every field
   wire->ToPacket(nullptr, &received);
   ExpectSameFields(ack, received);
+}
+
+// A RoCE packet's GIDs are the profile's: they go by number in the first
+// line, and the addressing line stays unused.
+TEST(WirePacketTest, GidsOfTheProfileGoByNumber) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
+  Packet sent;
+  sent.has_grh = true;
+  sent.dst.is_global = true;
+  sent.dst.dgid = gids.At(static_cast<uint8_t>(gids.size()));
+  sent.sgid = gids.At(1);
+  sent.payload.assign(64, 0x11);
+  auto wire = std::make_unique<WirePacket>();
+  wire->From(EveryField(), 0, {});  // the addressing line holds other GIDs
+  wire->From(sent, 0, {});
+  EXPECT_EQ(wire->flags & WirePacket::kAddressing, 0) << "no RETH, and the GIDs go by number";
+  EXPECT_EQ(wire->dgid_number, gids.size());
+  EXPECT_EQ(wire->sgid_number, 1u);
+  Packet received = EveryField();
+  wire->ToPacket(nullptr, &received);
+  ExpectSameFields(sent, received);
+}
+
+// With a RETH the addressing line is in use, and the GIDs still come by number.
+TEST(WirePacketTest, GidsByNumberBesideARdmaAddress) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
+  Packet sent;
+  sent.has_grh = true;
+  sent.dst.dgid = gids.At(1);
+  sent.sgid = gids.At(1);
+  sent.remote_addr = 0x1000;
+  sent.rkey = 0x66;
+  sent.dma_length = 0x40;
+  auto wire = std::make_unique<WirePacket>();
+  wire->From(sent, 0, {});
+  EXPECT_NE(wire->flags & WirePacket::kAddressing, 0);
+  EXPECT_EQ(wire->dgid_number, 1u);
+  Packet received;
+  wire->ToPacket(nullptr, &received);
+  ExpectSameFields(sent, received);
+}
+
+// A number the profile has not (another process wrote the slot) reads as the
+// zero GID, which routes nowhere.
+TEST(WirePacketTest, AGidNumberThatIsNotThereReadsAsZero) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_LT(gids.size(), ProfileGids::kMaxNumbers);
+  Packet sent;
+  sent.has_grh = true;
+  sent.dst.dgid = gids.At(1);
+  sent.sgid = gids.At(1);
+  auto wire = std::make_unique<WirePacket>();
+  wire->From(sent, 0, {});
+  wire->dgid_number = static_cast<uint8_t>(gids.size() + 1);
+  wire->sgid_number = 0xff;
+  Packet received = EveryField();
+  wire->ToPacket(nullptr, &received);
+  EXPECT_EQ(received.dst.dgid.global.subnet_prefix, 0u);
+  EXPECT_EQ(received.dst.dgid.global.interface_id, 0u);
+  EXPECT_EQ(received.sgid.global.subnet_prefix, 0u);
+  EXPECT_EQ(received.sgid.global.interface_id, 0u);
+}
+
+ibv_gid Gid(uint64_t prefix, uint64_t id) {
+  ibv_gid g{};
+  g.global.subnet_prefix = prefix;
+  g.global.interface_id = id;
+  return g;
+}
+
+// Numbers follow the profile's order, each GID once; zero entries (empty
+// slots of a table) get none, nor does a GID the profile has not.
+TEST(ProfileGidsTest, NumbersEachGidOfTheProfileOnce) {
+  Profile profile;
+  profile.devices.resize(2);
+  profile.devices[0].ports.resize(2);
+  profile.devices[0].ports[0].gids = {{Gid(1, 1)}, {Gid(0, 0)}, {Gid(1, 2)}};
+  profile.devices[0].ports[1].gids = {{Gid(1, 1)}};
+  profile.devices[1].ports.resize(1);
+  profile.devices[1].ports[0].gids = {{Gid(2, 1)}};
+  const ProfileGids gids(profile);
+  ASSERT_EQ(gids.size(), 3u);
+  EXPECT_EQ(gids.NumberOf(Gid(1, 1)), 1u);
+  EXPECT_EQ(gids.NumberOf(Gid(1, 2)), 2u);
+  EXPECT_EQ(gids.NumberOf(Gid(2, 1)), 3u);
+  EXPECT_EQ(gids.NumberOf(Gid(0, 0)), ProfileGids::kUnnamed);
+  EXPECT_EQ(gids.NumberOf(Gid(9, 9)), ProfileGids::kUnnamed);
+  EXPECT_EQ(gids.At(3).global.subnet_prefix, 2u);
+  EXPECT_EQ(gids.At(4).global.subnet_prefix, 0u);
+}
+
+// Past kMaxNumbers GIDs the rest go unnamed (they travel on the addressing line).
+TEST(ProfileGidsTest, AtMostOneByteOfNumbers) {
+  Profile profile;
+  profile.devices.resize(1);
+  profile.devices[0].ports.resize(1);
+  for (uint64_t i = 1; i <= ProfileGids::kMaxNumbers + 5; ++i) profile.devices[0].ports[0].gids.push_back({Gid(7, i)});
+  const ProfileGids gids(profile);
+  EXPECT_EQ(gids.size(), ProfileGids::kMaxNumbers);
+  EXPECT_EQ(gids.NumberOf(Gid(7, ProfileGids::kMaxNumbers)), ProfileGids::kMaxNumbers);
+  EXPECT_EQ(gids.NumberOf(Gid(7, ProfileGids::kMaxNumbers + 1)), ProfileGids::kUnnamed);
 }
 
 }  // namespace

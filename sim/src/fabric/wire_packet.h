@@ -9,13 +9,15 @@
 // that holds the slot's sequence word (PacketRing::Slot); the payload
 // starts on the next line; the fields only some packets use (GRH addresses,
 // RETH, atomics, XRC) come after the payload area, in two lines that are
-// written and read only when the flags say they are in use. A 64-byte SEND
-// without a GRH, or an ACK, touches one or two lines.
+// written and read only when the flags say they are in use. A 64-byte SEND,
+// or an ACK, touches one or two lines, with a GRH as well (the GIDs of the
+// profile go by number: fabric/profile_gids.h).
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include "fabric/profile_gids.h"
 #include "transport/packet.h"
 
 namespace simverbs {
@@ -39,7 +41,7 @@ struct WirePacket {
   static constexpr uint8_t kAddressing = 64;  // `addressing` is in use
   static constexpr uint8_t kExtended = 128;   // `extended` is in use
 
-  // In the sequence word's line (56 bytes).
+  // In the sequence word's line (56 bytes: full).
   uint8_t kind;
   uint8_t transport;
   uint8_t op;
@@ -52,7 +54,11 @@ struct WirePacket {
   uint32_t dst_qpn;
   uint32_t imm_data;
   uint32_t psn_count;
-  uint32_t payload_len;
+  uint16_t payload_len;
+  // The GIDs by number (fabric/profile_gids.h) when dgid_number is not
+  // ProfileGids::kUnnamed: then neither is on the addressing line.
+  uint8_t dgid_number;
+  uint8_t sgid_number;
   uint32_t qkey;
   uint16_t pkey;
   uint16_t dst_dlid;
@@ -92,9 +98,21 @@ struct WirePacket {
   void From(const Packet& p, int src_device_index, const WireSender& sender) {
     // The payload and the rare lines first, the first line last: the owner
     // spins on the sequence word, in the first line, until it is published.
-    payload_len = static_cast<uint32_t>(p.payload.size());
+    payload_len = static_cast<uint16_t>(p.payload.size());
     if (payload_len) std::memcpy(payload, p.payload.data(), payload_len);
-    const bool addressed = p.remote_addr || p.dma_length || p.rkey || !IsZero(p.dst.dgid) || !IsZero(p.sgid);
+    // GIDs the profile has go by number (a RoCE packet's line fewer); others
+    // (a multicast group's) on the addressing line.
+    uint8_t dgid_no = ProfileGids::kUnnamed;
+    uint8_t sgid_no = ProfileGids::kUnnamed;
+    const bool has_gids = !IsZero(p.dst.dgid) || !IsZero(p.sgid);
+    if (has_gids) {
+      const ProfileGids& gids = ProfileGids::Get();
+      dgid_no = gids.NumberOf(p.dst.dgid);
+      sgid_no = gids.NumberOf(p.sgid);
+      if (sgid_no == ProfileGids::kUnnamed && !IsZero(p.sgid)) dgid_no = ProfileGids::kUnnamed;
+    }
+    const bool gids_named = dgid_no != ProfileGids::kUnnamed;
+    const bool addressed = p.remote_addr || p.dma_length || p.rkey || (has_gids && !gids_named);
     if (addressed) {
       addressing.dgid = p.dst.dgid;
       addressing.sgid = p.sgid;
@@ -126,6 +144,8 @@ struct WirePacket {
     sender_slot = static_cast<int16_t>(sender.slot);
     sender_generation = sender.generation;
     sender_consumed = static_cast<uint32_t>(sender.consumed);
+    dgid_number = dgid_no;
+    sgid_number = gids_named ? sgid_no : ProfileGids::kUnnamed;
     dst_is_global = p.dst.is_global;
     dst_sgid_index = p.dst.sgid_index;
     dst_sl = p.dst.sl;
@@ -166,8 +186,14 @@ struct WirePacket {
     p.psn_count = psn_count;
     // A line not in use holds an older packet's values: the packet's own are zero.
     const Addressing a = f & kAddressing ? addressing : Addressing{};
-    p.dst.dgid = a.dgid;
-    p.sgid = a.sgid;
+    if (const uint8_t dgid_no = dgid_number; dgid_no != ProfileGids::kUnnamed) {  // read once
+      const ProfileGids& gids = ProfileGids::Get();
+      p.dst.dgid = gids.At(dgid_no);
+      p.sgid = gids.At(sgid_number);
+    } else {
+      p.dst.dgid = a.dgid;
+      p.sgid = a.sgid;
+    }
     p.remote_addr = a.remote_addr;
     p.dma_length = a.dma_length;
     p.rkey = a.rkey;
