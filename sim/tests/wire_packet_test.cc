@@ -125,16 +125,22 @@ TEST(WirePacketTest, UnusedLinesCarryNothingOfAnEarlierPacket) {
   ExpectSameFields(ack, received);
 }
 
+// A packet with a GRH between two GIDs.
+Packet Global(const ibv_gid& dgid, const ibv_gid& sgid) {
+  Packet p;
+  p.has_grh = true;
+  p.dst.is_global = true;
+  p.dst.dgid = dgid;
+  p.sgid = sgid;
+  return p;
+}
+
 // A RoCE packet's GIDs are the profile's: they go by number in the first
 // line, and the addressing line stays unused.
 TEST(WirePacketTest, GidsOfTheProfileGoByNumber) {
   const ProfileGids& gids = ProfileGids::Get();
   ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
-  Packet sent;
-  sent.has_grh = true;
-  sent.dst.is_global = true;
-  sent.dst.dgid = gids.At(static_cast<uint8_t>(gids.size()));
-  sent.sgid = gids.At(1);
+  Packet sent = Global(gids.At(static_cast<uint8_t>(gids.size())), gids.At(1));
   sent.payload.assign(64, 0x11);
   auto wire = std::make_unique<WirePacket>();
   wire->From(EveryField(), 0, {});  // the addressing line holds other GIDs
@@ -151,10 +157,7 @@ TEST(WirePacketTest, GidsOfTheProfileGoByNumber) {
 TEST(WirePacketTest, GidsByNumberBesideARdmaAddress) {
   const ProfileGids& gids = ProfileGids::Get();
   ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
-  Packet sent;
-  sent.has_grh = true;
-  sent.dst.dgid = gids.At(1);
-  sent.sgid = gids.At(1);
+  Packet sent = Global(gids.At(1), gids.At(1));
   sent.remote_addr = 0x1000;
   sent.rkey = 0x66;
   sent.dma_length = 0x40;
@@ -172,12 +175,8 @@ TEST(WirePacketTest, GidsByNumberBesideARdmaAddress) {
 TEST(WirePacketTest, AGidNumberThatIsNotThereReadsAsZero) {
   const ProfileGids& gids = ProfileGids::Get();
   ASSERT_LT(gids.size(), ProfileGids::kMaxNumbers);
-  Packet sent;
-  sent.has_grh = true;
-  sent.dst.dgid = gids.At(1);
-  sent.sgid = gids.At(1);
   auto wire = std::make_unique<WirePacket>();
-  wire->From(sent, 0, {});
+  wire->From(Global(gids.At(1), gids.At(1)), 0, {});
   wire->dgid_number = static_cast<uint8_t>(gids.size() + 1);
   wire->sgid_number = 0xff;
   Packet received = EveryField();
