@@ -21,13 +21,13 @@ ProfileGids::ProfileGids(const Profile& profile) {
   for (const DeviceProfile& device : profile.devices) {
     for (const PortProfile& port : device.ports) {
       for (const GidProfile& entry : port.gids) {
-        if (gids_.size() == kMaxNumbers) return;
+        if (count_ == kMaxNumbers) return;
         if (NumberOf(entry.gid) != kUnnamed) continue;  // (and the zero GID)
         if (entry.gid.global.subnet_prefix == 0 && entry.gid.global.interface_id == 0) continue;
-        gids_.push_back(entry.gid);
+        gids_[count_++] = entry.gid;
         size_t at = Hash(entry.gid);
         while (by_hash_[at] != kUnnamed) at = (at + 1) % std::size(by_hash_);
-        by_hash_[at] = static_cast<uint8_t>(gids_.size());
+        by_hash_[at] = static_cast<uint8_t>(count_);
       }
     }
   }
@@ -49,7 +49,7 @@ uint8_t ProfileGids::NumberOf(const ibv_gid& gid) const {
 }
 
 ibv_gid ProfileGids::At(uint8_t number) const {
-  if (number == kUnnamed || number > gids_.size()) return ibv_gid{};
+  if (number == kUnnamed || number > count_) return ibv_gid{};
   return gids_[number - 1];
 }
 

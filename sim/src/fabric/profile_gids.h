@@ -10,8 +10,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "profile.h"
 
@@ -33,11 +33,14 @@ class ProfileGids {
   // The GID numbered `number`; the zero GID for kUnnamed and for a number
   // the table has not (another process wrote it).
   ibv_gid At(uint8_t number) const;
-  size_t size() const { return gids_.size(); }
+  size_t size() const { return count_; }
 
  private:
   static size_t Hash(const ibv_gid& gid);
-  std::vector<ibv_gid> gids_;  // number n at n - 1
+  // Number n at n - 1. Not a vector: the table is made at the first packet's
+  // push, where nothing may throw.
+  ibv_gid gids_[kMaxNumbers] = {};
+  size_t count_ = 0;
   // By Hash, probed linearly: a number, or kUnnamed where the probe ends.
   // One more entry than numbers, so a probe always ends.
   uint8_t by_hash_[kMaxNumbers + 1] = {};
