@@ -749,6 +749,14 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
   return peer->ring ? peer.get() : nullptr;
 }
 
+namespace {
+
+// A peer's own work (a request, a READ's or an atomic's answer, XRC), not a
+// bare ACK or NAK: what tells a stream from a ping-pong (PushNow).
+bool IsWork(const Packet& pkt) { return pkt.kind != Packet::Kind::kAck && pkt.kind != Packet::Kind::kNak; }
+
+}  // namespace
+
 bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
   PacketRing::Owed owed;
@@ -757,12 +765,11 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   // whose later packets' slot lines we may ask for now. (Bare ACKs and NAKs
   // count on neither side: a ping-pong's reply follows the ACK of the
   // request it answers.)
-  if (pkt.kind != Packet::Kind::kAck && pkt.kind != Packet::Kind::kNak) {
-    if (peer.pushed_work && peer.work_taken_at_push == work_taken_) {
+  if (IsWork(pkt)) {
+    if (peer.work_taken_at_push == work_taken_) {
       peer.ring->PrefetchSlotAfterNext(pos, static_cast<uint32_t>(pkt.payload.size()));
     }
     peer.work_taken_at_push = work_taken_;
-    peer.pushed_work = true;
   }
   peer.last_pushed = pos;
   peer.pushed = true;
@@ -1124,7 +1131,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
     pkt.from_peer = true;
-    work_taken_ += pkt.kind != Packet::Kind::kAck && pkt.kind != Packet::Kind::kNak;
+    work_taken_ += IsWork(pkt);
     // (A message's first packet takes the receive WQE.)
     receives += pkt.kind == Packet::Kind::kRequest && pkt.first && ConsumesRecv(pkt.op);
     taking_ = true;

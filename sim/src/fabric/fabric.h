@@ -297,9 +297,9 @@ class Fabric {
     uint32_t generation = 0;     // of the slot when the ring was mapped
     uint64_t last_pushed = 0;    // position of our last packet in its ring
     bool pushed = false;
-    // work_taken_ when we last pushed it a packet other than a bare ACK or NAK (PushNow).
-    uint64_t work_taken_at_push = 0;
-    bool pushed_work = false;
+    // work_taken_ when we last pushed it a packet other than a bare ACK or
+    // NAK (PushNow); none yet: a count work_taken_ never reaches.
+    uint64_t work_taken_at_push = ~uint64_t{0};
     bool placement_denied = false;  // the kernel does not let us write into it
     // Its files we mapped to write into its MRs (at most kMaxFileWindows, the
     // oldest goes first; those of withdrawn keys go at our next WRITE to it).

@@ -23,7 +23,7 @@ ProfileGids::ProfileGids(const Profile& profile) {
       for (const GidProfile& entry : port.gids) {
         if (count_ == kMaxNumbers) return;
         if (NumberOf(entry.gid) != kUnnamed) continue;  // (and the zero GID)
-        if (entry.gid.global.subnet_prefix == 0 && entry.gid.global.interface_id == 0) continue;
+        if (IsZero(entry.gid)) continue;
         gids_[count_++] = entry.gid;
         size_t at = Hash(entry.gid);
         while (by_hash_[at] != kUnnamed) at = (at + 1) % std::size(by_hash_);

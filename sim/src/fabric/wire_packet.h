@@ -104,12 +104,12 @@ struct WirePacket {
     // (a multicast group's) on the addressing line.
     uint8_t dgid_no = ProfileGids::kUnnamed;
     uint8_t sgid_no = ProfileGids::kUnnamed;
-    const bool has_gids = !IsZero(p.dst.dgid) || !IsZero(p.sgid);
+    const bool has_gids = !ProfileGids::IsZero(p.dst.dgid) || !ProfileGids::IsZero(p.sgid);
     if (has_gids) {
       const ProfileGids& gids = ProfileGids::Get();
       dgid_no = gids.NumberOf(p.dst.dgid);
       sgid_no = gids.NumberOf(p.sgid);
-      if (sgid_no == ProfileGids::kUnnamed && !IsZero(p.sgid)) dgid_no = ProfileGids::kUnnamed;
+      if (sgid_no == ProfileGids::kUnnamed && !ProfileGids::IsZero(p.sgid)) dgid_no = ProfileGids::kUnnamed;
     }
     const bool gids_named = dgid_no != ProfileGids::kUnnamed;
     const bool addressed = p.remote_addr || p.dma_length || p.rkey || (has_gids && !gids_named);
@@ -219,7 +219,6 @@ struct WirePacket {
     to->xrc_domain_ino = from.xrc_domain_ino;
     to->xrc_srqn = from.xrc_srqn;
   }
-  static bool IsZero(const ibv_gid& gid) { return gid.global.subnet_prefix == 0 && gid.global.interface_id == 0; }
 };
 
 // A slot is line-aligned and holds the sequence word (8 bytes) before the
