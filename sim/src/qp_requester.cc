@@ -17,6 +17,7 @@
 #include "pd.h"
 #include "qp.h"
 #include "trace/trace.h"
+#include "transport/copy_bytes.h"
 #include "transport/engine.h"
 
 namespace simverbs {
@@ -489,7 +490,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
 void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const {
   if (length == 0) return;
   if (wqe.is_inline) {
-    std::memcpy(out, wqe.inline_data.data() + offset, length);
+    CopyBytes(out, wqe.inline_data.data() + offset, length);
     return;
   }
   uint64_t pos = 0;  // where the current SGE starts in the message
@@ -499,7 +500,7 @@ void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint
     if (start < end) {
       // Checked by ExecuteLocked, under the same lock.
       const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
-      std::memcpy(out + (start - offset), mr->Translate(sge.addr + (start - pos), end - start), end - start);
+      CopyBytes(out + (start - offset), mr->Translate(sge.addr + (start - pos), end - start), end - start);
     }
     pos += sge.length;
     if (pos >= offset + length) break;
@@ -532,7 +533,7 @@ bool Qp::ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes
       if (!mr) return false;
       // memmove: a READ's answer within one process comes straight from the
       // responder's memory, which may overlap these buffers.
-      std::memmove(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
+      MoveBytes(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
     }
     pos += sge.length;
     if (pos >= offset + length) break;

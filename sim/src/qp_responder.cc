@@ -16,6 +16,7 @@
 #include "pd.h"
 #include "qp.h"
 #include "srq.h"
+#include "transport/copy_bytes.h"
 #include "transport/engine.h"
 #include "transport/response_stream.h"
 
@@ -109,7 +110,7 @@ static ibv_wc_status Scatter(Device* dev, const Pd* pd, const RecvWqe& wqe, uint
     if (start < end) {
       Mr* mr = Mr::Check(dev, sge.lkey, false, pd, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
       if (!mr) return IBV_WC_LOC_PROT_ERR;
-      std::memmove(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
+      MoveBytes(mr->Translate(sge.addr + (start - pos), end - start), bytes + (start - offset), end - start);
     }
     pos += sge.length;
   }
@@ -240,7 +241,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                          has_recv ? -1 : AccessErrorEvent());
           return;
         }
-        if (!pkt.placed) std::memmove(mr->Translate(write_va_, len), pkt.payload.data(), len);
+        if (!pkt.placed) MoveBytes(mr->Translate(write_va_, len), pkt.payload.data(), len);
         write_va_ += len;
       }
       recv_offset_ = pkt.dma_length;

@@ -11,6 +11,7 @@
 #include "mr.h"
 #include "qp.h"
 #include "srq.h"
+#include "transport/copy_bytes.h"
 #include "wqe.h"
 #include "xrcd.h"
 
@@ -71,7 +72,7 @@ ibv_wc_status Scatter(Device* dev, const Srq* srq, Delivery& d, const Packet& pk
     if (from < to) {
       Mr* mr = Mr::Check(dev, sge.lkey, false, srq->pd(), sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
       if (!mr) return IBV_WC_LOC_PROT_ERR;
-      std::memmove(mr->Translate(sge.addr + (from - pos), to - from), pkt.payload.data() + (from - begin), to - from);
+      MoveBytes(mr->Translate(sge.addr + (from - pos), to - from), pkt.payload.data() + (from - begin), to - from);
     }
     pos += sge.length;
   }

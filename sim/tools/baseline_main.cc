@@ -9,7 +9,8 @@
 //                    memcpy in on one side and a memcpy out on the other:
 //                    what a SEND or a READ's answer between two processes
 //                    does at least (each byte copied twice, and its cache
-//                    lines moved once between the two CPUs)
+//                    lines moved once between the two CPUs), copied as the
+//                    simulator copies packets (transport/copy_bytes.h)
 //   process-vm-writev <bytes>
 //                    bandwidth of process_vm_writev(2) into another
 //                    process's private memory in MB/s: what a WRITE into
@@ -31,6 +32,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "transport/copy_bytes.h"
 
 namespace {
 
@@ -156,7 +159,7 @@ double CrossProcessCopyMBps(size_t bytes) {
     if (!src.data()) _exit(1);
     for (uint64_t i = 0; i < total; ++i) {
       if (i >= slots && !SpinUntil(consumed, i - slots + 1, deadline)) _exit(1);
-      std::memcpy(ring + (i % slots) * stride, src.data(), bytes);
+      simverbs::CopyBytes(ring + (i % slots) * stride, src.data(), bytes);
       published->store(i + 1, std::memory_order_release);
     }
     _exit(0);
@@ -170,7 +173,7 @@ double CrossProcessCopyMBps(size_t bytes) {
       if (i == messages) t0 = Clock::now();
       answered = SpinUntil(published, i + 1, deadline);
       if (!answered) break;
-      std::memcpy(dst.data(), ring + (i % slots) * stride, bytes);
+      simverbs::CopyBytes(dst.data(), ring + (i % slots) * stride, bytes);
       asm volatile("" : : "r"(dst.data()) : "memory");
       consumed->store(i + 1, std::memory_order_release);
     }

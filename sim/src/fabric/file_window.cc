@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "fabric/shared_file.h"
+#include "transport/copy_bytes.h"
 
 namespace simverbs {
 
@@ -63,7 +64,7 @@ void FileWindow::Write(uint64_t at, uint64_t length, const iovec* local, size_t 
   uint8_t* out = mr_ + at;
   for (size_t i = 0; i < local_count && length > 0; ++i) {
     const size_t n = local[i].iov_len < length ? local[i].iov_len : length;
-    std::memcpy(out, local[i].iov_base, n);
+    CopyBytes(out, local[i].iov_base, n);
     out += n;
     length -= n;
   }
