@@ -41,10 +41,10 @@ using Clock = std::chrono::steady_clock;
 
 // A buffer that starts a page, filled with `fill`, as perftest's are. Two heap
 // blocks of one size can sit a few bytes apart modulo 4 KiB, and then memcpy's
-// `rep movsb` (which glibc uses from 4 KiB up to the L2 size) runs up to 20x
-// slower on some CPUs (AMD Zen 3 seen: 1.8 against 38 GB/s for 64 KiB); a
-// baseline must not measure that by chance. data() is null when there was no
-// memory.
+// `rep movsb` (which glibc uses for copies of a few KiB up to about the L2
+// size) runs up to 20x slower on some CPUs (AMD Zen 3 seen: 1.8 against 38
+// GB/s for 64 KiB); a baseline must not measure that by chance. data() is
+// null when there was no memory.
 class PageBuffer {
  public:
   PageBuffer(size_t bytes, char fill) : bytes_(bytes) {
