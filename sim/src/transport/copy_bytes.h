@@ -21,10 +21,11 @@ inline constexpr size_t kCopyPiece = 2048;
 // Copies of more than kCopyPiece bytes (copy_bytes.cc).
 void CopyInPieces(void* dst, const void* src, size_t n);
 
-// memcpy: the two ranges must not overlap.
+// memcpy: the two ranges must not overlap. Nothing to copy may come with
+// null pointers (an empty vector's data()), which memcpy must not be given.
 inline void CopyBytes(void* dst, const void* src, size_t n) {
   if (n <= kCopyPiece) {
-    std::memcpy(dst, src, n);
+    if (n != 0) std::memcpy(dst, src, n);
   } else {
     CopyInPieces(dst, src, n);
   }
@@ -36,7 +37,7 @@ inline void MoveBytes(void* dst, const void* src, size_t n) {
   const auto d = reinterpret_cast<uintptr_t>(dst);
   const auto s = reinterpret_cast<uintptr_t>(src);
   if (n <= kCopyPiece || (d < s + n && s < d + n)) {
-    std::memmove(dst, src, n);
+    if (n != 0) std::memmove(dst, src, n);
   } else {
     CopyInPieces(dst, src, n);
   }
