@@ -4,6 +4,7 @@
 
 #include "transport/copy_bytes.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -30,7 +31,7 @@ TEST(CopyBytes, CopiesEveryByteAndNothingElse) {
     std::vector<uint8_t> dst(n + 32, 0xee);
     CopyBytes(dst.data() + 16, src.data(), n);
     for (size_t i = 0; i < 16; ++i) ASSERT_EQ(dst[i], 0xee) << "n=" << n << ": byte " << i << " before the range";
-    ASSERT_EQ(std::memcmp(dst.data() + 16, src.data(), n), 0) << "n=" << n;
+    ASSERT_TRUE(std::equal(src.begin(), src.end(), dst.begin() + 16)) << "n=" << n;
     for (size_t i = n + 16; i < n + 32; ++i) ASSERT_EQ(dst[i], 0xee) << "n=" << n << ": byte " << i << " after the range";
   }
 }
