@@ -7,8 +7,8 @@
 // which on AMD Zen 3 moves lines another CPU holds at half the speed or less,
 // and erratically: ib_send_bw 64 KiB 6.5-16.7 GB/s (median 6.9) with it,
 // 12.4-18.5 (median 14.1) without, in interleaved runs; a packet is 4 KiB, and
-// each one crosses to the other CPU. For copies this size the vector loop is
-// as fast as `rep movsb` elsewhere.
+// each one crosses to the other CPU. (Measured on that CPU only; elsewhere
+// the pieces cost a few more calls per packet.)
 
 #include <cstddef>
 #include <cstdint>
