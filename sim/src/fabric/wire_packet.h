@@ -100,7 +100,7 @@ struct WirePacket {
     // The payload and the rare lines first, the first line last: the owner
     // spins on the sequence word, in the first line, until it is published.
     payload_len = static_cast<uint16_t>(p.payload.size());
-    if (payload_len) CopyBytes(payload, p.payload.data(), payload_len);
+    CopyBytes(payload, p.payload.data(), payload_len);
     // GIDs the profile has go by number (a RoCE packet's line fewer); others
     // (a multicast group's) on the addressing line.
     uint8_t dgid_no = ProfileGids::kUnnamed;

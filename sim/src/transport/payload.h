@@ -14,12 +14,14 @@
 #include <utility>
 #include <vector>
 
+#include "transport/copy_bytes.h"
+
 namespace simverbs {
 
 class Payload {
  public:
   Payload() = default;
-  Payload(const Payload& other) : bytes_(other.data(), other.data() + other.size()) {}
+  Payload(const Payload& other) { CopyIn(other.data(), other.size()); }
   Payload(Payload&& other) noexcept
       : bytes_(std::move(other.bytes_)), borrowed_(other.borrowed_), borrowed_size_(other.borrowed_size_) {
     other.Unborrow();
@@ -54,9 +56,17 @@ class Payload {
     bytes_.resize(n);
   }
   void assign(const uint8_t* first, const uint8_t* last) {
-    // (`first` may point into our own bytes: the vector handles that.)
-    bytes_.assign(first, last);
+    const size_t n = static_cast<size_t>(last - first);
+    const auto at = reinterpret_cast<uintptr_t>(first);
+    const auto own = reinterpret_cast<uintptr_t>(bytes_.data());
+    if (!borrowed_ && at >= own && at < own + bytes_.size()) {
+      // Part of our own bytes: moved to the front, then the rest cut off (no reallocation).
+      MoveBytes(bytes_.data(), first, n);
+      bytes_.resize(n);
+      return;
+    }
     Unborrow();
+    CopyIn(first, n);
   }
   void assign(size_t n, uint8_t value) {
     bytes_.assign(n, value);
@@ -75,7 +85,7 @@ class Payload {
     const uint8_t* from = borrowed_;
     const size_t n = borrowed_size_;
     Unborrow();
-    bytes_.assign(from, from + n);
+    CopyIn(from, n);
   }
   // The buffer, for reuse (Engine::RecyclePayload); the payload is empty after.
   std::vector<uint8_t> TakeBuffer() {
@@ -84,6 +94,13 @@ class Payload {
   }
 
  private:
+  // Bytes from elsewhere (not our own) become ours; copied as the data path
+  // copies (copy_bytes.h), not by the vector, whose memmove uses glibc's
+  // `rep movsb` for a packet's 4 KiB.
+  void CopyIn(const uint8_t* from, size_t n) {
+    bytes_.resize(n);
+    CopyBytes(bytes_.data(), from, n);
+  }
   void Unborrow() {
     borrowed_ = nullptr;
     borrowed_size_ = 0;
