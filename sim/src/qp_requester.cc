@@ -260,7 +260,9 @@ void Qp::ProgressLocked() {
 void Qp::ArmTransportTimerLocked(bool restart) {
   // RC: what was sent but not acknowledged waits for the transport timer,
   // which runs from the oldest unanswered transmission: posting more leaves
-  // it running; an answer that makes progress restarts it.
+  // it running; an answer that makes progress restarts it. (Armed already,
+  // by either timer: nothing to do, as ArmTimerUnlessArmed would find.)
+  if (!restart && timer_entry_.index != TimerEntry::kNotArmed) return;
   if (!Reliable() || (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) || rnr_wait_ || attr_.timeout == 0 ||
       !AwaitingAckLocked()) {
     return;
