@@ -9,6 +9,7 @@
 #include "device.h"
 #include "pd.h"
 #include "fault/fault_points.h"
+#include "gid.h"
 
 namespace simverbs {
 namespace {
@@ -64,7 +65,7 @@ int Ah::InitFromWc(Context* ctx, uint8_t port_num, const ibv_wc& wc, const ibv_g
     // The local GID the datagram was sent to becomes the source GID.
     const auto& gids = dev->profile().ports[port_num - 1].gids;
     for (size_t i = 0; i < gids.size(); ++i) {
-      if (std::memcmp(&gids[i].gid, &grh->dgid, sizeof grh->dgid) == 0) {
+      if (SameGid(gids[i].gid, grh->dgid)) {
         out->grh.sgid_index = static_cast<uint8_t>(i);
         return 0;
       }

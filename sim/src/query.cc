@@ -12,6 +12,7 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "fault/device_fatal.h"
+#include "gid.h"
 
 namespace simverbs {
 namespace {
@@ -27,8 +28,7 @@ const GidProfile* GidAt(Device* dev, uint32_t port_num, uint32_t index) {
   const PortProfile& port = dev->profile().ports[port_num - 1];
   if (index >= port.gids.size()) return nullptr;
   const GidProfile& g = port.gids[index];
-  static const ibv_gid kZero{};
-  return std::memcmp(&g.gid, &kZero, sizeof kZero) == 0 ? nullptr : &g;
+  return IsZeroGid(g.gid) ? nullptr : &g;
 }
 
 ibv_gid_type GidEntryType(const Device* dev, uint32_t port_num, const GidProfile& g) {

@@ -1,17 +1,10 @@
 #include "fabric/profile_gids.h"
 
-#include <cstring>
 #include <iterator>
 
 #include "device_list.h"
 
 namespace simverbs {
-namespace {
-
-bool SameGid(const ibv_gid& a, const ibv_gid& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-}  // namespace
-
 const ProfileGids& ProfileGids::Get() {
   static const ProfileGids gids(DeviceList::Get().profile());
   return gids;
@@ -23,7 +16,7 @@ ProfileGids::ProfileGids(const Profile& profile) {
       for (const GidProfile& entry : port.gids) {
         if (count_ == kMaxNumbers) return;
         if (NumberOf(entry.gid) != kUnnamed) continue;  // (and the zero GID)
-        if (IsZero(entry.gid)) continue;
+        if (IsZeroGid(entry.gid)) continue;
         gids_[count_++] = entry.gid;
         size_t at = Hash(entry.gid);
         while (by_hash_[at] != kUnnamed) at = (at + 1) % std::size(by_hash_);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gid.h"
 #include "profile.h"
 
 namespace simverbs {
@@ -21,8 +22,6 @@ class ProfileGids {
  public:
   static constexpr uint8_t kUnnamed = 0;
   static constexpr size_t kMaxNumbers = 255;  // a number is one byte
-
-  static bool IsZero(const ibv_gid& gid) { return gid.global.subnet_prefix == 0 && gid.global.interface_id == 0; }
 
   // The table of the profile this process runs (DeviceList).
   static const ProfileGids& Get();

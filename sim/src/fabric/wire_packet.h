@@ -105,12 +105,12 @@ struct WirePacket {
     // (a multicast group's) on the addressing line.
     uint8_t dgid_no = ProfileGids::kUnnamed;
     uint8_t sgid_no = ProfileGids::kUnnamed;
-    const bool has_gids = !ProfileGids::IsZero(p.dst.dgid) || !ProfileGids::IsZero(p.sgid);
+    const bool has_gids = !IsZeroGid(p.dst.dgid) || !IsZeroGid(p.sgid);
     if (has_gids) {
       const ProfileGids& gids = ProfileGids::Get();
       dgid_no = gids.NumberOf(p.dst.dgid);
       sgid_no = gids.NumberOf(p.sgid);
-      if (sgid_no == ProfileGids::kUnnamed && !ProfileGids::IsZero(p.sgid)) dgid_no = ProfileGids::kUnnamed;
+      if (sgid_no == ProfileGids::kUnnamed && !IsZeroGid(p.sgid)) dgid_no = ProfileGids::kUnnamed;
     }
     const bool gids_named = dgid_no != ProfileGids::kUnnamed;
     const bool addressed = p.remote_addr || p.dma_length || p.rkey || (has_gids && !gids_named);

@@ -10,6 +10,7 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "fault/fault_points.h"
+#include "gid.h"
 #include "qp.h"
 #include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
@@ -27,7 +28,7 @@ Device* Engine::Route(const AddressVector& dst) {
   const uint64_t port_changes = Device::PortChanges();
   LastRoute& last = last_route_;
   if (last.valid && last.port_changes == port_changes && last.is_global == dst.is_global &&
-      (dst.is_global ? std::memcmp(&last.dgid, &dst.dgid, sizeof dst.dgid) == 0 : last.dlid == dst.dlid)) {
+      (dst.is_global ? SameGid(last.dgid, dst.dgid) : last.dlid == dst.dlid)) {
     return last.device;
   }
   Device* device = FindRoute(dst);
@@ -42,7 +43,7 @@ Device* Engine::FindRoute(const AddressVector& dst) {
       if (dev->PortState(port) != IBV_PORT_ACTIVE) continue;
       if (dst.is_global) {
         for (const GidProfile& g : p.gids) {
-          if (std::memcmp(&g.gid, &dst.dgid, sizeof g.gid) == 0) return dev.get();
+          if (SameGid(g.gid, dst.dgid)) return dev.get();
         }
       } else if (p.attr.link_layer == IBV_LINK_LAYER_INFINIBAND && dst.dlid != 0 && p.attr.lid == dst.dlid) {
         return dev.get();
@@ -234,7 +235,7 @@ bool IsMulticastDestination(const AddressVector& dst) {
 Engine::Group* Engine::FindGroup(const AddressVector& dst) {
   if (!IsMulticastDestination(dst)) return nullptr;
   for (Group& g : groups_) {
-    if (dst.is_global ? std::memcmp(&g.mgid, &dst.dgid, sizeof g.mgid) == 0 : g.mlid == dst.dlid) return &g;
+    if (dst.is_global ? SameGid(g.mgid, dst.dgid) : g.mlid == dst.dlid) return &g;
   }
   return nullptr;
 }
@@ -242,7 +243,7 @@ Engine::Group* Engine::FindGroup(const AddressVector& dst) {
 int Engine::AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
   if (!IsMulticastGid(mgid)) return EINVAL;
   for (Group& g : groups_) {
-    if (std::memcmp(&g.mgid, &mgid, sizeof mgid) == 0 && g.mlid == mlid) {
+    if (SameGid(g.mgid, mgid) && g.mlid == mlid) {
       g.members.insert(qp);  // attaching twice still delivers one copy
       return 0;
     }
@@ -253,7 +254,7 @@ int Engine::AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
 
 int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
   for (auto it = groups_.begin(); it != groups_.end(); ++it) {
-    if (std::memcmp(&it->mgid, &mgid, sizeof mgid) != 0 || it->mlid != mlid) continue;
+    if (!SameGid(it->mgid, mgid) || it->mlid != mlid) continue;
     if (!it->members.erase(qp)) return EINVAL;
     if (it->members.empty()) groups_.erase(it);
     return 0;
