@@ -5,6 +5,7 @@
 
 #include "fabric/profile_gids.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -225,6 +226,21 @@ TEST(ProfileGidsTest, AtMostOneByteOfNumbers) {
   EXPECT_EQ(gids.size(), ProfileGids::kMaxNumbers);
   EXPECT_EQ(gids.NumberOf(Gid(7, ProfileGids::kMaxNumbers)), ProfileGids::kMaxNumbers);
   EXPECT_EQ(gids.NumberOf(Gid(7, ProfileGids::kMaxNumbers + 1)), ProfileGids::kUnnamed);
+}
+
+// A length past the payload area (another process wrote the slot) is cut to
+// the area, copied or borrowed: nothing past the slot is read.
+TEST(WirePacketTest, ALengthPastThePayloadAreaIsCutToIt) {
+  auto wire = std::make_unique<WirePacket>();
+  wire->From(EveryField(), 0, {});
+  wire->payload_len = 0xffff;
+  for (const bool borrow : {false, true}) {
+    Packet received;
+    wire->ToPacket(nullptr, &received, borrow);
+    EXPECT_EQ(received.payload.size(), WirePacket::kMaxPayload) << (borrow ? "borrowed" : "copied");
+    const Payload& got = received.payload;
+    EXPECT_TRUE(std::equal(got.data(), got.data() + got.size(), wire->payload)) << (borrow ? "borrowed" : "copied");
+  }
 }
 
 }  // namespace

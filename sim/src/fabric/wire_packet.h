@@ -13,6 +13,7 @@
 // or an ACK, touches one or two lines, with a GRH as well (the GIDs of the
 // profile go by number: fabric/profile_gids.h).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -159,7 +160,7 @@ struct WirePacket {
   // them (Payload::Borrow): only while the slot is held.
   void ToPacket(Device* src_device_ptr, Packet* out, bool borrow = false) const {
     Packet& p = *out;
-    const uint8_t f = flags;  // read once: another process wrote it
+    const uint8_t f = ReadOnce(flags);
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
     p.op = static_cast<ibv_wr_opcode>(op);
@@ -187,7 +188,7 @@ struct WirePacket {
     p.psn_count = psn_count;
     // A line not in use holds an older packet's values: the packet's own are zero.
     const Addressing a = f & kAddressing ? addressing : Addressing{};
-    if (const uint8_t dgid_no = dgid_number; dgid_no != ProfileGids::kUnnamed) {  // read once
+    if (const uint8_t dgid_no = ReadOnce(dgid_number); dgid_no != ProfileGids::kUnnamed) {
       const ProfileGids& gids = ProfileGids::Get();
       p.dst.dgid = gids.At(dgid_no);
       p.sgid = gids.At(sgid_number);
@@ -200,8 +201,8 @@ struct WirePacket {
     p.rkey = a.rkey;
     CopyExtended(f & kExtended ? extended : Extended{}, &p);
     p.stream.reset();  // never crosses
-    // Read once and clamped: another process wrote it.
-    const uint32_t len = payload_len <= kMaxPayload ? payload_len : kMaxPayload;
+    // Clamped: a longer one would read past the slot.
+    const uint32_t len = std::min<uint32_t>(ReadOnce(payload_len), kMaxPayload);
     if (borrow) {
       p.payload.Borrow(payload, len);
     } else {
@@ -210,6 +211,12 @@ struct WirePacket {
   }
 
  private:
+  // One load of a field another process writes, so that the value checked is
+  // the value used (the compiler may read a plain field again).
+  template <typename T>
+  static T ReadOnce(const T& shared) {
+    return __atomic_load_n(&shared, __ATOMIC_RELAXED);
+  }
   // The atomic and XRC fields, which Packet and Extended name alike, either way.
   template <typename From, typename To>
   static void CopyExtended(const From& from, To* to) {
