@@ -243,5 +243,22 @@ TEST(WirePacketTest, ALengthPastThePayloadAreaIsCutToIt) {
   }
 }
 
+// An operation no verb has (another process wrote the slot) arrives as one
+// the responder drops, never as a value outside ibv_wr_opcode.
+TEST(WirePacketTest, AnOperationNoVerbHasArrivesAsOneTheResponderDrops) {
+  auto wire = std::make_unique<WirePacket>();
+  wire->From(EveryField(), 0, {});
+  for (const uint8_t op : {uint8_t{IBV_WR_ATOMIC_WRITE + 1}, uint8_t{0xff}}) {
+    wire->op = op;
+    Packet received;
+    wire->ToPacket(nullptr, &received);
+    EXPECT_EQ(received.op, IBV_WR_DRIVER1) << "op " << int{op};
+  }
+  wire->op = IBV_WR_ATOMIC_WRITE;
+  Packet received;
+  wire->ToPacket(nullptr, &received);
+  EXPECT_EQ(received.op, IBV_WR_ATOMIC_WRITE);
+}
+
 }  // namespace
 }  // namespace simverbs

@@ -26,6 +26,7 @@
 #include "fabric/shm_object.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
+#include "read_once.h"
 #include "transport/engine.h"
 #include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
@@ -1117,8 +1118,8 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   constexpr uint32_t kBurstPackets = 32;
   Engine::Get().BeginBurst();
   while (receives < max_receives && ring_->Pop([&](const WirePacket& wp) {
-    const int32_t src_device = wp.src_device;  // read once: another process wrote it
-    HearSender(wp.sender_slot, wp.sender_generation, wp.sender_consumed);
+    const int32_t src_device = ReadOnce(wp.src_device);
+    HearSender(ReadOnce(wp.sender_slot), ReadOnce(wp.sender_generation), ReadOnce(wp.sender_consumed));
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
     // Delivered before Transmit returns unless the engine is delivering

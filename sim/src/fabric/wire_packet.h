@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "fabric/profile_gids.h"
+#include "read_once.h"
 #include "transport/copy_bytes.h"
 #include "transport/packet.h"
 
@@ -100,8 +101,9 @@ struct WirePacket {
   void From(const Packet& p, int src_device_index, const WireSender& sender) {
     // The payload and the rare lines first, the first line last: the owner
     // spins on the sequence word, in the first line, until it is published.
-    payload_len = static_cast<uint16_t>(p.payload.size());
-    CopyBytes(payload, p.payload.data(), payload_len);
+    const auto len = static_cast<uint16_t>(p.payload.size());
+    payload_len = len;
+    CopyBytes(payload, p.payload.data(), len);  // (not payload_len: the slot is shared)
     // GIDs the profile has go by number (a RoCE packet's line fewer); others
     // (a multicast group's) on the addressing line.
     uint8_t dgid_no = ProfileGids::kUnnamed;
@@ -163,7 +165,10 @@ struct WirePacket {
     const uint8_t f = ReadOnce(flags);
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
-    p.op = static_cast<ibv_wr_opcode>(op);
+    // An operation no verb has (another process wrote it) becomes one the
+    // responder drops, not a value outside the enumeration.
+    const uint8_t raw_op = ReadOnce(op);
+    p.op = raw_op <= IBV_WR_ATOMIC_WRITE ? static_cast<ibv_wr_opcode>(raw_op) : IBV_WR_DRIVER1;
     p.first = f & kFirst;
     p.last = f & kLast;
     p.solicited = f & kSolicited;
@@ -211,12 +216,6 @@ struct WirePacket {
   }
 
  private:
-  // One load of a field another process writes, so that the value checked is
-  // the value used (the compiler may read a plain field again).
-  template <typename T>
-  static T ReadOnce(const T& shared) {
-    return __atomic_load_n(&shared, __ATOMIC_RELAXED);
-  }
   // The atomic and XRC fields, which Packet and Extended name alike, either way.
   template <typename From, typename To>
   static void CopyExtended(const From& from, To* to) {

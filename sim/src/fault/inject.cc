@@ -13,6 +13,7 @@
 #include "fault/device_fatal.h"
 #include "fault/mailbox.h"
 #include "qp.h"
+#include "read_once.h"
 #include "srq.h"
 #include "transport/engine.h"
 
@@ -132,13 +133,13 @@ int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObje
 
 int HandleFaultRequest(const FaultRequest& request) {
   // Shared memory: each field is read once, then checked.
-  const int32_t event = request.event;
-  const int32_t device_index = request.device_index;
-  const int32_t port_num = request.port_num;
-  const FaultObject object = request.object;
-  const uint32_t qpn = request.qpn;
-  const uint32_t count = request.count;
-  const int32_t argument = request.argument;
+  const int32_t event = ReadOnce(request.event);
+  const int32_t device_index = ReadOnce(request.device_index);
+  const int32_t port_num = ReadOnce(request.port_num);
+  const FaultObject object = ReadOnce(request.object);
+  const uint32_t qpn = ReadOnce(request.qpn);
+  const uint32_t count = ReadOnce(request.count);
+  const int32_t argument = ReadOnce(request.argument);
   switch (object) {
     case FaultObject::kCmReject:
       return CmRejectRequests(count, argument) == 0 ? 1 : 0;
