@@ -134,6 +134,11 @@ off_t LivenessByte(int slot) { return 1 + slot; }
 // (fabric.h). `fd`: our descriptor of the segment.
 bool SlotAlive(int fd, int slot) { return ByteLockedByOther(fd, LivenessByte(slot)); }
 
+// Whether another process is attached: holds a liveness byte (the fabric's
+// own byte is ours while we ask, under the fabric's lock). One look at the
+// locks, never at the pid fields, which any process may have written.
+bool OthersAttached(int fd) { return FileLockedByOther(fd); }
+
 std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
 
 std::string SegmentPrefix() { return "/simverbs-" + std::to_string(geteuid()) + "-"; }
@@ -243,8 +248,7 @@ Fabric& Fabric::Make() {
 std::string Fabric::JoinLocked(FabricSegment* seg, int* err) {
   segment_ = seg;
   CleanDeadLocked();
-  bool others = false;
-  for (auto& proc : seg->procs) others |= proc.pid.load() != 0;
+  const bool others = OthersAttached(segment_fd_);
   std::string error;
   if (!others) {
     // The first process fixes the profile of the fabric.
@@ -434,9 +438,7 @@ void Fabric::LeaveLocked() {
   segment_->procs[slot_].app_spinning.store(0);
   segment_->procs[slot_].pid.store(0);
   CleanDeadLocked();
-  bool last = true;
-  for (auto& proc : segment_->procs) last &= proc.pid.load() == 0;
-  if (last) {
+  if (!OthersAttached(segment_fd_)) {
     // Nobody else is attached: remove the name so nothing is left behind.
     segment_->unlinked = 1;
     shm_unlink(segment_name_.c_str());
@@ -1177,9 +1179,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
         join.err = EAGAIN;
       } else if (!seg->unlinked) {
         join.error = JoinLocked(seg, &join.err);
-        bool empty = true;
-        for (const ProcSlot& proc : seg->procs) empty &= proc.pid.load() == 0;
-        if (!join.error.empty() && empty) {
+        if (!join.error.empty() && !OthersAttached(segment_fd_)) {
           // We could not join a fabric nobody is in (likely one we just made): leave nothing behind.
           seg->unlinked = 1;
           shm_unlink(segment_name_.c_str());
