@@ -1118,8 +1118,12 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   // burst is cut short so that a producer that keeps the ring busy still
   // hears from us while it has room in its send queue.
   constexpr uint32_t kBurstPackets = 32;
+  // At most a ring's worth per drain: a producer that keeps our ring full
+  // (or writes anything into it) cannot keep the engine lock, and every verb
+  // of this process waiting for it; the next poll or look goes on.
+  constexpr uint32_t kMaxPops = PacketRing::kSlots;
   Engine::Get().BeginBurst();
-  while (receives < max_receives && ring_->Pop([&](const WirePacket& wp) {
+  while (receives < max_receives && popped < kMaxPops && ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = ReadOnce(wp.src_device);
     HearSender(ReadOnce(wp.sender_slot), ReadOnce(wp.sender_generation), ReadOnce(wp.sender_consumed));
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()

@@ -104,12 +104,15 @@ class PacketRing {
   // The position of the oldest packet (the next to pop).
   uint64_t tail() const { return tail_.load(std::memory_order_relaxed); }
   // Hands the oldest packet to `take` (in place: no copy of its own), then
-  // frees its slot. False when the ring is empty. Another process wrote the
-  // packet: one whose payload length exceeds the payload area is corrupt and
-  // is dropped (WirePacket::ToPacket reads the length once more, clamped).
+  // frees its slot. False when the ring is empty (or after a ring's worth of
+  // garbage: the next call goes on). Another process wrote the packet: one
+  // whose payload length exceeds the payload area is corrupt and is dropped
+  // (WirePacket::ToPacket reads the length once more, clamped).
   template <typename Take>
   bool Pop(Take&& take) {
-    for (;;) {
+    // Slots skipped as garbage: at most a ring's worth per call (another
+    // process could publish garbage as fast as we skip it).
+    for (uint32_t skipped = 0; skipped < kSlots; ++skipped) {
       const uint64_t pos = tail_.load(std::memory_order_relaxed);
       Slot* slot = &slots_[pos % kSlots];
       if (slot->seq.load(std::memory_order_acquire) != pos + 1) return false;
@@ -119,6 +122,7 @@ class PacketRing {
       tail_.store(pos + 1, std::memory_order_relaxed);
       if (sane) return true;
     }
+    return false;
   }
   bool Empty() const;
   // Asks the CPU for the lines of the next packet past its first, once
