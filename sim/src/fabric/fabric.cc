@@ -602,6 +602,9 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   const DirEntry& e = d.dir[dst_qpn % kDirSize];
   if (e.write_type.load() != static_cast<uint32_t>(type) + 1) return false;
   const uint64_t pd = e.pd.load();
+  // Still the QP OwnerSlot found: an entry freed and taken by another QP
+  // meanwhile would lend us that QP's type and PD.
+  if (e.qpn.load() != dst_qpn || e.slot.load() != slot) return false;
   const KeyEntry& k = d.keys[(rkey >> 8) % kKeySlots];
   std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
   placing.store(KeyTag(device_index, rkey), std::memory_order_seq_cst);
