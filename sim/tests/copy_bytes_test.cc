@@ -10,24 +10,18 @@
 #include <cstring>
 #include <vector>
 
+#include "byte_pattern.h"
 #include "gtest/gtest.h"
 
 namespace simverbs {
 namespace {
-
-// Distinct bytes, so that a byte copied from the wrong place shows.
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7 + i / 251);
-  return v;
-}
 
 const size_t kSizes[] = {0, 1, 63, kCopyPiece - 1, kCopyPiece, kCopyPiece + 1, 2 * kCopyPiece, 4096, 3 * kCopyPiece + 5,
                          65536};
 
 TEST(CopyBytes, CopiesEveryByteAndNothingElse) {
   for (size_t n : kSizes) {
-    const std::vector<uint8_t> src = Pattern(n, 3);
+    const std::vector<uint8_t> src = BytePattern(n, 3);
     std::vector<uint8_t> dst(n + 32, 0xee);
     CopyBytes(dst.data() + 16, src.data(), n);
     for (size_t i = 0; i < 16; ++i) ASSERT_EQ(dst[i], 0xee) << "n=" << n << ": byte " << i << " before the range";
@@ -41,7 +35,7 @@ TEST(MoveBytes, MatchesMemmoveWhenTheRangesOverlap) {
     // Shifts within one buffer, forward and back, by less than a piece and by more.
     for (ptrdiff_t shift : {1, 100, static_cast<int>(kCopyPiece) + 3, -1, -100, -static_cast<int>(kCopyPiece) - 3}) {
       const size_t room = n + 2 * kCopyPiece + 16;
-      std::vector<uint8_t> ours = Pattern(room, 9);
+      std::vector<uint8_t> ours = BytePattern(room, 9);
       std::vector<uint8_t> reference = ours;
       const size_t from = kCopyPiece + 8;
       MoveBytes(ours.data() + from + shift, ours.data() + from, n);
@@ -53,7 +47,7 @@ TEST(MoveBytes, MatchesMemmoveWhenTheRangesOverlap) {
 
 TEST(MoveBytes, CopiesApartRanges) {
   for (size_t n : kSizes) {
-    const std::vector<uint8_t> src = Pattern(n, 5);
+    const std::vector<uint8_t> src = BytePattern(n, 5);
     std::vector<uint8_t> dst(n, 0);
     MoveBytes(dst.data(), src.data(), n);
     ASSERT_EQ(dst, src) << "n=" << n;

@@ -9,17 +9,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "byte_pattern.h"
 #include "gtest/gtest.h"
 #include "transport/copy_bytes.h"
 
 namespace simverbs {
 namespace {
-
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(seed + i * 7 + i / 251);
-  return v;
-}
 
 bool Holds(const Payload& p, const std::vector<uint8_t>& bytes) {
   return p.size() == bytes.size() && std::equal(bytes.begin(), bytes.end(), p.data());
@@ -29,7 +24,7 @@ const size_t kSizes[] = {0, 1, kCopyPiece - 1, kCopyPiece, kCopyPiece + 1, 4096,
 
 TEST(Payload, OwnKeepsTheBorrowedBytesAsTheyWere) {
   for (size_t n : kSizes) {
-    std::vector<uint8_t> slot = Pattern(n, 1);
+    std::vector<uint8_t> slot = BytePattern(n, 1);
     const std::vector<uint8_t> was = slot;
     Payload p;
     p.Borrow(slot.data(), slot.size());
@@ -41,7 +36,7 @@ TEST(Payload, OwnKeepsTheBorrowedBytesAsTheyWere) {
 
 TEST(Payload, CopyOfABorrowedPayloadOwnsItsBytes) {
   for (size_t n : kSizes) {
-    std::vector<uint8_t> slot = Pattern(n, 2);
+    std::vector<uint8_t> slot = BytePattern(n, 2);
     const std::vector<uint8_t> was = slot;
     Payload borrowed;
     borrowed.Borrow(slot.data(), slot.size());
@@ -59,7 +54,7 @@ TEST(Payload, AssignReplacesOwnBytesOfAnySize) {
   // Longer and shorter than what the payload held before.
   for (size_t before : kSizes) {
     for (size_t n : kSizes) {
-      const std::vector<uint8_t> bytes = Pattern(n, 3);
+      const std::vector<uint8_t> bytes = BytePattern(n, 3);
       Payload p;
       p.assign(before, uint8_t{0x55});
       p.assign(bytes.data(), bytes.data() + bytes.size());
@@ -71,7 +66,7 @@ TEST(Payload, AssignReplacesOwnBytesOfAnySize) {
 TEST(Payload, AssignFromItsOwnBytesKeepsThatRange) {
   for (size_t n : kSizes) {
     if (n < 2) continue;
-    const std::vector<uint8_t> bytes = Pattern(n, 4);
+    const std::vector<uint8_t> bytes = BytePattern(n, 4);
     Payload p;
     p.assign(bytes.data(), bytes.data() + n);
     const size_t from = n / 3 + 1;
