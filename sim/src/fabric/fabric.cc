@@ -1579,7 +1579,7 @@ SweepReport Fabric::Sweep(const std::string& keep) {
       struct stat ours {}, named {};
       const bool same = fstat(m.fd, &ours) == 0 && stat(ShmPath(e.name).c_str(), &named) == 0 &&
                         ours.st_dev == named.st_dev && ours.st_ino == named.st_ino;
-      if (lock.locked() && same && alive == 0 && !FileLockedByOther(m.fd)) {
+      if (lock.locked() && same && alive == 0 && !OthersAttached(m.fd)) {
         seg->unlinked = 1;
         remove(e);
       }
