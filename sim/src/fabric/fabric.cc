@@ -27,6 +27,7 @@
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "read_once.h"
+#include "transport/cumulative_ack.h"
 #include "transport/engine.h"
 #include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
@@ -1112,8 +1113,10 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   if (!ring_ || draining_inbound_) return;  // (a delivery that polls again: the outer loop goes on)
   if (flush_backlog) FlushBacklogLocked();
   const auto& devices = DeviceList::Get().devices();
-  Packet& pkt = inbound_;
-  pkt.payload = Engine::Get().PayloadBuffer();
+  Packet* pkt = &inbound_;
+  Packet* held = &held_ack_;  // a positive ACK not delivered yet, while `holding`
+  bool holding = false;
+  pkt->payload = Engine::Get().PayloadBuffer();
   uint32_t popped = 0;
   uint32_t receives = 0;  // messages delivered that take a receive WQE
   draining_inbound_ = true;
@@ -1136,27 +1139,37 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
     // payload stay in the slot, which is ours until the callback returns.
     // (ToPacket sets every field: `pkt` needs no reset between packets.)
     try {
-      wp.ToPacket(src, &pkt, !Engine::Get().delivering());
+      wp.ToPacket(src, pkt, !Engine::Get().delivering());
     } catch (const std::bad_alloc&) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
-    pkt.from_peer = true;
-    work_taken_ += IsWork(pkt);
+    pkt->from_peer = true;
+    work_taken_ += IsWork(*pkt);
     // (A message's first packet takes the receive WQE.)
-    receives += pkt.kind == Packet::Kind::kRequest && pkt.first && ConsumesRecv(pkt.op);
-    taking_ = true;
-    Engine::Get().Transmit(std::move(pkt));
-    taking_ = false;
-    pkt.payload = Engine::Get().PayloadBuffer();
+    receives += pkt->kind == Packet::Kind::kRequest && pkt->first && ConsumesRecv(pkt->op);
+    // A stream's ACKs, back to back in the ring (the responder answered each
+    // message): the last covers the messages of all, so only it is delivered.
+    // What the requester does with it is what it would have done with each
+    // in turn, without taking every earlier message's ACK on the way.
+    if (holding && !ReplacesAck(*held, *pkt)) DeliverTaken(held, false);
+    holding = false;
+    if (IsPlainAck(*pkt)) {
+      std::swap(pkt, held);
+      holding = true;
+      return;
+    }
+    DeliverTaken(pkt, true);
   })) {
     if (++popped % kBurstPackets == 0) {
       Engine::Get().EndBurst();
       Engine::Get().BeginBurst();
     }
   }
+  if (holding) DeliverTaken(held, false);
   Engine::Get().EndBurst();
   draining_inbound_ = false;
-  Engine::Get().RecyclePayload(pkt.payload.TakeBuffer());
+  Engine::Get().RecyclePayload(pkt->payload.TakeBuffer());
+  Engine::Get().RecyclePayload(held->payload.TakeBuffer());
   // Producers that went to sleep holding packets for us: there is room now.
   if (popped) {
     ring_->WakeRoomWanted([this](int slot) {
@@ -1164,6 +1177,13 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       if (Peer* peer = ReachPeer(slot)) peer->ring->Interrupt();
     });
   }
+}
+
+void Fabric::DeliverTaken(Packet* pkt, bool at_tail) {
+  taking_ = at_tail;  // (a held ACK was taken with an earlier slot: the tail has moved on)
+  Engine::Get().Transmit(std::move(*pkt));
+  taking_ = false;
+  pkt->payload = Engine::Get().PayloadBuffer();
 }
 
 namespace {

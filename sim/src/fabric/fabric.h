@@ -397,6 +397,9 @@ class Fabric {
   // A packet from the process in `slot` said how far its ring was drained
   // (WireSender; read once from shared memory, a hint). Requires: engine lock.
   void HearSender(int slot, uint32_t generation, uint32_t consumed);
+  // Delivers a packet taken from our ring (`at_tail`: the one whose slot Pop
+  // holds now) and gives the Packet a spare buffer for the next.
+  void DeliverTaken(Packet* pkt, bool at_tail);
   static constexpr uint32_t kOwedWakePolls = 32;
   static constexpr uint32_t kOwedHearPolls = 256;
   static constexpr uint32_t kPollsPerOwedLook = 8;
@@ -449,7 +452,10 @@ class Fabric {
   // The packet DrainInboundLocked fills from each slot (engine lock): kept,
   // not made afresh per drain (a Packet's default values cost a fill of its
   // 250 bytes, a fifth of a one-packet drain); ToPacket sets every field.
+  // The second holds a positive ACK until the next packet shows whether a
+  // later ACK of the same QP replaces it.
   Packet inbound_;
+  Packet held_ack_;
   std::atomic<bool> wake_owed_{false};  // !owed_.empty(), read without the lock by pollers
   std::thread progress_;
   std::atomic<bool> stop_{false};
