@@ -462,7 +462,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
     }
   }
   if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length,
-                                place_iov_.data(), place_iov_.size())) {
+                                place_iov_.data(), place_iov_.size(), wqe.length <= mtu)) {
     return false;
   }
   Packet p = NewPacket(av, dst_qpn);

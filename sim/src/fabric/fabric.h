@@ -58,7 +58,10 @@
 // memfd, a tmpfs file: fabric/shared_file.h), with a memcpy into its own
 // mapping of that file (fabric/file_window.h; no system call once mapped) —
 // and sends one packet without payload, marked placed, that stands for
-// the whole message (all its PSNs); the owner's responder runs every check
+// the whole message (all its PSNs). (A WRITE that fits in one packet, to an
+// owner whose progress thread spins on its ring at that moment, a stream to a
+// program that does not poll (PacketRing::owner_looking), goes through the
+// ring instead: no system call on either side.) the owner's responder runs every check
 // and answer as before, minus the copy. A placed RDMA WRITE without
 // immediate that goes straight into the owner's ring is also completed by
 // the requester (Packet::answered): it consumes no receive, and the requester
@@ -216,9 +219,11 @@ class Fabric {
   // `rkey` and the QP and every check passes, copies the `length` bytes of
   // `local` (our memory) to `va` in the peer's memory and returns true (the
   // data is in place). False: nothing was written, or it must be written again
-  // by the copying path. Requires: engine lock.
+  // by the copying path, or goes better that way: `one_packet` (the WRITE
+  // fits in one packet) to an owner whose progress thread takes packets as
+  // they come (PacketRing::owner_looking). Requires: engine lock.
   bool PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
-                  uint64_t length, const iovec* local, size_t local_count);
+                  uint64_t length, const iovec* local, size_t local_count, bool one_packet);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
   // process owns it (the packet is lost). When the peer's ring is full, a

@@ -67,6 +67,7 @@ PacketRing* PacketRing::Init(void* memory) {
   ring->polls_.store(0);
   ring->poll_state_.store(kNotPolling);
   ring->blocking_.store(1);
+  ring->looking_.store(0);
   for (Announcement& c : ring->claims_) {
     c.pos_plus_1.store(0);
     c.generation.store(0);

@@ -241,6 +241,14 @@ class PacketRing {
     blocking_.store(1, std::memory_order_relaxed);
   }
   uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
+  // The owner's progress thread spins on the ring, taking packets as they
+  // come, for an application that does not poll: a packet pushed now is
+  // delivered by the owner's CPU without a wake-up. Set only on a change (a
+  // line producers read per packet), and a hint: a stopped owner keeps it.
+  void MarkLooking(bool looking) {
+    if (looking_.load(std::memory_order_relaxed) != looking) looking_.store(looking, std::memory_order_relaxed);
+  }
+  bool owner_looking() const { return looking_.load(std::memory_order_relaxed) != 0; }
   bool in_poll_loop() const { return poll_state_.load(std::memory_order_relaxed) == kPolling; }
   // In its poll loop, or just found work there (not blocking).
   bool app_may_poll() const { return poll_state_.load(std::memory_order_relaxed) != kNotPolling; }
@@ -269,6 +277,7 @@ class PacketRing {
   // a line the owner writes only when it starts or stops blocking (poll_state_
   // changes with every poll that finds work).
   alignas(64) std::atomic<uint32_t> blocking_;
+  std::atomic<uint32_t> looking_;  // 1 while the progress thread spins on the ring for an application that does not poll
   static constexpr int kRoomWords = kMaxFabricProcesses / 64;
   alignas(64) Announcement claims_[kMaxFabricProcesses];  // by producer slot
   alignas(64) std::atomic<uint32_t> waiting_[kMaxFabricProcesses];  // by producer slot: its generation, or 0
