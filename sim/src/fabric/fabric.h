@@ -58,11 +58,11 @@
 // memfd, a tmpfs file: fabric/shared_file.h), with a memcpy into its own
 // mapping of that file (fabric/file_window.h; no system call once mapped) —
 // and sends one packet without payload, marked placed, that stands for
-// the whole message (all its PSNs). (A WRITE that fits in one packet, to an
-// owner whose progress thread spins on its ring at that moment, a stream to a
-// program that does not poll (PacketRing::owner_looking), goes through the
-// ring instead: no system call on either side.) the owner's responder runs every check
-// and answer as before, minus the copy. A placed RDMA WRITE without
+// the whole message (all its PSNs); the owner's responder runs every check
+// and answer as before, minus the copy. (A WRITE that fits in one packet, to
+// an owner whose progress thread spins on its ring at that moment, a stream
+// to a program that does not poll (PacketRing::owner_looking), goes through
+// the ring instead: no system call on either side.) A placed RDMA WRITE without
 // immediate that goes straight into the owner's ring is also completed by
 // the requester (Packet::answered): it consumes no receive, and the requester
 // has made the responder's checks, so the responder takes its PSNs but sends
