@@ -424,6 +424,109 @@ TEST_P(CrossProcessWriteMemoryTest, WriteLandsInAnotherProcess) {
       WithMemory());
 }
 
+// A stream of small WRITEs (a message rate test's) into the child's buffer: WRITE i writes a
+// record of eight copies of the stamp i + 1 after the records of the WRITEs before it.
+constexpr uint32_t kStreamWrites = 4096;
+constexpr uint32_t kStreamDepth = 64;  // WRITEs in flight
+constexpr size_t kStreamWords = 8;
+constexpr size_t kStreamRecord = kStreamWords * sizeof(uint64_t);
+constexpr size_t kStreamBase = 4096;  // past the receive's 64 bytes at the start of the buffer
+
+// Of the records in `bytes` (the first `count` of the stream), how many are written whole from the
+// start (the prefix of the stream that has landed), or -1 when a record past the one after that
+// prefix (which may be landing as it is read) has bytes already: a later WRITE's bytes are there
+// while an earlier one's are not.
+int64_t LandedPrefix(const std::vector<uint8_t>& bytes, uint32_t count) {
+  const auto record = [&](uint32_t i, size_t k) {
+    uint64_t word;
+    std::memcpy(&word, bytes.data() + i * kStreamRecord + k * sizeof word, sizeof word);
+    return word;
+  };
+  uint32_t landed = 0;
+  for (; landed < count; ++landed) {
+    size_t k = 0;
+    while (k < kStreamWords && record(landed, k) == landed + 1) ++k;
+    if (k < kStreamWords) break;
+  }
+  for (uint32_t i = landed + 1; i < count; ++i) {
+    for (size_t k = 0; k < kStreamWords; ++k) {
+      if (record(i, k) != 0) return -1;
+    }
+  }
+  return landed;
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder): an RC responder executes requests in PSN order, so the
+//   memory of a WRITE is written before that of a WRITE posted after it; ibv_poll_cq(3): the
+//   completions of a send queue come in the order its WRs were posted.
+// Checks: while the child waits (it does not poll), the parent streams kStreamWrites WRITEs of 64
+//   bytes (kStreamDepth in flight), each after the one before in the child's buffer; each completes
+//   with success, in order. Between its polls the parent reads the child's buffer
+//   (process_vm_readv, where the kernel allows it): whenever a WRITE's bytes are there, so are
+//   those of every WRITE before it. A SEND behind the stream reaches the child's receive, and every
+//   WRITE's bytes are then in the child's buffer.
+//   (simverbs: a one-packet WRITE to a process that does not poll goes through that process's
+//   packet ring while its progress thread looks at the ring, and is placed with process_vm_writev
+//   otherwise; this stream takes both, switching as that thread starts and stops looking.)
+TEST_P(CrossProcessWriteMemoryTest, StreamOfSmallWritesLandsInOrder) {
+  ChildSetup setup = WithMemory();
+  setup.max_send_wr = kStreamDepth;
+  setup.length = kStreamBase + kStreamWrites * kStreamRecord;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2)) << "the parent never finished its stream";
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        const std::vector<uint8_t> stream(c.buf + kStreamBase, c.buf + kStreamBase + kStreamWrites * kStreamRecord);
+        EXPECT_EQ(LandedPrefix(stream, kStreamWrites), kStreamWrites)
+            << "the WRITEs' bytes are not all in the buffer once the SEND behind them was received";
+      },
+      [&](const Target& target, int to_child, int) {
+        const auto deadline = std::chrono::steady_clock::now() + kChildTimeout / 2;
+        // A source record per WRITE in flight: one is filled again only after its WRITE completed.
+        constexpr size_t kSources = kLength / kStreamRecord;
+        static_assert(kSources >= kStreamDepth);
+        uint32_t posted = 0;
+        uint32_t completed = 0;
+        while (completed < kStreamWrites) {
+          for (; posted < kStreamWrites && posted - completed < kStreamDepth; ++posted) {
+            const size_t source = (posted % kSources) * kStreamRecord;
+            auto* words = reinterpret_cast<uint64_t*>(src_.data() + source);
+            std::fill(words, words + kStreamWords, uint64_t{posted} + 1);
+            ibv_sge sge = src_.Sge(source, kStreamRecord);
+            const uint64_t place = target.addr + kStreamBase + posted * kStreamRecord;
+            ASSERT_EQ(PostOne(a_.get(), RdmaWr(posted, IBV_WR_RDMA_WRITE, &sge, 1, place, target.rkey)), 0)
+                << "WRITE " << posted;
+          }
+          ibv_wc wcs[16];
+          const int n = ibv_poll_cq(a_.send_cq.get(), 16, wcs);
+          ASSERT_GE(n, 0) << "ibv_poll_cq";
+          for (int k = 0; k < n; ++k, ++completed) {
+            ASSERT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+            ASSERT_EQ(wcs[k].wr_id, completed) << "completions out of posting order";
+          }
+          const std::vector<uint8_t> stream = ReadOf(target.pid, target.addr + kStreamBase, posted * kStreamRecord);
+          if (!stream.empty()) {
+            ASSERT_GE(LandedPrefix(stream, posted), 0)
+                << "a WRITE's bytes are in the child's buffer while those of a WRITE posted before it are not ("
+                << completed << " of " << posted << " posted WRITEs completed)";
+          }
+          ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+              << completed << " of " << kStreamWrites << " WRITEs completed within " << (kChildTimeout / 2).count()
+              << " ms";
+        }
+        ibv_sge sge = src_.Sge(0, 64);
+        ASSERT_EQ(PostOne(a_.get(), SendWr(kStreamWrites, &sge, 1)), 0);
+        ibv_wc send_wc = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &send_wc, kChildTimeout / 2));
+        EXPECT_EQ(send_wc.status, IBV_WC_SUCCESS) << DescribeWc(send_wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      setup);
+}
+
 // Rule: IBTA C9-222 / ibv_post_send(3): a WRITE through an R_Key whose MR does not allow
 //   IBV_ACCESS_REMOTE_WRITE is a remote access error; the requester's WR completes with
 //   IBV_WC_REM_ACCESS_ERR and the memory is not written.
