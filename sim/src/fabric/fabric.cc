@@ -1154,7 +1154,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
     }
     pkt->from_peer = true;
     work_taken_ += IsWork(*pkt);
-    placed_one_packet_taken_ |= pkt->answered && pkt->psn_count == 1;
+    placed_one_packet_taken_ += pkt->answered && pkt->psn_count == 1;
     // (A message's first packet takes the receive WQE.)
     receives += pkt->kind == Packet::Kind::kRequest && pkt->first && ConsumesRecv(pkt->op);
     // A stream's ACKs, back to back in the ring (the responder answered each
@@ -1202,15 +1202,17 @@ namespace {
 // and how many turns it spins on the ring alone between two looks (a turn is
 // a pause instruction and a read of a line of our own: tens of nanoseconds).
 constexpr uint64_t kLookAfterWorkNs = 50'000;
-// Longer when the work was a one-packet WRITE its requester placed with
-// process_vm_writev: that requester sends the next one through our ring
-// instead, with no system call, if it sees us looking (PlaceWrite). It may
-// decide only a send queue's worth of WRITEs later: a burst of placed WRITEs
-// fills our ring with their packets (which do not wake us), the rest wait in
-// its backlog until its next poll, and we drain them all at once. With 50 us,
-// ib_write_bw 64 B stayed placed (0.26-0.31 Mpps) in 3 runs of 8; a burst of
-// 128 takes about 300 us.
+// Longer when the work was a stream of one-packet WRITEs that their
+// requester placed with process_vm_writev (at least kPlacedWritesForStream
+// at once): that requester sends the next ones through our ring instead, with
+// no system call, if it sees us looking (PlaceWrite). It may decide only a
+// send queue's worth of WRITEs later: a burst of placed WRITEs fills our ring
+// with their packets (which do not wake us), the rest wait in its backlog
+// until its next poll, and we drain them all at once. With 50 us, ib_write_bw
+// 64 B stayed placed (0.26-0.31 Mpps) in 3 runs of 8; a burst of 128 takes
+// about 300 us. (A few placed WRITEs now and then do not make us spin longer.)
 constexpr uint64_t kLookAfterPlacedWritesNs = 1'000'000;
+constexpr uint32_t kPlacedWritesForStream = 32;
 constexpr int kSpinTurnsPerLook = 64;
 
 }  // namespace
@@ -1285,7 +1287,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     const bool app_flushes = app_may_poll && now - app_polled_at < 1'000'000;
     const bool flush = !backlog_empty_ && !app_flushes;
     bool worked = false;
-    bool placed_stream = false;  // the work included placed one-packet WRITEs
+    bool placed_stream = false;  // the work included a stream of placed one-packet WRITEs
     bool lock_busy = false;
     const bool inbound = !ring_->Empty();
     if (inbound) ring_->PrefetchNextPacket();
@@ -1299,8 +1301,8 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
           DrainInboundLocked(false);
           worked = true;
         }
-        placed_stream = placed_one_packet_taken_;
-        placed_one_packet_taken_ = false;
+        placed_stream = placed_one_packet_taken_ >= kPlacedWritesForStream;
+        placed_one_packet_taken_ = 0;
       }
     }
     if (!worked && ring_->SkipDeadClaim(producer_dead)) worked = true;

@@ -454,9 +454,9 @@ class Fabric {
   // NAK (engine lock). Two pushes to a peer with none of these in between are
   // a stream (a bandwidth loop, a READ's answer), not a ping-pong: PushNow.
   uint64_t work_taken_ = 0;
-  // A packet taken from our ring since the progress thread last looked was a
-  // one-packet WRITE its requester placed itself (Packet::answered; engine lock).
-  bool placed_one_packet_taken_ = false;
+  // One-packet WRITEs their requesters placed themselves (Packet::answered)
+  // taken from our ring since the progress thread last counted them (engine lock).
+  uint32_t placed_one_packet_taken_ = 0;
   // The packet DrainInboundLocked fills from each slot (engine lock): kept,
   // not made afresh per drain (a Packet's default values cost a fill of its
   // 250 bytes, a fifth of a one-packet drain); ToPacket sets every field.
