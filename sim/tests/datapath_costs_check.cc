@@ -15,8 +15,11 @@
 // process (whose answers cross the fabric's rings and come later, so that
 // posts arm the transport timer, and into whose memory a WRITE is placed).
 // Any allocation fails the check, and so do clock reads (but CLOCK_*_COARSE)
-// in more than one round in 100: the first post after the timer thread went
-// idle reads the clock, to wake it.
+// in more than one round in 100: a post reads the clock only when the timer
+// thread sleeps until a deadline more than a floor away, to tell whether its
+// own is earlier. (One that finds the timer thread asleep for good, after a
+// stall of a few milliseconds, wakes it and leaves the deadline to its clock:
+// under load a check that allowed the clock read there failed with 448.)
 //
 // usage: datapath-costs (with LD_LIBRARY_PATH at the simulator's libibverbs.so.1)
 

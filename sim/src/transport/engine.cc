@@ -291,6 +291,18 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
     entry.stamped = false;
     return;
   }
+  // The timer thread sleeps until it is woken (no timer was armed at its last
+  // looks): it is woken now all the same, and takes the deadline from its
+  // clock as it wakes, microseconds late at most. Posting reads no clock for
+  // it (a second system call, where the clock source has no vDSO).
+  if (timer_thread_.joinable() &&
+      timer_wakeup_.load(std::memory_order_relaxed) == Clock::time_point::max().time_since_epoch().count()) {
+    entry.stamped = false;
+    std::lock_guard<std::mutex> lock(timer_mu_);
+    timer_kicked_ = true;
+    timer_cv_.notify_one();
+    return;
+  }
   const Clock::time_point deadline = Clock::now() + scaled;
   entry.deadline = deadline;
   entry.stamped = true;
