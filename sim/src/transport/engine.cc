@@ -291,30 +291,29 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
     entry.stamped = false;
     return;
   }
-  // The timer thread sleeps until it is woken (no timer was armed at its last
-  // looks): it is woken now all the same, and takes the deadline from its
-  // clock as it wakes, microseconds late at most. Posting reads no clock for
-  // it (a second system call, where the clock source has no vDSO).
-  if (timer_thread_.joinable() &&
-      timer_wakeup_.load(std::memory_order_relaxed) == Clock::time_point::max().time_since_epoch().count()) {
-    entry.stamped = false;
-    std::lock_guard<std::mutex> lock(timer_mu_);
-    timer_kicked_ = true;
-    timer_cv_.notify_one();
+  if (!timer_thread_.joinable()) {
+    entry.deadline = Clock::now() + scaled;
+    entry.stamped = true;
+    timer_thread_ = std::thread([this] { TimerThread(); });
     return;
   }
-  const Clock::time_point deadline = Clock::now() + scaled;
-  entry.deadline = deadline;
-  entry.stamped = true;
-  if (!timer_thread_.joinable()) {
-    timer_thread_ = std::thread([this] { TimerThread(); });
-  } else if (deadline.time_since_epoch().count() < timer_wakeup_.load(std::memory_order_relaxed)) {
+  const Clock::rep wakeup = timer_wakeup_.load(std::memory_order_relaxed);
+  if (wakeup == Clock::time_point::max().time_since_epoch().count()) {
+    // The timer thread sleeps until it is woken (no timer was armed at its
+    // last looks): it takes the deadline from its clock as it wakes,
+    // microseconds late at most, and posting reads no clock for it (a second
+    // system call, where the clock source has no vDSO).
+    entry.stamped = false;
+  } else {
+    entry.deadline = Clock::now() + scaled;
+    entry.stamped = true;
     // Only an earlier deadline needs a wake-up; a later one is seen when the
     // thread wakes for the earlier one (re-arming per message costs nothing).
-    std::lock_guard<std::mutex> lock(timer_mu_);
-    timer_kicked_ = true;
-    timer_cv_.notify_one();
+    if (entry.deadline.time_since_epoch().count() >= wakeup) return;
   }
+  std::lock_guard<std::mutex> lock(timer_mu_);
+  timer_kicked_ = true;
+  timer_cv_.notify_one();
 }
 
 void Engine::ArmTimerUnlessArmed(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t time_scale) {
