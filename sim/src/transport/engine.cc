@@ -284,17 +284,17 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
     entry.index = armed_.size() - 1;
   }
   entry.duration = scaled;
-  // The timer thread looks again within a floor: the deadline is taken from
-  // its clock then (late by that at most, never early), and posting reads no
-  // clock (a system call where the clock source has no vDSO).
-  if (timer_thread_.joinable() && timer_looks_soon_.load(std::memory_order_relaxed)) {
-    entry.stamped = false;
-    return;
-  }
   if (!timer_thread_.joinable()) {
     entry.deadline = Clock::now() + scaled;
     entry.stamped = true;
     timer_thread_ = std::thread([this] { TimerThread(); });
+    return;
+  }
+  // The timer thread looks again within a floor: the deadline is taken from
+  // its clock then (late by that at most, never early), and posting reads no
+  // clock (a system call where the clock source has no vDSO).
+  if (timer_looks_soon_.load(std::memory_order_relaxed)) {
+    entry.stamped = false;
     return;
   }
   const Clock::rep wakeup = timer_wakeup_.load(std::memory_order_relaxed);
