@@ -305,15 +305,19 @@ void Qp::ExecuteLocked(size_t index) {
     }
     return;
   }
-  // Check every SGE against its MR (IBV_WC_LOC_PROT_ERR).
+  // Check every SGE against its MR (IBV_WC_LOC_PROT_ERR). A message in one
+  // SGE: where its bytes are in our memory, found by the same check.
   const bool reads_into_local = wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode);
+  const uint8_t* one_sge = nullptr;
   if (!wqe.is_inline) {
     for (const ibv_sge& sge : wqe.sges) {
-      if (!Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length,
-                     reads_into_local ? IBV_ACCESS_LOCAL_WRITE : 0)) {
+      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length,
+                               reads_into_local ? IBV_ACCESS_LOCAL_WRITE : 0);
+      if (!mr) {
         FailLocalLocked(index, IBV_WC_LOC_PROT_ERR);
         return;
       }
+      if (wqe.sges.size() == 1 && sge.length > 0) one_sge = mr->Translate(sge.addr, sge.length);
     }
   }
   const uint32_t mtu = PathMtuBytes();
@@ -366,7 +370,7 @@ void Qp::ExecuteLocked(size_t index) {
   const uint64_t total = wqe.length;
   // A message in one piece of our memory (one SGE, or inline data): found
   // once, and each packet borrows its bytes from there.
-  const uint8_t* whole = ContiguousLocked(wqe, 0, total);
+  const uint8_t* whole = one_sge ? one_sge : ContiguousLocked(wqe, 0, total);
   // What every packet of the message carries, made once. Transmit may move
   // from it, which takes only its payload (the header is plain values, and a
   // SEND or WRITE has no response stream): each packet sets its own again.
