@@ -256,9 +256,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                        AccessErrorEvent());
         return;
       }
-      // The response, segmented by the path MTU, one PSN per packet: one
-      // Packet for the whole answer, cut as the wire takes it
-      // (transport/response_stream.h).
+      // The response, segmented by the path MTU, one PSN per packet.
       const uint32_t mtu = PathMtuBytes();
       Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
       r.kind = Packet::Kind::kReadResponse;
@@ -266,23 +264,30 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       r.psn = pkt.psn;
       r.remote_addr = pkt.remote_addr;
       r.dma_length = pkt.dma_length;
-      // The stream of the previous answer once nothing holds it any more
-      // (the engine lock guards every copy): no allocation per READ.
-      if (!spare_stream_ || spare_stream_.use_count() != 1) spare_stream_ = std::make_shared<ResponseStream>();
-      r.stream = spare_stream_;
-      *r.stream = ResponseStream{};
-      r.stream->mtu = mtu;
-      r.stream->device = device();
-      r.stream->qpn = qp_num();
-      r.stream->qp = this;
-      r.stream->rkey = pkt.rkey;
-      r.stream->locate = [](const ResponseStream& s, uint64_t va, uint64_t length) -> const uint8_t* {
-        // The QP answers only while it is this one and in a state that responds.
-        Qp* qp = s.device->FindQp(s.qpn);
-        if (qp != s.qp || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
-        Mr* mr = Mr::Check(s.device, s.rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, s.qpn);
-        return mr ? mr->Translate(va, length) : nullptr;
-      };
+      if (pkt.dma_length <= mtu) {
+        // One packet, with the bytes of the memory checked just now.
+        r.payload.Borrow(mr ? mr->Translate(pkt.remote_addr, pkt.dma_length) : nullptr, pkt.dma_length);
+      } else {
+        // One Packet for the whole answer, cut as the wire takes it
+        // (transport/response_stream.h). The stream of the previous answer
+        // once nothing holds it any more (the engine lock guards every
+        // copy): no allocation per READ.
+        if (!spare_stream_ || spare_stream_.use_count() != 1) spare_stream_ = std::make_shared<ResponseStream>();
+        r.stream = spare_stream_;
+        *r.stream = ResponseStream{};
+        r.stream->mtu = mtu;
+        r.stream->device = device();
+        r.stream->qpn = qp_num();
+        r.stream->qp = this;
+        r.stream->rkey = pkt.rkey;
+        r.stream->locate = [](const ResponseStream& s, uint64_t va, uint64_t length) -> const uint8_t* {
+          // The QP answers only while it is this one and in a state that responds.
+          Qp* qp = s.device->FindQp(s.qpn);
+          if (qp != s.qp || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
+          Mr* mr = Mr::Check(s.device, s.rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, s.qpn);
+          return mr ? mr->Translate(va, length) : nullptr;
+        };
+      }
       const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));
       const uint32_t psn = (pkt.psn + packets) & 0xffffff;
       SendDeferredAckLocked();

@@ -92,6 +92,7 @@ void Engine::Transmit(Packet&& pkt) {
       return;
     }
     try {
+      if (pkt.payload.borrowed()) pkt.payload.Own(PayloadBuffer());  // it waits: its bytes as they are now
       queue_.push_back(std::move(pkt));
     } catch (const std::bad_alloc&) {
       // No room to queue it: lost, as on a wire (the sender's timers decide).

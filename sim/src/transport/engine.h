@@ -67,8 +67,9 @@ class Engine {
   // Transmit is on the stack already: a packet it is given now is queued,
   // and delivered only after its caller has returned (one that leaves this
   // process, with nothing queued in front of it, goes into the peer's ring at
-  // once: that reaches no QP of ours). So a packet made while this is true
-  // must own its bytes: it may wait in the queue.
+  // once: that reaches no QP of ours). A packet that waits in the queue owns
+  // its bytes: Transmit copies borrowed ones (transport/payload.h) as it
+  // queues it, so they are read when the packet is made, as if sent at once.
   bool delivering() const { return draining_; }
 
   // ACKs in a burst. While packets that arrived together from another

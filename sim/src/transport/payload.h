@@ -79,6 +79,7 @@ class Payload {
     borrowed_ = bytes;
     borrowed_size_ = n;
   }
+  bool borrowed() const { return borrowed_ != nullptr; }
   // Holds its own copy of borrowed bytes (before it is kept for later).
   void Own() {
     if (!borrowed_) return;
@@ -86,6 +87,13 @@ class Payload {
     const size_t n = borrowed_size_;
     Unborrow();
     CopyIn(from, n);
+  }
+  // The same, in `buffer` (a spare one: Engine::PayloadBuffer) instead of
+  // the payload's own, which a borrowing payload most often has not.
+  void Own(std::vector<uint8_t>&& buffer) {
+    if (!borrowed_) return;
+    bytes_ = std::move(buffer);
+    Own();
   }
   // The buffer, for reuse (Engine::RecyclePayload); the payload is empty after.
   std::vector<uint8_t> TakeBuffer() {
