@@ -86,10 +86,12 @@ void Engine::Transmit(Packet&& pkt) {
     // answer, an ACK to a peer): into the peer's ring now, instead of a move
     // into the queue and out again. Pushing it reaches no QP of ours, so it
     // cannot re-enter a delivery; packets to one peer still leave in order.
-    if (queue_head_ == queue_.size() && LeavesProcess(pkt)) {
-      DeliverOrDropLocked(pkt);
-      RecyclePayload(pkt.payload.TakeBuffer());
-      return;
+    if (queue_head_ == queue_.size()) {
+      if (Device* remote = RemoteRoute(pkt)) {
+        DeliverOrDropLocked(pkt, remote);
+        RecyclePayload(pkt.payload.TakeBuffer());
+        return;
+      }
     }
     try {
       if (pkt.payload.borrowed()) pkt.payload.Own(PayloadBuffer());  // it waits: its bytes as they are now
@@ -107,10 +109,14 @@ void Engine::Transmit(Packet&& pkt) {
   DrainLocked();
 }
 
-void Engine::DeliverOrDropLocked(const Packet& pkt) noexcept {
+void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
   try {
     if (FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
-    DeliverLocked(pkt);
+    if (remote) {
+      Fabric::Get().SendRemote(remote->index(), pkt);  // as DeliverLocked would, without routing it again
+    } else {
+      DeliverLocked(pkt);
+    }
   } catch (...) {
     // Out of memory while it was delivered (or a bug): the packet is lost,
     // as one a receiver had no buffer for, and the sender's transport
@@ -173,11 +179,11 @@ void Engine::DrainLocked() {
 
 bool IsMulticastDestination(const AddressVector& dst);  // below, with the groups
 
-bool Engine::LeavesProcess(const Packet& pkt) {
-  if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) return false;
-  if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) return false;
-  const Device* dev = Route(pkt.dst);
-  return dev && !dev->FindQp(pkt.dst_qpn);
+Device* Engine::RemoteRoute(const Packet& pkt) {
+  if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) return nullptr;
+  if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) return nullptr;
+  Device* dev = Route(pkt.dst);
+  return dev && !dev->FindQp(pkt.dst_qpn) ? dev : nullptr;
 }
 
 void Engine::DeliverLocked(const Packet& pkt) {

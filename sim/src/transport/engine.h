@@ -54,9 +54,9 @@ class Engine {
   // The device a packet to `dst` reaches (by GID with a GRH, by LID
   // otherwise), or nullptr when the address is unreachable. Requires: mu() held.
   Device* Route(const AddressVector& dst);
-  // `pkt` goes to another process's QP by one route (not a multicast group,
-  // not XRC's own traffic). Requires: mu() held.
-  bool LeavesProcess(const Packet& pkt);
+  // The device by whose route `pkt` goes to another process's QP (not a
+  // multicast group, not XRC's own traffic), or nullptr. Requires: mu() held.
+  Device* RemoteRoute(const Packet& pkt);
 
   // The data-path lock; every verb that touches QP state holds it.
   DataPathMutex& mu() { return mu_; }
@@ -119,7 +119,8 @@ class Engine {
   void DrainLocked();
   // DeliverLocked, or the packet is lost when delivering it runs out of
   // memory (fault point "deliver_packet" makes the next delivery do so).
-  void DeliverOrDropLocked(const Packet& pkt) noexcept;
+  // `remote`: RemoteRoute found it already (the packet is pushed to its peer).
+  void DeliverOrDropLocked(const Packet& pkt, Device* remote = nullptr) noexcept;
   void DeliverLocked(const Packet& pkt);
   void TimerThread();
   void ForkedChild();
