@@ -3,9 +3,10 @@
 // A packet's payload bytes: its own, or borrowed while it is being delivered:
 // from the ring slot it arrived in (Fabric::DrainInboundLocked), or from the
 // registered memory it is sent from (a SEND's or WRITE's gather list:
-// Qp::ExecuteLocked; a READ's answer: transport/response_stream.h). That
-// saves copying each byte once more on its way. A copy of a payload always
-// owns its bytes, and a packet kept for later (a backlog, a forwarded XRC
+// Qp::ExecuteLocked; a READ's answer: Qp::ReceiveRequest, and
+// transport/response_stream.h for a longer one). That saves copying each
+// byte once more on its way. A copy of a payload always owns its bytes, and a
+// packet kept for later (a backlog, the engine's queue, a forwarded XRC
 // request, a multicast copy) is a copy, or owns its bytes first (Own), so it
 // never points into a slot or into registered memory.
 

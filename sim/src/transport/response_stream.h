@@ -1,7 +1,8 @@
 #pragma once
 
-// A READ response not cut into packets yet. The responder hands the engine
-// one Packet that stands for its whole answer (Packet::stream set); its
+// A READ response not cut into packets yet. For an answer longer than one
+// packet the responder hands the engine one Packet that stands for all of it
+// (Packet::stream set); its
 // MTU-sized packets are made one at a time as the wire takes them: at once
 // for a QP of this process, and as room appears in the requester's packet
 // ring for one of another process (fabric/fabric.h). So an answer that waits
@@ -14,6 +15,10 @@
 // retry timer decides). A packet borrows those bytes (Payload::Borrow): it is
 // delivered, or copied into the requester's ring, before the engine lock is
 // let go, and one kept for later owns a copy (Payload::Own).
+//
+// An answer of one packet is made at once, as a plain packet (Qp::ReceiveRequest):
+// a stream would cost it more than it saves. One that waits for room holds a
+// copy of its bytes (at most a path MTU), read when it was made.
 
 #include <cstdint>
 
