@@ -914,6 +914,73 @@ TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
       setup);
 }
 
+// Rule: ibv_post_send(3): an RDMA READ reads length bytes at remote_addr of the remote MR into the
+//   local SGEs; IBTA 9.4.3: the responder answers with one response packet (RDMA READ Response Only)
+//   when the READ fits in one path MTU, and with First, Middle and Last packets otherwise.
+// Checks: the child's buffer holds a pattern; the parent posts, in one list with as many
+//   outstanding as the device allows (up to 16), READs of 0, 1, 63, 64, MTU - 1, MTU, MTU + 1 and
+//   2 MTU bytes (the QP's path MTU), each from its own offset of the child's buffer into its own
+//   slice of a local buffer; every one completes with success, in posting order, with the length
+//   asked for, and every slice holds the child's bytes from that offset, the bytes after it
+//   untouched.
+TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
+  const int outstanding = std::min({device_attr().max_qp_rd_atom, device_attr().max_qp_init_rd_atom, 16});
+  SKIP_IF(outstanding < 1) << "(the device takes no outstanding READ)";
+  constexpr uint8_t kUntouched = 0xa5;
+  ChildSetup setup;
+  setup.rd_atomic = static_cast<uint8_t>(outstanding);
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(11, kLength);
+        std::memcpy(c.buf, pattern.data(), pattern.size());
+        ASSERT_EQ(write(c.to_parent, "p", 1), 1);
+        // Answer until the parent has its bytes.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &step, 1), 1);
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_PATH_MTU, &init), 0);
+        const uint32_t mtu = 128u << attr.path_mtu;
+        const std::vector<uint32_t> lengths = {0, 1, 63, 64, mtu - 1, mtu, mtu + 1, 2 * mtu};
+        const size_t slice = 4 * mtu;  // room for the longest READ and untouched bytes behind it
+        ASSERT_LE(slice * lengths.size(), kLength);
+        std::memset(src_.data(), kUntouched, kLength);
+        std::vector<ibv_sge> sges(lengths.size());
+        std::vector<ibv_send_wr> wrs(lengths.size());
+        for (size_t k = 0; k < lengths.size(); ++k) {
+          // Each READ from its own odd offset of the child's buffer, into its own slice.
+          const uint64_t from = k * slice + 3 * k + 1;
+          sges[k] = src_.Sge(k * slice, lengths[k]);
+          wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + from, target.rkey);
+        }
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), static_cast<int>(lengths.size()), &wcs, kChildTimeout - 2000ms));
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].opcode, IBV_WC_RDMA_READ) << DescribeWc(wcs[k]);
+        }
+        const std::vector<uint8_t> pattern = Pattern(11, kLength);
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          const uint64_t from = k * slice + 3 * k + 1;
+          const uint8_t* got = src_.data() + k * slice;
+          EXPECT_EQ(std::vector<uint8_t>(got, got + lengths[k]),
+                    std::vector<uint8_t>(pattern.begin() + from, pattern.begin() + from + lengths[k]))
+              << "READ of " << lengths[k] << " bytes (path MTU " << mtu << ") returned other bytes than the child's";
+          EXPECT_EQ(std::vector<uint8_t>(got + lengths[k], got + lengths[k] + 64), std::vector<uint8_t>(64, kUntouched))
+              << "READ of " << lengths[k] << " bytes wrote past its length";
+        }
+        EXPECT_EQ(write(to_child, "e", 1), 1);
+      },
+      setup);
+}
+
 // Rule: IBTA Vol 1 9.7.5.2 (responder PSN sequence error): after a NAK-sequence the responder NAKs
 //   no other out-of-sequence request until the expected PSN arrives (rxe_resp.c check_psn:
 //   sent_psn_nak), and an RNR NAK makes the requester wait and resend from that PSN without
