@@ -126,6 +126,84 @@ TEST(WirePacketTest, UnusedLinesCarryNothingOfAnEarlierPacket) {
   ExpectSameFields(ack, received);
 }
 
+// A plain ACK between two QPs, without a GRH.
+Packet PlainAck(uint32_t psn) {
+  Packet p;
+  p.kind = Packet::Kind::kAck;
+  p.op = IBV_WR_SEND;
+  p.src_qpn = 0x11;
+  p.dst_qpn = 0x22;
+  p.dst.dlid = 0x4321;
+  p.psn = psn;
+  return p;
+}
+
+WirePacket::AckLine LineOf(const WirePacket& wire) {
+  uint32_t psn = 0;
+  return wire.ReadAckLine(&psn);
+}
+
+// Fabric::DrainInboundLocked takes a plain ACK whose AckLine is the held
+// one's by its PSN alone: that must be what the whole packet would differ in.
+TEST(WirePacketTest, TwoAckLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone) {
+  auto held = std::make_unique<WirePacket>();
+  auto next = std::make_unique<WirePacket>();
+  held->From(PlainAck(100), 0, WireSender{3, 7, 40});
+  next->From(PlainAck(101), 0, WireSender{3, 7, 41});
+  uint32_t psn = 0;
+  const WirePacket::AckLine line = next->ReadAckLine(&psn);
+  EXPECT_EQ(psn, 101u);
+  EXPECT_TRUE(line.PlainAck());
+  EXPECT_TRUE(line == LineOf(*held)) << "the PSN and the sender hint are not part of it";
+  Packet from_next;
+  next->ToPacket(nullptr, &from_next);
+  Packet from_held;
+  held->ToPacket(nullptr, &from_held);
+  from_held.psn = psn;
+  ExpectSameFields(from_held, from_next);
+
+  // Anything else that differs makes the lines differ, or the ACK not plain.
+  const auto differs = [&](Packet p, const char* what) {
+    next->From(p, 0, {});
+    const WirePacket::AckLine other = LineOf(*next);
+    EXPECT_FALSE(other.PlainAck() && other == LineOf(*held)) << what;
+  };
+  Packet p = PlainAck(101);
+  p.src_qpn = 0x12;
+  differs(p, "another sender");
+  p = PlainAck(101);
+  p.dst_qpn = 0x23;
+  differs(p, "another destination QP");
+  p = PlainAck(101);
+  p.dst.dlid = 0x4322;
+  differs(p, "another destination LID");
+  p = PlainAck(101);
+  p.dst.port_num = 2;
+  differs(p, "another port");
+  p = PlainAck(101);
+  p.transport = IBV_QPT_XRC_SEND;
+  differs(p, "another transport");
+  p = PlainAck(101);
+  p.op = IBV_WR_RDMA_WRITE;
+  differs(p, "an ACK of another operation");
+  p = PlainAck(101);
+  p.nak = Packet::Nak::kRnr;
+  differs(p, "a NAK");
+  p = PlainAck(101);
+  p.kind = Packet::Kind::kAtomicAck;
+  differs(p, "an atomic's answer");
+  p = PlainAck(101);
+  p.payload.assign(8, 1);
+  differs(p, "an ACK with bytes");
+  p = PlainAck(101);
+  p.has_grh = true;
+  p.dst.is_global = true;
+  p.dst.dgid.global.interface_id = 0x77;  // no GID of the profile: on the addressing line
+  differs(p, "a GID that is not the held ACK's");
+  next->From(PlainAck(101), 1, {});
+  EXPECT_FALSE(LineOf(*next) == LineOf(*held)) << "another device";
+}
+
 // A packet with a GRH between two GIDs.
 Packet Global(const ibv_gid& dgid, const ibv_gid& sgid) {
   Packet p;

@@ -1125,6 +1125,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   Packet* pkt = &inbound_;
   Packet* held = &held_ack_;  // a positive ACK not delivered yet, while `holding`
   bool holding = false;
+  WirePacket::AckLine held_line{};  // the line `held` was made from
   pkt->payload = Engine::Get().PayloadBuffer();
   uint32_t popped = 0;
   uint32_t receives = 0;  // messages delivered that take a receive WQE
@@ -1141,6 +1142,16 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   while (receives < max_receives && popped < kMaxPops && ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = ReadOnce(wp.src_device);
     HearSender(ReadOnce(wp.sender_slot), ReadOnce(wp.sender_generation), ReadOnce(wp.sender_consumed));
+    if (holding) {
+      // An ACK that ReplacesAck would take for the held one's successor, and
+      // whose Packet would differ from it in the PSN alone: only that is taken.
+      uint32_t psn = 0;
+      const WirePacket::AckLine line = wp.ReadAckLine(&psn);
+      if (line.PlainAck() && line == held_line && ((psn - held->psn) & 0xffffff) < 0xffffff / 2) {
+        held->psn = psn;
+        return;
+      }
+    }
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
     // Delivered before Transmit returns unless the engine is delivering
@@ -1165,6 +1176,8 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
     holding = false;
     if (IsPlainAck(*pkt)) {
       std::swap(pkt, held);
+      uint32_t psn = 0;
+      held_line = wp.ReadAckLine(&psn);
       holding = true;
       return;
     }

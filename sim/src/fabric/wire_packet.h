@@ -156,6 +156,38 @@ struct WirePacket {
     dst_port_num = p.dst.port_num;
   }
 
+  // A first line's fields but the PSN and the sender hint (WireSender). Of
+  // two plain positive ACKs whose lines are the same, the later acknowledges
+  // everything the earlier does (transport/cumulative_ack.h): one that comes
+  // behind the other needs no Packet made of it (Fabric::DrainInboundLocked).
+  struct AckLine {
+    uint8_t kind, transport, op, flags, nak, src_port;
+    uint16_t slid;
+    uint32_t src_qpn, dst_qpn, imm_data, psn_count;
+    uint16_t payload_len;
+    uint8_t dgid_number, sgid_number;
+    uint32_t qkey;
+    uint16_t pkey, dst_dlid;
+    int16_t src_device;
+    uint8_t dst_is_global, dst_sgid_index, dst_sl, dst_port_num;
+    bool operator==(const AckLine&) const = default;
+    // A positive ACK without payload that uses neither rare line.
+    bool PlainAck() const {
+      return kind == static_cast<uint8_t>(Packet::Kind::kAck) && nak == static_cast<uint8_t>(Packet::Nak::kNone) &&
+             payload_len == 0 && !(flags & (kAddressing | kExtended));
+    }
+  };
+  // Reads the first line once: its AckLine, and its PSN into *psn_out.
+  AckLine ReadAckLine(uint32_t* psn_out) const {
+    *psn_out = ReadOnce(psn);
+    return {ReadOnce(kind),        ReadOnce(transport),   ReadOnce(op),          ReadOnce(flags),
+            ReadOnce(nak),         ReadOnce(src_port),    ReadOnce(slid),        ReadOnce(src_qpn),
+            ReadOnce(dst_qpn),     ReadOnce(imm_data),    ReadOnce(psn_count),   ReadOnce(payload_len),
+            ReadOnce(dgid_number), ReadOnce(sgid_number), ReadOnce(qkey),        ReadOnce(pkey),
+            ReadOnce(dst_dlid),    ReadOnce(src_device),  ReadOnce(dst_is_global), ReadOnce(dst_sgid_index),
+            ReadOnce(dst_sl),      ReadOnce(dst_port_num)};
+  }
+
   // Fills every field of `p` but from_peer (the caller's), whose payload
   // buffer is reused (its capacity kept).
   // `borrow`: the payload refers to this slot's bytes instead of copying
