@@ -1176,6 +1176,8 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
     holding = false;
     if (IsPlainAck(*pkt)) {
       std::swap(pkt, held);
+      // (Read again after ToPacket: a writer that changed the slot meanwhile
+      // gets an ACK delivered that it could have written itself, no more.)
       uint32_t psn = 0;
       held_line = wp.ReadAckLine(&psn);
       holding = true;
