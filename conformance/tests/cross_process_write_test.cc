@@ -301,6 +301,23 @@ class CrossProcessWriteTest : public QpTest {
     EXPECT_TRUE(Passed(result));
   }
 
+  // A child whose buffer READs read: fills it with Pattern(seed, length), tells the parent
+  // (WaitForPattern), and answers until the parent writes to it.
+  static std::function<void(const Child&)> ServePattern(uint8_t seed, size_t length) {
+    return [seed, length](const Child& c) {
+      const std::vector<uint8_t> pattern = Pattern(seed, length);
+      std::memcpy(c.buf, pattern.data(), pattern.size());
+      ASSERT_EQ(write(c.to_parent, "p", 1), 1);
+      EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));
+    };
+  }
+  // The parent's side: waits until the ServePattern child has filled its buffer.
+  static void WaitForPattern(int from_child) {
+    char step = 0;
+    ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+    ASSERT_EQ(read(from_child, &step, 1), 1);
+  }
+
   // Posts a signaled WRITE of src_ to the child's buffer and waits for its completion.
   ibv_wc Write(const Target& target) {
     ibv_sge sge = src_.Sge(0, kLength);
@@ -863,17 +880,9 @@ TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
   setup.max_send_wr = kReads;
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
-      [](const Child& c) {
-        const std::vector<uint8_t> pattern = Pattern(9, kChunk * kChunks);
-        std::memcpy(c.buf, pattern.data(), pattern.size());
-        ASSERT_EQ(write(c.to_parent, "p", 1), 1);
-        // Answer until the parent has its bytes.
-        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));
-      },
+      ServePattern(9, kChunk * kChunks),
       [&](const Target& target, int to_child, int from_child) {
-        char step = 0;
-        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
-        ASSERT_EQ(read(from_child, &step, 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForPattern(from_child));
         std::vector<ibv_sge> sges(kReads);
         std::vector<ibv_send_wr> wrs(kReads);
         for (int k = 0; k < kReads; ++k) {
@@ -931,17 +940,9 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
   setup.rd_atomic = static_cast<uint8_t>(outstanding);
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
-      [](const Child& c) {
-        const std::vector<uint8_t> pattern = Pattern(11, kLength);
-        std::memcpy(c.buf, pattern.data(), pattern.size());
-        ASSERT_EQ(write(c.to_parent, "p", 1), 1);
-        // Answer until the parent has its bytes.
-        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));
-      },
+      ServePattern(11, kLength),
       [&](const Target& target, int to_child, int from_child) {
-        char step = 0;
-        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
-        ASSERT_EQ(read(from_child, &step, 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForPattern(from_child));
         ibv_qp_attr attr{};
         ibv_qp_init_attr init{};
         ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_PATH_MTU, &init), 0);
