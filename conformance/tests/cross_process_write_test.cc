@@ -950,14 +950,14 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
         const std::vector<uint32_t> lengths = {0, 1, 63, 64, mtu - 1, mtu, mtu + 1, 2 * mtu};
         const size_t slice = 4 * mtu;  // room for the longest READ and untouched bytes behind it
         ASSERT_LE(slice * lengths.size(), kLength);
+        // Each READ from its own odd offset of the child's buffer, into its own slice.
+        const auto from = [&](size_t k) { return k * slice + 3 * k + 1; };
         std::memset(src_.data(), kUntouched, kLength);
         std::vector<ibv_sge> sges(lengths.size());
         std::vector<ibv_send_wr> wrs(lengths.size());
         for (size_t k = 0; k < lengths.size(); ++k) {
-          // Each READ from its own odd offset of the child's buffer, into its own slice.
-          const uint64_t from = k * slice + 3 * k + 1;
           sges[k] = src_.Sge(k * slice, lengths[k]);
-          wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + from, target.rkey);
+          wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + from(k), target.rkey);
         }
         ASSERT_EQ(PostList(a_.get(), &wrs), 0);
         std::vector<ibv_wc> wcs;
@@ -969,10 +969,9 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
         }
         const std::vector<uint8_t> pattern = Pattern(11, kLength);
         for (size_t k = 0; k < wcs.size(); ++k) {
-          const uint64_t from = k * slice + 3 * k + 1;
           const uint8_t* got = src_.data() + k * slice;
-          EXPECT_EQ(std::vector<uint8_t>(got, got + lengths[k]),
-                    std::vector<uint8_t>(pattern.begin() + from, pattern.begin() + from + lengths[k]))
+          const auto want = pattern.begin() + static_cast<std::ptrdiff_t>(from(k));
+          EXPECT_EQ(std::vector<uint8_t>(got, got + lengths[k]), std::vector<uint8_t>(want, want + lengths[k]))
               << "READ of " << lengths[k] << " bytes (path MTU " << mtu << ") returned other bytes than the child's";
           EXPECT_EQ(std::vector<uint8_t>(got + lengths[k], got + lengths[k] + 64), std::vector<uint8_t>(64, kUntouched))
               << "READ of " << lengths[k] << " bytes wrote past its length";
