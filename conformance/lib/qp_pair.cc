@@ -151,6 +151,22 @@ testing::AssertionResult QpStateBecomes(ibv_qp* qp, ibv_qp_state state, std::chr
                                      << QpStateName(state) << ", after " << timeout.count() << " ms";
 }
 
+testing::AssertionResult SqDrainEnds(ibv_qp* qp, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  ibv_qp_attr attr = {};
+  for (;;) {
+    ibv_qp_init_attr init = {};
+    const int rc = ibv_query_qp(qp, &attr, IBV_QP_STATE, &init);
+    if (rc != 0) return testing::AssertionFailure() << "ibv_query_qp returned " << ErrnoName(rc);
+    if (attr.qp_state == IBV_QPS_SQD && attr.sq_draining == 0) return testing::AssertionSuccess();
+    if (Clock::now() >= deadline) break;
+    Pause();
+  }
+  return testing::AssertionFailure() << "QP " << qp->qp_num << " is in " << QpStateName(attr.qp_state)
+                                     << " with sq_draining " << int{attr.sq_draining} << ", not drained SQD, after "
+                                     << timeout.count() << " ms";
+}
+
 const void* EventElement(const ibv_async_event& event) {
   if (IsQpEvent(event.event_type)) return event.element.qp;
   switch (event.event_type) {

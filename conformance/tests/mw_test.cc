@@ -539,7 +539,7 @@ TEST_F(MwTest, BindOfDeallocatedWindowFails) {
   SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
   ASSERT_TRUE(MakePair());
   ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_SQD));
-  ASSERT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_SQD));
+  ASSERT_TRUE(SqDrainEnds(b_.get()));
   errno = 0;
   ibv_mw* mw = ibv_alloc_mw(pd(), IBV_MW_TYPE_1);
   ASSERT_NE(mw, nullptr) << ErrnoName(errno);
@@ -568,7 +568,7 @@ TEST_F(MwTest, WriteFails_OldRkeyAfterRebindHeldInSqd) {
   ASSERT_NO_FATAL_FAILURE(BindType1OnB(mw, info));
   const uint32_t first_rkey = mw->rkey;
   ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_SQD));
-  ASSERT_TRUE(QpStateBecomes(b_.get(), IBV_QPS_SQD));
+  ASSERT_TRUE(SqDrainEnds(b_.get()));
   ASSERT_EQ(BindType1(b_.get(), mw, info, 79), 0);
   ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_RTS));
   ibv_wc bind_wc = {};

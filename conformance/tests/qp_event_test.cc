@@ -298,7 +298,7 @@ TEST_F(QpSqdTest, SendPostedInSqdRunsAfterRts) {
   ASSERT_TRUE(local.Register(pd(), 64));
   ASSERT_TRUE(remote.Register(pd(), 64));
   ASSERT_EQ(ModifyToSqd(a_.get(), false), 0);
-  ASSERT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_SQD));
+  ASSERT_TRUE(SqDrainEnds(a_.get()));
   ibv_sge sge = local.Sge(0, 8);
   ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, remote.addr(), remote.rkey())), 0);
   EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "a WR posted in SQD ran";

@@ -257,7 +257,8 @@ class QpStateFixture : public QpTest {
     if (state == IBV_QPS_ERR) return Step(IBV_QPS_ERR, 0);  // RESET -> ERR does not exist
     if (auto ok = Step(IBV_QPS_RTR, Required(type, IBV_QPS_RTR)); !ok || state == IBV_QPS_RTR) return ok;
     if (auto ok = Step(IBV_QPS_RTS, Required(type, IBV_QPS_RTS)); !ok || state == IBV_QPS_RTS) return ok;
-    return Step(IBV_QPS_SQD, 0);
+    if (auto ok = Step(IBV_QPS_SQD, 0); !ok) return ok;
+    return SqDrainEnds(qp());
   }
 
   // The state as ibv_query_qp and qp->state report it.
