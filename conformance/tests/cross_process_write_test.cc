@@ -981,6 +981,62 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
       setup);
 }
 
+// Rule: ibv_modify_qp(3): a QP moved to RESET and through INIT, RTR and RTS again with another
+//   dest_qp_num is connected to that QP; IBTA Vol 1 9.7.5.1: the responder acknowledges its
+//   requester's messages.
+// Checks: the child's QP answers a SEND from a_ (its receive completes), then is moved to RESET
+//   and connected to b_ (another QP of the parent); two SENDs from b_ then complete with
+//   IBV_WC_SUCCESS, the child receives them, and a_ gets no completion: the child's ACKs went to
+//   b_, not to the QP it answered before.
+TEST_F(CrossProcessWriteTest, ResponderConnectedAgainAcksItsNewRequester) {
+  RunWithChild(
+      IBV_ACCESS_LOCAL_WRITE, 0,
+      [&](const Child& c) {
+        ibv_wc first = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &first, kChildTimeout / 2));
+        EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
+        uint32_t second_qpn = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &second_qpn, sizeof second_qpn), static_cast<ssize_t>(sizeof second_qpn));
+        ASSERT_TRUE(ModifyToState(c.qp, IBV_QPS_RESET));
+        ASSERT_TRUE(BringUp(c.qp, port(), second_qpn, LocalAddress(), ConnectParams{}));
+        for (uint64_t wr_id : {8, 9}) {
+          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * wr_id, 64, c.mr->lkey};
+          ASSERT_EQ(PostRecv(c.qp, wr_id, &rsge, 1), 0);
+        }
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2));
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 8 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ibv_sge sge = src_.Sge(0, 16);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "the SEND of the first connection: " << DescribeWc(wc);
+        ASSERT_TRUE(CreateEnd(&b_));
+        ASSERT_TRUE(BringUp(b_.get(), port(), target.qpn, LocalAddress(), ConnectParams{}));
+        const uint32_t second_qpn = b_.qp_num();
+        ASSERT_EQ(write(to_child, &second_qpn, sizeof second_qpn), static_cast<ssize_t>(sizeof second_qpn));
+        char ready = 0;
+        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
+        ASSERT_EQ(read(from_child, &ready, 1), 1);
+        for (uint64_t wr_id : {2, 3}) ASSERT_EQ(PostOne(b_.get(), SendWr(wr_id, &sge, 1)), 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(b_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
+        for (const ibv_wc& done : wcs) {
+          EXPECT_EQ(done.status, IBV_WC_SUCCESS) << "a SEND of the second connection: " << DescribeWc(done);
+        }
+        EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "the first requester heard an answer";
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
 // Rule: IBTA Vol 1 9.7.5.2 (responder PSN sequence error): after a NAK-sequence the responder NAKs
 //   no other out-of-sequence request until the expected PSN arrives (rxe_resp.c check_psn:
 //   sent_psn_nak), and an RNR NAK makes the requester wait and resend from that PSN without
