@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "affiliated_events.h"
+#include "fabric/wire_ack.h"
 #include "handle.h"
 #include "qp_wr_builder.h"
 #include "result.h"
@@ -113,6 +114,8 @@ class Qp {
   bool TimerStillDue() const;
   // Sends the ACK held back during a burst (Engine::DeferAck), if any.
   void SendDeferredAckLocked();
+  // Sends a positive ACK of `psn` for a request of `op`. Requires: engine lock.
+  void SendAckLocked(ibv_wr_opcode op, uint32_t psn);
   // This QP's place among the engine's armed timers (Engine::ArmTimer).
   TimerEntry& timer_entry() { return timer_entry_; }
 
@@ -258,6 +261,7 @@ class Qp {
   bool ack_deferred_ = false;  // an ACK for deferred_ack_psn_ waits for the burst's end
   uint32_t deferred_ack_psn_ = 0;
   ibv_wr_opcode deferred_ack_op_ = IBV_WR_SEND;
+  WireAck wire_ack_;  // our ACKs' line, when they go to another process
   bool recv_in_progress_ = false;
   bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;

@@ -367,10 +367,16 @@ void Qp::AcknowledgeLocked(const Packet& req) {
 void Qp::SendDeferredAckLocked() {
   if (!ack_deferred_) return;
   ack_deferred_ = false;
+  SendAckLocked(deferred_ack_op_, deferred_ack_psn_);
+}
+
+void Qp::SendAckLocked(ibv_wr_opcode op, uint32_t psn) {
+  if (wire_ack_.Send(op, psn)) return;
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = Packet::Kind::kAck;
-  r.op = deferred_ack_op_;
-  r.psn = deferred_ack_psn_;
+  r.op = op;
+  r.psn = psn;
+  if (!wire_ack_.Known()) wire_ack_.Learn(r);
   Engine::Get().Transmit(std::move(r));
 }
 
@@ -404,11 +410,16 @@ int Qp::AccessErrorEvent() const {
 
 void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
   SendDeferredAckLocked();  // answers leave in the order they were made
+  // An ACK names the last PSN of what it acknowledges.
+  const uint32_t last_psn = (req.psn + req.psn_count - 1) & 0xffffff;
+  if (kind == Packet::Kind::kAck && nak == Packet::Nak::kNone) {
+    SendAckLocked(req.op, last_psn);
+    return;
+  }
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = kind;
   r.op = req.op;
-  // An ACK names the last PSN of what it acknowledges.
-  r.psn = kind == Packet::Kind::kAck ? (req.psn + req.psn_count - 1) & 0xffffff : req.psn;
+  r.psn = kind == Packet::Kind::kAck ? last_psn : req.psn;
   r.nak = nak;
   if (nak == Packet::Nak::kRnr) r.imm_data = attr_.min_rnr_timer;
   if (nak == Packet::Nak::kSequence) r.psn = epsn_;

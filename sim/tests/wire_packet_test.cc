@@ -204,6 +204,39 @@ TEST(WirePacketTest, TwoAckLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone)
   EXPECT_FALSE(LineOf(*next) == LineOf(*held)) << "another device";
 }
 
+// Fabric::PushAck writes a QP's later ACKs from the line of an earlier one
+// (fabric/wire_ack.h): byte for byte what From writes for the ACK itself.
+TEST(WirePacketTest, AnAckWrittenFromItsLineIsTheOneFromWouldWrite) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
+  Packet roce = PlainAck(100);
+  roce.has_grh = true;
+  roce.dst.is_global = true;
+  roce.dst.dgid = gids.At(1);
+  roce.sgid = gids.At(static_cast<uint8_t>(gids.size()));
+  roce.dst.sgid_index = 1;
+  for (const Packet& earlier : {PlainAck(100), roce}) {
+    auto learned = std::make_unique<WirePacket>();
+    learned->From(earlier, 2, WireSender{3, 7, 40});
+    const WirePacket::AckLine line = LineOf(*learned);
+    ASSERT_TRUE(line.PlainAck());
+    Packet later = earlier;
+    later.psn = 0xabcdef;
+    const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
+    auto expected = std::make_unique<WirePacket>();
+    auto written = std::make_unique<WirePacket>();
+    std::memset(expected.get(), 0x5a, offsetof(WirePacket, payload));
+    std::memset(written.get(), 0xa5, offsetof(WirePacket, payload));  // every byte must be written
+    expected->From(later, 2, sender);
+    written->FromAckLine(line, later.psn, sender);
+    EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), offsetof(WirePacket, payload)))
+        << (earlier.has_grh ? "RoCE" : "IB") << " ACK";
+    Packet received;
+    written->ToPacket(nullptr, &received);
+    ExpectSameFields(later, received);
+  }
+}
+
 // A packet with a GRH between two GIDs.
 Packet Global(const ibv_gid& dgid, const ibv_gid& sgid) {
   Packet p;

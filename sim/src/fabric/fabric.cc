@@ -773,6 +773,13 @@ bool IsWork(const Packet& pkt) { return pkt.kind != Packet::Kind::kAck && pkt.ki
 
 }  // namespace
 
+inline void Fabric::PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos) {
+  peer.last_pushed = pos;
+  peer.pushed = true;
+  // A look owed is taken at our next settling (packet_ring.h: publishing).
+  OweLocked(slot, peer, owed, pos);
+}
+
 bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
   PacketRing::Owed owed;
@@ -787,10 +794,19 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
     }
     peer.work_taken_at_push = work_taken_;
   }
-  peer.last_pushed = pos;
-  peer.pushed = true;
-  // A look owed is taken at our next settling (packet_ring.h: publishing).
-  OweLocked(slot, peer, owed, pos);
+  PushedLocked(slot, peer, owed, pos);
+  return true;
+}
+
+bool Fabric::PushAck(int device_index, uint32_t dst_qpn, const WirePacket::AckLine& line, uint32_t psn) {
+  const int slot = OwnerSlot(device_index, dst_qpn);
+  if (slot < 0 || slot == slot_) return false;
+  Peer* peer = ReachPeer(slot);
+  if (!peer || !peer->backlog.empty()) return false;
+  uint64_t pos = 0;
+  PacketRing::Owed owed;
+  if (!peer->ring->PushAck(line, psn, &pos, Sender(), &owed)) return false;
+  PushedLocked(slot, *peer, owed, pos);
   return true;
 }
 

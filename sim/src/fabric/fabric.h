@@ -268,6 +268,11 @@ class Fabric {
   // A packet for the owner of (device, qpn) would go into its ring now (no
   // backlog, room). Requires: engine lock.
   bool PushesNow(int device_index, uint32_t qpn);
+  // Puts a plain ACK (WirePacket::FromAckLine) into the ring of the owner of
+  // (device, qpn) now, as SendRemote would put the Packet it was made from;
+  // false when it cannot go now (it is ours or nobody's, a backlog waits, the
+  // ring is full): nothing is sent then. Requires: engine lock.
+  bool PushAck(int device_index, uint32_t dst_qpn, const WirePacket::AckLine& line, uint32_t psn);
   // True while a packet we sent to the owner of (device, qpn) still waits in
   // its ring and that process is alive: the wire is slow, nothing is lost.
   // Retransmit timers do not count such a timeout. Requires: engine lock.
@@ -377,6 +382,8 @@ class Fabric {
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
   bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
+  // Our packet at `pos` is in the peer's ring: what PushNow and PushAck note.
+  inline void PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos);
   // What a push left owed to the owner in `slot` (PacketRing::Owed): a wake,
   // when it may need waking for our packet at `pos` (it just found work: look
   // again at our next polls), or a look whether it sleeps.

@@ -79,17 +79,9 @@ PacketRing* PacketRing::Init(void* memory) {
   return ring;
 }
 
-bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, const WireSender& producer,
-                      Owed* owed) {
-  uint64_t pos = 0;
-  if (!Claim(&pos, producer) || !Publish(pos, pkt, src_device_index, producer, owed)) {
-    return false;
-  }
-  if (pushed_at) *pushed_at = pos;
-  return true;
-}
+bool PacketRing::Claim(uint64_t* claimed, const WireSender& producer) { return ClaimSlot(claimed, producer); }
 
-bool PacketRing::Claim(uint64_t* claimed, const WireSender& producer) {
+bool PacketRing::ClaimSlot(uint64_t* claimed, const WireSender& producer) {
   Announcement* claim = producer.slot >= 0 && producer.slot < kMaxFabricProcesses ? &claims_[producer.slot] : nullptr;
   if (claim) claim->generation.store(producer.generation, std::memory_order_relaxed);
   uint64_t pos = head_.load(std::memory_order_relaxed);
@@ -116,10 +108,34 @@ bool PacketRing::Claim(uint64_t* claimed, const WireSender& producer) {
   return false;
 }
 
+bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, const WireSender& producer,
+                      Owed* owed) {
+  uint64_t pos = 0;
+  if (!ClaimSlot(&pos, producer)) return false;
+  slots_[pos % kSlots].pkt.From(pkt, src_device_index, producer);  // Publish, inlined
+  if (!PublishWritten(pos, pkt.answered, pkt.last, producer, owed)) return false;
+  if (pushed_at) *pushed_at = pos;
+  return true;
+}
+
+bool PacketRing::PushAck(const WirePacket::AckLine& line, uint32_t psn, uint64_t* pushed_at,
+                         const WireSender& producer, Owed* owed) {
+  uint64_t pos = 0;
+  if (!ClaimSlot(&pos, producer)) return false;
+  slots_[pos % kSlots].pkt.FromAckLine(line, psn, producer);
+  if (!PublishWritten(pos, false, true, producer, owed)) return false;
+  *pushed_at = pos;
+  return true;
+}
+
 bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, const WireSender& producer,
                          Owed* owed) {
+  slots_[pos % kSlots].pkt.From(pkt, src_device_index, producer);
+  return PublishWritten(pos, pkt.answered, pkt.last, producer, owed);
+}
+
+bool PacketRing::PublishWritten(uint64_t pos, bool answered, bool last, const WireSender& producer, Owed* owed) {
   Slot* slot = &slots_[pos % kSlots];
-  slot->pkt.From(pkt, src_device_index, producer);
   // Unfenced (see the top), or Dekker with Sleep() at once: publish, then
   // look whether the consumer sleeps. Both sides use seq_cst operations
   // rather than fences there (the same instructions on x86, and
@@ -141,7 +157,7 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
   if (!published) return false;
   // An answered WRITE needs nothing of the owner: no wake for it, unless the
   // ring is filling up.
-  if (pkt.answered && head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed) < kSlots / 2) {
+  if (answered && head_.load(std::memory_order_relaxed) - tail_.load(std::memory_order_relaxed) < kSlots / 2) {
     return true;
   }
   if (unfenced) {
@@ -155,7 +171,7 @@ bool PacketRing::Publish(uint64_t pos, const Packet& pkt, int src_device_index, 
   // until it is published, so the next message's copy does not wait for it.
   // (Not after every packet: within a message the next copy follows at once,
   // and the hint only competes with it.)
-  if (pkt.last) PrefetchForWrite(slots_[(pos + 1) % kSlots].pkt.payload);
+  if (last) PrefetchForWrite(slots_[(pos + 1) % kSlots].pkt.payload);
   return true;
 }
 

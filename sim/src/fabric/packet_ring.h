@@ -93,6 +93,9 @@ class PacketRing {
   // `owed`: see the top; nullptr: wake the owner now if it needs it.
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, const WireSender& producer = {},
             Owed* owed = nullptr);
+  // Push of a plain ACK whose line is `line` (WirePacket::FromAckLine).
+  bool PushAck(const WirePacket::AckLine& line, uint32_t psn, uint64_t* pos, const WireSender& producer,
+               Owed* owed);
   // Push in its two steps: claims a slot (false: full), then writes and
   // publishes the packet there (false: the owner skipped the slot meanwhile,
   // taking the producer for dead).
@@ -254,6 +257,11 @@ class PacketRing {
   bool app_may_poll() const { return poll_state_.load(std::memory_order_relaxed) != kNotPolling; }
 
  private:
+  // Publishes the packet written into the slot at `pos` (Publish): of an
+  // answered WRITE (Packet::answered), the last of its message (Packet::last).
+  // Inlined, as ClaimSlot: Push and PushAck are on every packet's path.
+  [[gnu::always_inline]] inline bool ClaimSlot(uint64_t* pos, const WireSender& producer);
+  [[gnu::always_inline]] inline bool PublishWritten(uint64_t pos, bool answered, bool last, const WireSender& producer, Owed* owed);
   // Line-aligned, the sequence word right before the packet (wire_packet.h:
   // what every packet needs shares its line).
   struct alignas(64) Slot {

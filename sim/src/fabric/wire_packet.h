@@ -98,7 +98,8 @@ struct WirePacket {
   uint8_t reserved_line[8];  // (so that `extended` starts a line of its own)
   Extended extended;
 
-  void From(const Packet& p, int src_device_index, const WireSender& sender) {
+  // (Inlined: it is on every packet's path, PacketRing::Publish.)
+  [[gnu::always_inline]] void From(const Packet& p, int src_device_index, const WireSender& sender) {
     // The payload and the rare lines first, the first line last: the owner
     // spins on the sequence word, in the first line, until it is published.
     const auto len = static_cast<uint16_t>(p.payload.size());
@@ -186,6 +187,38 @@ struct WirePacket {
             ReadOnce(dgid_number), ReadOnce(sgid_number), ReadOnce(qkey),        ReadOnce(pkey),
             ReadOnce(dst_dlid),    ReadOnce(src_device),  ReadOnce(dst_is_global), ReadOnce(dst_sgid_index),
             ReadOnce(dst_sl),      ReadOnce(dst_port_num)};
+  }
+
+  // Writes a plain ACK (AckLine::PlainAck) that From would write for a
+  // packet whose line is `line`, with `psn` and the sender hint: the first
+  // line alone, which is all such a packet has (Fabric::PushAck).
+  void FromAckLine(const AckLine& line, uint32_t ack_psn, const WireSender& sender) {
+    kind = line.kind;
+    transport = line.transport;
+    op = line.op;
+    flags = line.flags;
+    nak = line.nak;
+    src_port = line.src_port;
+    slid = line.slid;
+    psn = ack_psn;
+    src_qpn = line.src_qpn;
+    dst_qpn = line.dst_qpn;
+    imm_data = line.imm_data;
+    psn_count = line.psn_count;
+    payload_len = line.payload_len;
+    dgid_number = line.dgid_number;
+    sgid_number = line.sgid_number;
+    qkey = line.qkey;
+    pkey = line.pkey;
+    dst_dlid = line.dst_dlid;
+    src_device = line.src_device;
+    dst_is_global = line.dst_is_global;
+    dst_sgid_index = line.dst_sgid_index;
+    dst_sl = line.dst_sl;
+    dst_port_num = line.dst_port_num;
+    sender_slot = static_cast<int16_t>(sender.slot);
+    sender_generation = sender.generation;
+    sender_consumed = static_cast<uint32_t>(sender.consumed);
   }
 
   // Fills every field of `p` but from_peer (the caller's), whose payload

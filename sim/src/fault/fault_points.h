@@ -47,6 +47,9 @@ class FaultPoints {
     return HitSlow(point);
   }
 
+  // Some point is armed: Hit may fail, and counts.
+  bool AnyArmed() const { return any_armed_.load(std::memory_order_relaxed); }
+
   // EINVAL for an unknown name or err <= 0.
   int Arm(const char* name, unsigned calls, int err);
   void DisarmAll();

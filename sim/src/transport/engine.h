@@ -71,6 +71,9 @@ class Engine {
   // its bytes: Transmit copies borrowed ones (transport/payload.h) as it
   // queues it, so they are read when the packet is made, as if sent at once.
   bool delivering() const { return draining_; }
+  // No packet waits in the queue: one sent now goes out before any other of
+  // this process (Transmit keeps the order otherwise).
+  bool nothing_queued() const { return queue_head_ == queue_.size(); }
 
   // ACKs in a burst. While packets that arrived together from another
   // process are delivered (between BeginBurst and EndBurst), a responder's
