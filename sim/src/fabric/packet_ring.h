@@ -257,11 +257,13 @@ class PacketRing {
   bool app_may_poll() const { return poll_state_.load(std::memory_order_relaxed) != kNotPolling; }
 
  private:
-  // Publishes the packet written into the slot at `pos` (Publish): of an
-  // answered WRITE (Packet::answered), the last of its message (Packet::last).
-  // Inlined, as ClaimSlot: Push and PushAck are on every packet's path.
+  // Claim and Publish without the writing, for Push and PushAck (inlined:
+  // they are on every packet's path). PublishWritten publishes the packet
+  // written into the slot at `pos`: of an answered WRITE (Packet::answered),
+  // the last of its message (Packet::last).
   [[gnu::always_inline]] inline bool ClaimSlot(uint64_t* pos, const WireSender& producer);
-  [[gnu::always_inline]] inline bool PublishWritten(uint64_t pos, bool answered, bool last, const WireSender& producer, Owed* owed);
+  [[gnu::always_inline]] inline bool PublishWritten(uint64_t pos, bool answered, bool last,
+                                                    const WireSender& producer, Owed* owed);
   // Line-aligned, the sequence word right before the packet (wire_packet.h:
   // what every packet needs shares its line).
   struct alignas(64) Slot {
