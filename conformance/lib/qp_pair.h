@@ -44,10 +44,6 @@ const char* QpStateName(ibv_qp_state state);
 // timeout passes; fails on timeout or when ibv_poll_cq returns a negative value.
 testing::AssertionResult PollCompletions(ibv_cq* cq, int count, std::vector<ibv_wc>* out,
                                          std::chrono::milliseconds timeout = kReturnWindow);
-// ibv_query_qp reports SQD with sq_draining == 0 within timeout. A QP that
-// has just entered SQD may still be draining (kernel rxe refuses to leave
-// SQD, or to enter it again, until the drain has ended).
-testing::AssertionResult SqDrainEnds(ibv_qp* qp, std::chrono::milliseconds timeout = kReturnWindow);
 testing::AssertionResult PollOneCompletion(ibv_cq* cq, ibv_wc* wc, std::chrono::milliseconds timeout = kReturnWindow);
 
 // Succeeds when cq yields no completion for the whole window (a bounded wait
@@ -65,6 +61,10 @@ testing::AssertionResult QueryQpState(ibv_qp* qp, ibv_qp_state* state);
 // wire, such as entering ERR after a NAK, may lag the completion on hardware).
 testing::AssertionResult QpStateBecomes(ibv_qp* qp, ibv_qp_state state,
                                         std::chrono::milliseconds timeout = kReturnWindow);
+// ibv_query_qp reports SQD with sq_draining == 0 within timeout. A QP that
+// has just entered SQD may still be draining (kernel rxe refuses to leave
+// SQD, or to enter it again, until the drain has ended).
+testing::AssertionResult SqDrainEnds(ibv_qp* qp, std::chrono::milliseconds timeout = kReturnWindow);
 
 // ---- async events ---------------------------------------------------------
 

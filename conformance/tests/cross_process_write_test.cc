@@ -302,7 +302,7 @@ class CrossProcessWriteTest : public QpTest {
   }
 
   // A child whose buffer READs read: fills it with Pattern(seed, length), tells the parent
-  // (WaitForPattern), and answers until the parent writes to it.
+  // (WaitForChild), and answers until the parent writes to it.
   static std::function<void(const Child&)> ServePattern(uint8_t seed, size_t length) {
     return [seed, length](const Child& c) {
       const std::vector<uint8_t> pattern = Pattern(seed, length);
@@ -311,8 +311,9 @@ class CrossProcessWriteTest : public QpTest {
       EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));
     };
   }
-  // The parent's side: waits until the ServePattern child has filled its buffer.
-  static void WaitForPattern(int from_child) {
+  // The parent's side: waits until the child has written one byte to say it is done with a
+  // step (ServePattern: its buffer is filled).
+  static void WaitForChild(int from_child) {
     char step = 0;
     ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
     ASSERT_EQ(read(from_child, &step, 1), 1);
@@ -596,9 +597,7 @@ TEST_P(CrossProcessWriteMemoryTest, WriteAfterDeregistrationDoesNotLand) {
         EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
         ExpectWriterMapsTheChildsFile(target);
         EXPECT_EQ(write(to_child, "d", 1), 1);
-        char step = 0;
-        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
-        ASSERT_EQ(read(from_child, &step, 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         src_.FillPattern(6);
         const ibv_wc second = Write(target);
         EXPECT_EQ(second.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(second);
@@ -882,7 +881,7 @@ TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
       kFullMrAccess, kRcRemoteAccess,
       ServePattern(9, kChunk * kChunks),
       [&](const Target& target, int to_child, int from_child) {
-        ASSERT_NO_FATAL_FAILURE(WaitForPattern(from_child));
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         std::vector<ibv_sge> sges(kReads);
         std::vector<ibv_send_wr> wrs(kReads);
         for (int k = 0; k < kReads; ++k) {
@@ -942,7 +941,7 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
       kFullMrAccess, kRcRemoteAccess,
       ServePattern(11, kLength),
       [&](const Target& target, int to_child, int from_child) {
-        ASSERT_NO_FATAL_FAILURE(WaitForPattern(from_child));
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         ibv_qp_attr attr{};
         ibv_qp_init_attr init{};
         ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_PATH_MTU, &init), 0);
@@ -1023,9 +1022,7 @@ TEST_F(CrossProcessWriteTest, ResponderConnectedAgainAcksItsNewRequester) {
         ASSERT_TRUE(BringUp(b_.get(), port(), target.qpn, LocalAddress(), ConnectParams{}));
         const uint32_t second_qpn = b_.qp_num();
         ASSERT_EQ(write(to_child, &second_qpn, sizeof second_qpn), static_cast<ssize_t>(sizeof second_qpn));
-        char ready = 0;
-        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
-        ASSERT_EQ(read(from_child, &ready, 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         for (uint64_t wr_id : {2, 3}) ASSERT_EQ(PostOne(b_.get(), SendWr(wr_id, &sge, 1)), 0);
         std::vector<ibv_wc> wcs;
         EXPECT_TRUE(PollCompletions(b_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
@@ -1138,9 +1135,7 @@ TEST_F(CrossProcessWriteTest, PacketLostForMemoryIsSentAgain) {
         EXPECT_EQ(Read(c.buf, 128), Pattern(5, 128)) << "the received bytes";
       },
       [&](const Target&, int, int from_child) {
-        char armed = 0;
-        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
-        ASSERT_EQ(read(from_child, &armed, 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         src_.FillPattern(5);
         for (uint64_t id = 1; id <= 2; ++id) {
           ibv_sge sge = src_.Sge(64 * (id - 1), 64);
@@ -1215,9 +1210,7 @@ void CrossProcessWriteTest::ExpectWriterUnmapsAWithdrawnFile(bool write_again) {
         const bool mapped = MapsFileNamed(memfd_name);
         EXPECT_TRUE(mapped || refused) << "the WRITE did not go through the writer's mapping of the child's memfd";
         EXPECT_EQ(write(to_child, "w", 1), 1);
-        char step = 0;
-        ASSERT_TRUE(WaitReadable(from_child, kChildTimeout / 2));
-        ASSERT_EQ(read(from_child, &step, 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         if (mapped && write_again) {
           const ibv_wc second = Write(target);
           EXPECT_EQ(second.status, IBV_WC_SUCCESS) << DescribeWc(second);
