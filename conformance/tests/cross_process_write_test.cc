@@ -24,9 +24,11 @@
 #include <vector>
 
 #include "conformance/lib/blocking_call.h"
+#include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
 #include "conformance/lib/pipe.h"
 #include "conformance/lib/qp_pair.h"
+#include "conformance/lib/sim_control.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/userfault_buffer.h"
@@ -1032,6 +1034,75 @@ TEST_F(CrossProcessWriteTest, ResponderConnectedAgainAcksItsNewRequester) {
         EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "the first requester heard an answer";
         EXPECT_EQ(write(to_child, "x", 1), 1);
       });
+}
+
+// Takes the link of `port` down in this process through the simulator's control API, and up again
+// when it goes (a test that fails midway leaves the port as it found it); both events are read and
+// acknowledged.
+class LinkDownHere {
+ public:
+  LinkDownHere(ibv_context* context, uint8_t port) : context_(context), port_(port) {
+    down_ = SimControl::Get().RaisePortEvent(context_, port_, IBV_EVENT_PORT_ERR) == 0;
+    Acknowledge();
+  }
+  ~LinkDownHere() {
+    if (!down_) return;
+    EXPECT_EQ(SimControl::Get().RaisePortEvent(context_, port_, IBV_EVENT_PORT_ACTIVE), 0);
+    Acknowledge();
+  }
+  bool down() const { return down_; }
+
+ private:
+  void Acknowledge() {
+    ibv_async_event event = {};
+    if (GetAsyncEventWithin(context_, &event, kReturnWindow)) ibv_ack_async_event(&event);
+  }
+  ibv_context* context_;
+  uint8_t port_;
+  bool down_ = false;
+};
+
+// Rule: ibv_query_port(3): a port that is not ACTIVE passes no packets; IBTA Vol 1 ch. 9 (transport
+//   timer and retries): a requester that gets no response after retry_cnt retries completes the WR
+//   with IBV_WC_RETRY_EXC_ERR.
+// Checks: (simulator only: its control API takes the link down, in this process alone) a SEND to a
+//   QP of another process completes with success and arrives; with the link of our port down, the
+//   next SEND (retry_cnt 1) completes with IBV_WC_RETRY_EXC_ERR and the child receives nothing.
+TEST_F(CrossProcessWriteTest, SendToAnotherProcessIsLostWhileTheLinkIsDown) {
+  SKIP_IF(!Sim()) << "takes the link down through the simulator's control API";
+  ChildSetup setup;
+  setup.retry_cnt = 1;
+  RunWithChild(
+      IBV_ACCESS_LOCAL_WRITE, 0,
+      [&](const Child& c) {
+        ibv_wc first = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &first, kChildTimeout / 2));
+        EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
+        ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ibv_wc second = {};
+        EXPECT_EQ(ibv_poll_cq(c.recv_cq, 1, &second), 0)
+            << "received while the sender's link was down: " << DescribeWc(second);
+      },
+      [&](const Target&, int to_child, int from_child) {
+        ibv_sge sge = src_.Sge(0, 16);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "the SEND before the link went down: " << DescribeWc(wc);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        {
+          const LinkDownHere link(context(), port());
+          ASSERT_TRUE(link.down()) << "simverbs_raise_port_event(IBV_EVENT_PORT_ERR) failed";
+          ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
+          ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+          EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << "the SEND while the link was down: " << DescribeWc(wc);
+        }
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      setup);
 }
 
 // Rule: IBTA Vol 1 9.7.5.2 (responder PSN sequence error): after a NAK-sequence the responder NAKs

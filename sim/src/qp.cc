@@ -219,6 +219,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
   if (int err = CheckValues(a, mask)) return err;
 
   // Every check passed; apply the attributes together.
+  request_route_.Forget();
   wire_ack_.Forget();
   if (mask & IBV_QP_PKEY_INDEX) attr_.pkey_index = a.pkey_index;
   if (mask & IBV_QP_PORT) attr_.port_num = a.port_num;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "affiliated_events.h"
+#include "fabric/peer_route.h"
 #include "fabric/wire_ack.h"
 #include "handle.h"
 #include "qp_wr_builder.h"
@@ -147,6 +148,9 @@ class Qp {
   // is not running, or (`restart`) from now. Otherwise does nothing.
   void ArmTransportTimerLocked(bool restart);
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
+  // Sends a request packet: straight to the peer's ring when the connection
+  // leads to another process (request_route_), else Engine::Transmit.
+  void TransmitRequestLocked(Packet&& p);
   bool AwaitingAckLocked() const;
   // In a state whose responder takes and answers requests (RTR, RTS, SQD, SQE).
   bool RespondsLocked() const;
@@ -249,6 +253,7 @@ class Qp {
   // taken it, WRITEs are not placed.
   bool copy_unsettled_ = false;
   int rnr_retries_left_ = 0;
+  PeerRoute request_route_;  // where our requests go, when that is another process
 
   RingQueue<RecvWqe> rq_;
   // Responder state of the message being received.

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "fabric/peer_route.h"
 #include "fabric/wire_packet.h"
 #include "transport/packet.h"
 
@@ -20,24 +21,22 @@ class WireAck {
  public:
   // Sends a plain ACK of `psn` for a request of `op` from the line learned,
   // when it goes out now to another process as Engine::Transmit would send
-  // its Packet: nothing queued in front of it, no fault point armed (a
-  // delivery fault counts packets), a line learned with the ports as they
+  // its Packet (PeerRoute::Open), from a line learned with the ports as they
   // are now. False: nothing was sent; make the Packet. Requires: engine lock.
   bool Send(ibv_wr_opcode op, uint32_t psn) const;
   // Learn was called since the QP's attributes or the ports last changed.
-  bool Known() const;
+  bool Known() const { return route_.Known(); }
   // Learns the line of `ack`, a plain ACK made by Qp::NewPacket, about to be
   // transmitted. One for a QP of this process, or that no route reaches,
   // leaves no line: Send says false until the next Forget or port change.
   // Requires: engine lock.
   void Learn(const Packet& ack);
   // The QP's attributes changed (ibv_modify_qp): its ACKs may have too.
-  void Forget() { known_ = false; }
+  void Forget() { route_.Forget(); }
 
  private:
-  bool known_ = false;
-  uint64_t port_changes_ = 0;  // Device::PortChanges when learned
-  int device_index_ = -1;      // where the route led then; -1: no line
+  PeerRoute route_;  // where the ACK of the line went
+  bool has_line_ = false;
   uint32_t dst_qpn_ = 0;
   WirePacket::AckLine line_{};
 };
