@@ -330,6 +330,21 @@ class CrossProcessWriteTest : public QpTest {
     return wc;
   }
 
+  // Posts a signaled 16-byte SEND of src_ on a_ and waits for its completion.
+  ibv_wc Send(uint64_t wr_id) {
+    ibv_sge sge = src_.Sge(0, 16);
+    ibv_wc wc = {};
+    EXPECT_EQ(PostOne(a_.get(), SendWr(wr_id, &sge, 1)), 0);
+    EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+    return wc;
+  }
+  // The child's side: the receive RunWithChild posted completes with success.
+  static void ReceiveFirst(const Child& c) {
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  }
+
   // A WRITE the child's side refuses (MR `access`, QP `qp_access`): it
   // completes with `status`, and the child's buffer is still zero.
   void ExpectWriteRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
@@ -993,9 +1008,7 @@ TEST_F(CrossProcessWriteTest, ResponderConnectedAgainAcksItsNewRequester) {
   RunWithChild(
       IBV_ACCESS_LOCAL_WRITE, 0,
       [&](const Child& c) {
-        ibv_wc first = {};
-        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &first, kChildTimeout / 2));
-        EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
         uint32_t second_qpn = 0;
         ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
         ASSERT_EQ(read(c.from_parent, &second_qpn, sizeof second_qpn), static_cast<ssize_t>(sizeof second_qpn));
@@ -1015,16 +1028,14 @@ TEST_F(CrossProcessWriteTest, ResponderConnectedAgainAcksItsNewRequester) {
         EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
       },
       [&](const Target& target, int to_child, int from_child) {
-        ibv_sge sge = src_.Sge(0, 16);
-        ibv_wc wc = {};
-        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
-        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        const ibv_wc wc = Send(1);
         ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "the SEND of the first connection: " << DescribeWc(wc);
         ASSERT_TRUE(CreateEnd(&b_));
         ASSERT_TRUE(BringUp(b_.get(), port(), target.qpn, LocalAddress(), ConnectParams{}));
         const uint32_t second_qpn = b_.qp_num();
         ASSERT_EQ(write(to_child, &second_qpn, sizeof second_qpn), static_cast<ssize_t>(sizeof second_qpn));
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_sge sge = src_.Sge(0, 16);
         for (uint64_t wr_id : {2, 3}) ASSERT_EQ(PostOne(b_.get(), SendWr(wr_id, &sge, 1)), 0);
         std::vector<ibv_wc> wcs;
         EXPECT_TRUE(PollCompletions(b_.send_cq.get(), 2, &wcs, kChildTimeout / 2));
@@ -1075,9 +1086,7 @@ TEST_F(CrossProcessWriteTest, SendToAnotherProcessIsLostWhileTheLinkIsDown) {
   RunWithChild(
       IBV_ACCESS_LOCAL_WRITE, 0,
       [&](const Child& c) {
-        ibv_wc first = {};
-        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &first, kChildTimeout / 2));
-        EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
         ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
         ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
@@ -1087,18 +1096,14 @@ TEST_F(CrossProcessWriteTest, SendToAnotherProcessIsLostWhileTheLinkIsDown) {
             << "received while the sender's link was down: " << DescribeWc(second);
       },
       [&](const Target&, int to_child, int from_child) {
-        ibv_sge sge = src_.Sge(0, 16);
-        ibv_wc wc = {};
-        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
-        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
-        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "the SEND before the link went down: " << DescribeWc(wc);
+        const ibv_wc before = Send(1);
+        ASSERT_EQ(before.status, IBV_WC_SUCCESS) << "the SEND before the link went down: " << DescribeWc(before);
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         {
           const LinkDownHere link(context(), port());
           ASSERT_TRUE(link.down()) << "simverbs_raise_port_event(IBV_EVENT_PORT_ERR) failed";
-          ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
-          ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
-          EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << "the SEND while the link was down: " << DescribeWc(wc);
+          const ibv_wc lost = Send(2);
+          EXPECT_EQ(lost.status, IBV_WC_RETRY_EXC_ERR) << "the SEND while the link was down: " << DescribeWc(lost);
         }
         EXPECT_EQ(write(to_child, "x", 1), 1);
       },
