@@ -207,6 +207,12 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
   return 0;
 }
 
+void Qp::TransmitToPeerLocked(Packet&& p) {
+  // A datagram's address is its WR's: nothing to keep.
+  if (type() != IBV_QPT_UD && peer_route_.Send(p)) return;
+  Engine::Get().Transmit(std::move(p));
+}
+
 int Qp::Modify(const ibv_qp_attr& a, int mask) {
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (destroying_) return EINVAL;
@@ -219,7 +225,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
   if (int err = CheckValues(a, mask)) return err;
 
   // Every check passed; apply the attributes together.
-  request_route_.Forget();
+  peer_route_.Forget();
   wire_ack_.Forget();
   if (mask & IBV_QP_PKEY_INDEX) attr_.pkey_index = a.pkey_index;
   if (mask & IBV_QP_PORT) attr_.port_num = a.port_num;

@@ -148,9 +148,10 @@ class Qp {
   // is not running, or (`restart`) from now. Otherwise does nothing.
   void ArmTransportTimerLocked(bool restart);
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
-  // Sends a request packet: straight to the peer's ring when the connection
-  // leads to another process (request_route_), else Engine::Transmit.
-  void TransmitRequestLocked(Packet&& p);
+  // Sends a packet of the QP's connection (a request, or an answer to the
+  // peer's): straight to the peer's ring when the connection leads to another
+  // process (peer_route_), else Engine::Transmit.
+  void TransmitToPeerLocked(Packet&& p);
   bool AwaitingAckLocked() const;
   // In a state whose responder takes and answers requests (RTR, RTS, SQD, SQE).
   bool RespondsLocked() const;
@@ -253,7 +254,7 @@ class Qp {
   // taken it, WRITEs are not placed.
   bool copy_unsettled_ = false;
   int rnr_retries_left_ = 0;
-  PeerRoute request_route_;  // where our requests go, when that is another process
+  PeerRoute peer_route_;  // where our packets go, when that is another process
 
   RingQueue<RecvWqe> rq_;
   // Responder state of the message being received.

@@ -360,7 +360,7 @@ void Qp::ExecuteLocked(size_t index) {
                                  : 1;
     next_psn_ = (next_psn_ + packets) & kPsnMask;
     wqe.last_psn = (next_psn_ - 1) & kPsnMask;
-    TransmitRequestLocked(std::move(p));
+    TransmitToPeerLocked(std::move(p));
     return;
   }
 
@@ -412,7 +412,7 @@ void Qp::ExecuteLocked(size_t index) {
     }
     wqe.last_psn = p.psn;
     offset += chunk;
-    TransmitRequestLocked(std::move(p));
+    TransmitToPeerLocked(std::move(p));
     // Answered or failed meanwhile; or an RNR or sequence NAK rewound the
     // send queue, which sends the message again from its first packet.
     if (state() != sending_state || wqe.acked || next_psn_ != ((wqe.last_psn + 1) & kPsnMask)) return;
@@ -420,12 +420,6 @@ void Qp::ExecuteLocked(size_t index) {
 
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable()) wqe.acked = true;
-}
-
-void Qp::TransmitRequestLocked(Packet&& p) {
-  // A datagram's address is its WR's: nothing to keep.
-  if (type() != IBV_QPT_UD && request_route_.Send(p)) return;
-  Engine::Get().Transmit(std::move(p));
 }
 
 // A placed WRITE's data lands when the requester executes it, before the
@@ -493,7 +487,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   const bool answered = wqe.opcode == IBV_WR_RDMA_WRITE && Fabric::Get().PushesNow(dst->index(), dst_qpn);
   p.answered = answered;
   wqe.placed = true;
-  TransmitRequestLocked(std::move(p));
+  TransmitToPeerLocked(std::move(p));
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable() || answered) wqe.acked = true;
   return true;

@@ -291,7 +291,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));
       const uint32_t psn = (pkt.psn + packets) & 0xffffff;
       SendDeferredAckLocked();
-      Engine::Get().Transmit(std::move(r));
+      TransmitToPeerLocked(std::move(r));
       if (((pkt.psn - epsn_) & 0xffffff) == 0) epsn_ = psn;
       return;
     }
@@ -324,7 +324,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       r.atomic_orig = orig;
       epsn_ = (pkt.psn + 1) & 0xffffff;
       SendDeferredAckLocked();
-      Engine::Get().Transmit(std::move(r));
+      TransmitToPeerLocked(std::move(r));
       return;
     }
     default:
@@ -377,7 +377,7 @@ void Qp::SendAckLocked(ibv_wr_opcode op, uint32_t psn) {
   r.op = op;
   r.psn = psn;
   if (!wire_ack_.Known()) wire_ack_.Learn(r);
-  Engine::Get().Transmit(std::move(r));
+  TransmitToPeerLocked(std::move(r));
 }
 
 void Qp::ReceiveUd(const Packet& pkt) {
@@ -423,7 +423,7 @@ void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
   r.nak = nak;
   if (nak == Packet::Nak::kRnr) r.imm_data = attr_.min_rnr_timer;
   if (nak == Packet::Nak::kSequence) r.psn = epsn_;
-  Engine::Get().Transmit(std::move(r));
+  TransmitToPeerLocked(std::move(r));
 }
 
 // A responder error that ends the connection: the receive in progress (if
