@@ -1222,9 +1222,11 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
 
 void Fabric::DeliverTaken(Packet* pkt, bool at_tail) {
   taking_ = at_tail;  // (a held ACK was taken with an earlier slot: the tail has moved on)
-  Engine::Get().Transmit(std::move(*pkt));
+  if (!Engine::Get().DeliverInPlace(*pkt)) {
+    Engine::Get().Transmit(std::move(*pkt));
+    pkt->payload = Engine::Get().PayloadBuffer();
+  }
   taking_ = false;
-  pkt->payload = Engine::Get().PayloadBuffer();
 }
 
 namespace {

@@ -109,6 +109,14 @@ void Engine::Transmit(Packet&& pkt) {
   DrainLocked();
 }
 
+bool Engine::DeliverInPlace(const Packet& pkt) {
+  if (draining_) return false;
+  draining_ = true;
+  DeliverOrDropLocked(pkt);
+  DrainLocked();
+  return true;
+}
+
 void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
   try {
     if (FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();

@@ -64,6 +64,12 @@ class Engine {
   // Requires: mu() held. Queues a packet and delivers everything queued,
   // including the answers it causes, before returning.
   void Transmit(Packet&& pkt);
+  // Requires: mu() held. Delivers `pkt` where it is, with everything its
+  // delivery queues, as Transmit does when nothing is being delivered, and
+  // leaves its payload buffer with it (a packet taken from our ring: the
+  // next one reuses the buffer). False while a delivery is under way:
+  // nothing was done; Transmit it.
+  bool DeliverInPlace(const Packet& pkt);
   // Transmit is on the stack already: a packet it is given now is queued,
   // and delivered only after its caller has returned (one that leaves this
   // process, with nothing queued in front of it, goes into the peer's ring at
