@@ -587,13 +587,18 @@ int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
   return e.qpn.load() == qpn && slot >= 0 && slot < kMaxProcs ? slot : -1;
 }
 
+inline Fabric::Peer* Fabric::ReachOwner(int device_index, uint32_t qpn, int* slot) {
+  *slot = OwnerSlot(device_index, qpn);
+  return *slot >= 0 && *slot != slot_ ? ReachPeer(*slot) : nullptr;
+}
+
 bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_fd_, slot); }
 
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
                         uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
-  const int slot = OwnerSlot(device_index, dst_qpn);
-  if (slot < 0 || slot == slot_ || length == 0 || pid_namespace_ == 0) return false;
-  Peer* peer = ReachPeer(slot);
+  if (length == 0 || pid_namespace_ == 0) return false;
+  int slot = -1;
+  Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
   if (!peer || peer->placement_denied) return false;
   const ProcSlot& owner = segment_->procs[slot];
   // Its pid names it only in our own PID namespace.
@@ -799,9 +804,8 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
 }
 
 bool Fabric::PushAck(int device_index, uint32_t dst_qpn, const WirePacket::AckLine& line, uint32_t psn) {
-  const int slot = OwnerSlot(device_index, dst_qpn);
-  if (slot < 0 || slot == slot_) return false;
-  Peer* peer = ReachPeer(slot);
+  int slot = -1;
+  Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
   if (!peer || !peer->backlog.empty()) return false;
   uint64_t pos = 0;
   PacketRing::Owed owed;
@@ -811,16 +815,14 @@ bool Fabric::PushAck(int device_index, uint32_t dst_qpn, const WirePacket::AckLi
 }
 
 bool Fabric::PushesNow(int device_index, uint32_t qpn) {
-  const int slot = OwnerSlot(device_index, qpn);
-  if (slot < 0 || slot == slot_) return false;
-  Peer* peer = ReachPeer(slot);
+  int slot = -1;
+  Peer* peer = ReachOwner(device_index, qpn, &slot);
   return peer && peer->backlog.empty() && peer->ring->HasRoom();
 }
 
 bool Fabric::SendRemote(int device_index, const Packet& pkt) {
-  const int slot = OwnerSlot(device_index, pkt.dst_qpn);
-  if (slot < 0 || slot == slot_) return false;
-  Peer* peer = ReachPeer(slot);
+  int slot = -1;
+  Peer* peer = ReachOwner(device_index, pkt.dst_qpn, &slot);
   if (!peer) return false;
   const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
   if (!pkt.stream && PushNow(slot, *peer, pkt, src_device)) return true;

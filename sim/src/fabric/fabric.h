@@ -379,6 +379,10 @@ class Fabric {
   int OwnerSlot(int device_index, uint32_t qpn) const;
   // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
   Peer* ReachPeer(int slot);
+  // The peer that owns (device, qpn) by the directory, reached (ReachPeer),
+  // its slot in *slot; nullptr when that is nobody, this process, or a peer
+  // that cannot be reached.
+  inline Peer* ReachOwner(int device_index, uint32_t qpn, int* slot);
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
   bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
