@@ -111,12 +111,12 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
 }
 
 void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
-  // A fresh entry that keeps the buffers of the slot's previous one: copying
-  // empty vectors clears them and keeps their capacity, so posting allocates
-  // nothing in steady state.
-  static const SendWqe kFresh;
-  *out = kFresh;
+  // A fresh entry that keeps the buffers of the slot's previous one (cleared,
+  // their capacity kept): posting allocates nothing in steady state.
   SendWqe& wqe = *out;
+  static_cast<SendWqeValues&>(wqe) = SendWqeValues{};
+  wqe.sges.clear();
+  wqe.inline_data.clear();
   wqe.wr_id = wr.wr_id;
   wqe.opcode = wr.opcode;
   wqe.signaled = init_.sq_sig_all || (wr.send_flags & IBV_SEND_SIGNALED);

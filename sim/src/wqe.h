@@ -31,14 +31,15 @@ struct AddressVector {
   }
 };
 
-struct SendWqe {
+// Everything of a SendWqe but its two buffers: plain values, so that a slot
+// taken for a new WR is reset with a few stores (Qp::MakeSendWqe) while the
+// buffers keep their capacity.
+struct SendWqeValues {
   uint64_t wr_id = 0;
   ibv_wr_opcode opcode = IBV_WR_SEND;
   bool signaled = false;
   bool solicited = false;
   bool fence = false;
-  std::vector<ibv_sge> sges;         // gather list; checked when the WQE executes
-  std::vector<uint8_t> inline_data;  // copied at post time (IBV_SEND_INLINE)
   bool is_inline = false;
   uint64_t length = 0;
   uint32_t imm_data = 0;  // network order, or the rkey to invalidate
@@ -75,6 +76,11 @@ struct SendWqe {
   // taken in PSN order only); a resend asks for the rest.
   uint64_t read_offset = 0;
   uint32_t read_packets = 0;
+};
+
+struct SendWqe : SendWqeValues {
+  std::vector<ibv_sge> sges;         // gather list; checked when the WQE executes
+  std::vector<uint8_t> inline_data;  // copied at post time (IBV_SEND_INLINE)
 };
 
 struct RecvWqe {
