@@ -29,7 +29,7 @@
 
 #include "affiliated_events.h"
 #include "fabric/peer_route.h"
-#include "fabric/wire_ack.h"
+#include "fabric/wire_line.h"
 #include "handle.h"
 #include "qp_wr_builder.h"
 #include "result.h"
@@ -267,7 +267,8 @@ class Qp {
   bool ack_deferred_ = false;  // an ACK for deferred_ack_psn_ waits for the burst's end
   uint32_t deferred_ack_psn_ = 0;
   ibv_wr_opcode deferred_ack_op_ = IBV_WR_SEND;
-  WireAck wire_ack_;  // our ACKs' line, when they go to another process
+  WireLine wire_ack_;   // our ACKs' line, when they go to another process
+  WireLine wire_send_;  // our one-packet SENDs' line, likewise
   bool recv_in_progress_ = false;
   bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;

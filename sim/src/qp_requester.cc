@@ -371,6 +371,21 @@ void Qp::ExecuteLocked(size_t index) {
   // A message in one piece of our memory (one SGE, or inline data): found
   // once, and each packet borrows its bytes from there.
   const uint8_t* whole = one_sge ? one_sge : ContiguousLocked(wqe, 0, total);
+  // A one-packet SEND to a QP of another process, while the line of an
+  // earlier one holds: written from that line (fabric/wire_line.h).
+  const bool one_packet_send = (wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM ||
+                                wqe.opcode == IBV_WR_SEND_WITH_INV) &&
+                               total <= mtu && (type() == IBV_QPT_RC || type() == IBV_QPT_UC);
+  if (one_packet_send && (whole || total == 0)) {
+    if (const WirePacket::Line* line = wire_send_.Usable();
+        line && wire_send_.Send(line->ForSend(wqe.opcode, wqe.solicited, wqe.imm_data, static_cast<uint16_t>(total)),
+                                next_psn_, whole)) {
+      wqe.last_psn = next_psn_;
+      next_psn_ = (next_psn_ + 1) & kPsnMask;
+      if (!Reliable()) wqe.acked = true;
+      return;
+    }
+  }
   // What every packet of the message carries, made once. Transmit may move
   // from it, which takes only its payload (the header is plain values, and a
   // SEND or WRITE has no response stream): each packet sets its own again.
@@ -412,6 +427,7 @@ void Qp::ExecuteLocked(size_t index) {
     }
     wqe.last_psn = p.psn;
     offset += chunk;
+    if (one_packet_send && !wire_send_.Known()) wire_send_.Learn(p);
     TransmitToPeerLocked(std::move(p));
     // Answered or failed meanwhile; or an RNR or sequence NAK rewound the
     // send queue, which sends the message again from its first packet.

@@ -371,7 +371,7 @@ void Qp::SendDeferredAckLocked() {
 }
 
 void Qp::SendAckLocked(ibv_wr_opcode op, uint32_t psn) {
-  if (wire_ack_.Send(op, psn)) return;
+  if (const WirePacket::Line* line = wire_ack_.Usable(); line && wire_ack_.Send(line->ForAck(op), psn)) return;
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = Packet::Kind::kAck;
   r.op = op;

@@ -138,20 +138,20 @@ Packet PlainAck(uint32_t psn) {
   return p;
 }
 
-WirePacket::AckLine LineOf(const WirePacket& wire) {
+WirePacket::Line LineOf(const WirePacket& wire) {
   uint32_t psn = 0;
-  return wire.ReadAckLine(&psn);
+  return wire.ReadLine(&psn);
 }
 
-// Fabric::DrainInboundLocked takes a plain ACK whose AckLine is the held
+// Fabric::DrainInboundLocked takes a plain ACK whose Line is the held
 // one's by its PSN alone: that must be what the whole packet would differ in.
-TEST(WirePacketTest, TwoAckLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone) {
+TEST(WirePacketTest, TwoLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone) {
   auto held = std::make_unique<WirePacket>();
   auto next = std::make_unique<WirePacket>();
   held->From(PlainAck(100), 0, WireSender{3, 7, 40});
   next->From(PlainAck(101), 0, WireSender{3, 7, 41});
   uint32_t psn = 0;
-  const WirePacket::AckLine line = next->ReadAckLine(&psn);
+  const WirePacket::Line line = next->ReadLine(&psn);
   EXPECT_EQ(psn, 101u);
   EXPECT_TRUE(line.PlainAck());
   EXPECT_TRUE(line == LineOf(*held)) << "the PSN and the sender hint are not part of it";
@@ -165,7 +165,7 @@ TEST(WirePacketTest, TwoAckLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone)
   // Anything else that differs makes the lines differ, or the ACK not plain.
   const auto differs = [&](Packet p, const char* what) {
     next->From(p, 0, {});
-    const WirePacket::AckLine other = LineOf(*next);
+    const WirePacket::Line other = LineOf(*next);
     EXPECT_FALSE(other.PlainAck() && other == LineOf(*held)) << what;
   };
   Packet p = PlainAck(101);
@@ -204,8 +204,8 @@ TEST(WirePacketTest, TwoAckLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone)
   EXPECT_FALSE(LineOf(*next) == LineOf(*held)) << "another device";
 }
 
-// Fabric::PushAck writes a QP's later ACKs from the line of an earlier one
-// (fabric/wire_ack.h): byte for byte what From writes for the ACK itself.
+// Fabric::PushLine writes a QP's later ACKs from the line of an earlier one
+// (fabric/wire_line.h): byte for byte what From writes for the ACK itself.
 TEST(WirePacketTest, AnAckWrittenFromItsLineIsTheOneFromWouldWrite) {
   const ProfileGids& gids = ProfileGids::Get();
   ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
@@ -218,7 +218,7 @@ TEST(WirePacketTest, AnAckWrittenFromItsLineIsTheOneFromWouldWrite) {
   for (const Packet& earlier : {PlainAck(100), roce}) {
     auto learned = std::make_unique<WirePacket>();
     learned->From(earlier, 2, WireSender{3, 7, 40});
-    const WirePacket::AckLine line = LineOf(*learned);
+    const WirePacket::Line line = LineOf(*learned);
     ASSERT_TRUE(line.PlainAck());
     Packet later = earlier;
     later.psn = 0xabcdef;
@@ -228,13 +228,105 @@ TEST(WirePacketTest, AnAckWrittenFromItsLineIsTheOneFromWouldWrite) {
     std::memset(expected.get(), 0x5a, offsetof(WirePacket, payload));
     std::memset(written.get(), 0xa5, offsetof(WirePacket, payload));  // every byte must be written
     expected->From(later, 2, sender);
-    written->FromAckLine(line, later.psn, sender);
+    written->FromLine(line, later.psn, nullptr, sender);
     EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), offsetof(WirePacket, payload)))
         << (earlier.has_grh ? "RoCE" : "IB") << " ACK";
     Packet received;
     written->ToPacket(nullptr, &received);
     ExpectSameFields(later, received);
   }
+}
+
+// A one-packet SEND of a connected QP, as Qp::ExecuteLocked makes it.
+Packet PlainSend(ibv_wr_opcode op, bool solicited, uint32_t imm_data, uint32_t psn, size_t length) {
+  Packet p = PlainAck(psn);
+  p.kind = Packet::Kind::kRequest;
+  p.transport = IBV_QPT_UC;
+  p.op = op;
+  p.solicited = solicited;
+  p.imm_data = imm_data;
+  p.payload.assign(length, static_cast<uint8_t>(length));
+  return p;
+}
+
+// Fabric::PushLine writes a QP's later one-packet SENDs from the line of an
+// earlier one (fabric/wire_line.h), with their own operation, solicited bit,
+// immediate data, PSN and payload: byte for byte what From writes for them.
+TEST(WirePacketTest, ASendWrittenFromAnEarlierOnesLineIsTheOneFromWouldWrite) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
+  Packet roce = PlainSend(IBV_WR_SEND, false, 0, 100, 64);
+  roce.has_grh = true;
+  roce.dst.is_global = true;
+  roce.dst.dgid = gids.At(1);
+  roce.sgid = gids.At(static_cast<uint8_t>(gids.size()));
+  roce.dst.sgid_index = 1;
+  for (const Packet& earlier : {PlainSend(IBV_WR_SEND_WITH_IMM, true, 0x1234, 100, 64), roce}) {
+    auto learned = std::make_unique<WirePacket>();
+    learned->From(earlier, 2, WireSender{3, 7, 40});
+    const WirePacket::Line line = LineOf(*learned);
+    ASSERT_TRUE(line.PlainSend());
+    ASSERT_FALSE(line.PlainAck());
+    for (const ibv_wr_opcode op : {IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, IBV_WR_SEND_WITH_INV}) {
+      for (const bool solicited : {false, true}) {
+        for (const size_t length : {size_t{0}, size_t{1}, size_t{4096}}) {
+          Packet later = earlier;
+          later.op = op;
+          later.solicited = solicited;
+          later.imm_data = 0xfeedbeef;
+          later.psn = 0xabcdef;
+          later.payload.assign(length, 0x3c);
+          const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
+          auto expected = std::make_unique<WirePacket>();
+          auto written = std::make_unique<WirePacket>();
+          const size_t compared = offsetof(WirePacket, payload) + length;
+          std::memset(expected.get(), 0x5a, compared);
+          std::memset(written.get(), 0xa5, compared);  // every byte must be written
+          expected->From(later, 2, sender);
+          written->FromLine(line.ForSend(op, solicited, later.imm_data, static_cast<uint16_t>(length)), later.psn,
+                            later.payload.data(), sender);
+          EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), compared))
+              << (earlier.has_grh ? "RoCE" : "IB") << " SEND, op " << op << ", solicited " << solicited << ", "
+              << length << " bytes";
+          Packet received;
+          written->ToPacket(nullptr, &received);
+          ExpectSameFields(later, received);
+        }
+      }
+    }
+  }
+}
+
+// The lines a QP writes packets from are those of one-packet messages without
+// the rare lines: no other request passes for a plain SEND.
+TEST(WirePacketTest, OnlyAOnePacketRequestWithoutRareLinesIsAPlainSend) {
+  auto wire = std::make_unique<WirePacket>();
+  const auto plain_send = [&](const Packet& p) {
+    wire->From(p, 0, {});
+    return LineOf(*wire).PlainSend();
+  };
+  Packet p = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
+  EXPECT_TRUE(plain_send(p));
+  p.first = false;
+  EXPECT_FALSE(plain_send(p)) << "a middle or last packet";
+  p = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
+  p.last = false;
+  EXPECT_FALSE(plain_send(p)) << "a first packet of several";
+  p = PlainSend(IBV_WR_RDMA_WRITE, false, 0, 1, 8);
+  p.remote_addr = 0x1000;
+  p.rkey = 5;
+  p.dma_length = 8;
+  EXPECT_FALSE(plain_send(p)) << "a WRITE (RETH)";
+  p = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
+  p.xrc_srqn = 9;
+  EXPECT_FALSE(plain_send(p)) << "an XRC SEND";
+  p = PlainSend(IBV_WR_SEND, false, 0, 1, 0);
+  p.placed = true;
+  EXPECT_FALSE(plain_send(p)) << "a placed packet";
+  p = PlainSend(IBV_WR_SEND, false, 0, 1, 0);
+  p.psn_count = 2;
+  EXPECT_FALSE(plain_send(p)) << "one packet standing for two PSNs";
+  EXPECT_FALSE(plain_send(PlainAck(1))) << "an ACK";
 }
 
 // A packet with a GRH between two GIDs.

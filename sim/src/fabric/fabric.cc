@@ -778,9 +778,18 @@ bool IsWork(const Packet& pkt) { return pkt.kind != Packet::Kind::kAck && pkt.ki
 
 }  // namespace
 
-inline void Fabric::PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos) {
+inline void Fabric::PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos, bool work,
+                                 uint32_t payload_len) {
   peer.last_pushed = pos;
   peer.pushed = true;
+  // Nothing of the peer's taken since our previous packet to it: a stream,
+  // whose later packets' slot lines we may ask for now. (Bare ACKs and NAKs
+  // count on neither side: a ping-pong's reply follows the ACK of the
+  // request it answers.)
+  if (work) {
+    if (peer.work_taken_at_push == work_taken_) peer.ring->PrefetchSlotAfterNext(pos, payload_len);
+    peer.work_taken_at_push = work_taken_;
+  }
   // A look owed is taken at our next settling (packet_ring.h: publishing).
   OweLocked(slot, peer, owed, pos);
 }
@@ -789,28 +798,21 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
   PacketRing::Owed owed;
   if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, Sender(), &owed)) return false;
-  // Nothing of the peer's taken since our previous packet to it: a stream,
-  // whose later packets' slot lines we may ask for now. (Bare ACKs and NAKs
-  // count on neither side: a ping-pong's reply follows the ACK of the
-  // request it answers.)
-  if (IsWork(pkt)) {
-    if (peer.work_taken_at_push == work_taken_) {
-      peer.ring->PrefetchSlotAfterNext(pos, static_cast<uint32_t>(pkt.payload.size()));
-    }
-    peer.work_taken_at_push = work_taken_;
-  }
-  PushedLocked(slot, peer, owed, pos);
+  PushedLocked(slot, peer, owed, pos, IsWork(pkt), static_cast<uint32_t>(pkt.payload.size()));
   return true;
 }
 
-bool Fabric::PushAck(int device_index, uint32_t dst_qpn, const WirePacket::AckLine& line, uint32_t psn) {
+bool Fabric::PushLine(int device_index, uint32_t dst_qpn, const WirePacket::Line& line, uint32_t psn,
+                      const uint8_t* bytes) {
   int slot = -1;
   Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
   if (!peer || !peer->backlog.empty()) return false;
   uint64_t pos = 0;
   PacketRing::Owed owed;
-  if (!peer->ring->PushAck(line, psn, &pos, Sender(), &owed)) return false;
-  PushedLocked(slot, *peer, owed, pos);
+  if (!peer->ring->PushLine(line, psn, bytes, &pos, Sender(), &owed)) return false;
+  const bool work = line.kind != static_cast<uint8_t>(Packet::Kind::kAck) &&
+                    line.kind != static_cast<uint8_t>(Packet::Kind::kNak);  // (IsWork)
+  PushedLocked(slot, *peer, owed, pos, work, line.payload_len);
   return true;
 }
 
@@ -1143,7 +1145,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   Packet* pkt = &inbound_;
   Packet* held = &held_ack_;  // a positive ACK not delivered yet, while `holding`
   bool holding = false;
-  WirePacket::AckLine held_line{};  // the line `held` was made from
+  WirePacket::Line held_line{};  // the line `held` was made from
   pkt->payload = Engine::Get().PayloadBuffer();
   uint32_t popped = 0;
   uint32_t receives = 0;  // messages delivered that take a receive WQE
@@ -1164,7 +1166,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       // An ACK that ReplacesAck would take for the held one's successor, and
       // whose Packet would differ from it in the PSN alone: only that is taken.
       uint32_t psn = 0;
-      const WirePacket::AckLine line = wp.ReadAckLine(&psn);
+      const WirePacket::Line line = wp.ReadLine(&psn);
       if (line.PlainAck() && line == held_line && ((psn - held->psn) & 0xffffff) < 0xffffff / 2) {
         held->psn = psn;
         return;
@@ -1197,7 +1199,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       // (Read again after ToPacket: a writer that changed the slot meanwhile
       // gets an ACK delivered that it could have written itself, no more.)
       uint32_t psn = 0;
-      held_line = wp.ReadAckLine(&psn);
+      held_line = wp.ReadLine(&psn);
       holding = true;
       return;
     }

@@ -268,11 +268,13 @@ class Fabric {
   // A packet for the owner of (device, qpn) would go into its ring now (no
   // backlog, room). Requires: engine lock.
   bool PushesNow(int device_index, uint32_t qpn);
-  // Puts a plain ACK (WirePacket::FromAckLine) into the ring of the owner of
-  // (device, qpn) now, as SendRemote would put the Packet it was made from;
-  // false when it cannot go now (it is ours or nobody's, a backlog waits, the
-  // ring is full): nothing is sent then. Requires: engine lock.
-  bool PushAck(int device_index, uint32_t dst_qpn, const WirePacket::AckLine& line, uint32_t psn);
+  // Puts a plain ACK or SEND (WirePacket::FromLine), with line.payload_len
+  // bytes of `bytes`, into the ring of the owner of (device, qpn) now, as
+  // SendRemote would put the Packet it stands for; false when it cannot go
+  // now (it is ours or nobody's, a backlog waits, the ring is full): nothing
+  // is sent then. Requires: engine lock.
+  bool PushLine(int device_index, uint32_t dst_qpn, const WirePacket::Line& line, uint32_t psn,
+                const uint8_t* bytes = nullptr);
   // True while a packet we sent to the owner of (device, qpn) still waits in
   // its ring and that process is alive: the wire is slow, nothing is lost.
   // Retransmit timers do not count such a timeout. Requires: engine lock.
@@ -386,8 +388,10 @@ class Fabric {
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
   bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
-  // Our packet at `pos` is in the peer's ring: what PushNow and PushAck note.
-  inline void PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos);
+  // Our packet at `pos` is in the peer's ring: what PushNow and PushLine note
+  // (`work`: not a bare ACK or NAK, IsWork; of `payload_len` bytes).
+  inline void PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos, bool work,
+                           uint32_t payload_len);
   // What a push left owed to the owner in `slot` (PacketRing::Owed): a wake,
   // when it may need waking for our packet at `pos` (it just found work: look
   // again at our next polls), or a look whether it sleeps.

@@ -118,11 +118,11 @@ bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_
   return true;
 }
 
-bool PacketRing::PushAck(const WirePacket::AckLine& line, uint32_t psn, uint64_t* pushed_at,
-                         const WireSender& producer, Owed* owed) {
+bool PacketRing::PushLine(const WirePacket::Line& line, uint32_t psn, const uint8_t* bytes, uint64_t* pushed_at,
+                          const WireSender& producer, Owed* owed) {
   uint64_t pos = 0;
   if (!ClaimSlot(&pos, producer)) return false;
-  slots_[pos % kSlots].pkt.FromAckLine(line, psn, producer);
+  slots_[pos % kSlots].pkt.FromLine(line, psn, bytes, producer);
   if (!PublishWritten(pos, false, true, producer, owed)) return false;
   *pushed_at = pos;
   return true;

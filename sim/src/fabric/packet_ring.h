@@ -93,8 +93,9 @@ class PacketRing {
   // `owed`: see the top; nullptr: wake the owner now if it needs it.
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, const WireSender& producer = {},
             Owed* owed = nullptr);
-  // Push of a plain ACK whose line is `line` (WirePacket::FromAckLine).
-  bool PushAck(const WirePacket::AckLine& line, uint32_t psn, uint64_t* pos, const WireSender& producer,
+  // Push of a plain ACK or SEND whose line is `line`, with line.payload_len
+  // bytes of `bytes` (WirePacket::FromLine).
+  bool PushLine(const WirePacket::Line& line, uint32_t psn, const uint8_t* bytes, uint64_t* pos, const WireSender& producer,
                Owed* owed);
   // Push in its two steps: claims a slot (false: full), then writes and
   // publishes the packet there (false: the owner skipped the slot meanwhile,
@@ -257,7 +258,7 @@ class PacketRing {
   bool app_may_poll() const { return poll_state_.load(std::memory_order_relaxed) != kNotPolling; }
 
  private:
-  // Claim and Publish without the writing, for Push and PushAck (inlined:
+  // Claim and Publish without the writing, for Push and PushLine (inlined:
   // they are on every packet's path). PublishWritten publishes the packet
   // written into the slot at `pos`: of an answered WRITE (Packet::answered),
   // the last of its message (Packet::last).

@@ -162,7 +162,9 @@ struct WirePacket {
   // two plain positive ACKs whose lines are the same, the later acknowledges
   // everything the earlier does (transport/cumulative_ack.h): one that comes
   // behind the other needs no Packet made of it (Fabric::DrainInboundLocked).
-  struct AckLine {
+  // A QP's plain ACKs, and its one-packet SENDs, are written from the line of
+  // an earlier one (fabric/wire_ack.h, fabric/wire_send.h).
+  struct Line {
     uint8_t kind, transport, op, flags, nak, src_port;
     uint16_t slid;
     uint32_t src_qpn, dst_qpn, imm_data, psn_count;
@@ -174,16 +176,40 @@ struct WirePacket {
     uint8_t dst_is_global, dst_sgid_index, dst_sl, dst_port_num;
     uint16_t unused = 0;  // (no padding: lines are compared as bytes)
     // (Field by field, 22 comparisons on every ACK a drain holds.)
-    bool operator==(const AckLine& other) const { return std::memcmp(this, &other, sizeof *this) == 0; }
+    bool operator==(const Line& other) const { return std::memcmp(this, &other, sizeof *this) == 0; }
     // A positive ACK without payload that uses neither rare line.
     bool PlainAck() const {
       return kind == static_cast<uint8_t>(Packet::Kind::kAck) && nak == static_cast<uint8_t>(Packet::Nak::kNone) &&
              payload_len == 0 && !(flags & (kAddressing | kExtended));
     }
+    // A request that is a whole message in one packet, with neither rare
+    // line: a SEND of a connected QP (the payload aside).
+    bool PlainSend() const {
+      return kind == static_cast<uint8_t>(Packet::Kind::kRequest) && nak == static_cast<uint8_t>(Packet::Nak::kNone) &&
+             (flags & (kFirst | kLast)) == (kFirst | kLast) && !(flags & (kPlaced | kAnswered | kAddressing | kExtended)) &&
+             psn_count == 1;
+    }
+    // The line of another such ACK of the same QP, for a request of `ack_op`
+    // (the request's operation is a field of the line like any other).
+    Line ForAck(ibv_wr_opcode ack_op) const {
+      Line line = *this;
+      line.op = static_cast<uint8_t>(ack_op);
+      return line;
+    }
+    // The line of another such SEND of the same QP: what From writes for a
+    // Packet that differs from this line's in these fields alone.
+    Line ForSend(ibv_wr_opcode send_op, bool send_solicited, uint32_t send_imm_data, uint16_t send_payload_len) const {
+      Line line = *this;
+      line.op = static_cast<uint8_t>(send_op);
+      line.flags = static_cast<uint8_t>((flags & ~kSolicited) | (send_solicited ? kSolicited : 0));
+      line.imm_data = send_imm_data;
+      line.payload_len = send_payload_len;
+      return line;
+    }
   };
-  static_assert(std::has_unique_object_representations_v<AckLine>);
-  // Reads the first line once: its AckLine, and its PSN into *psn_out.
-  AckLine ReadAckLine(uint32_t* psn_out) const {
+  static_assert(std::has_unique_object_representations_v<Line>);
+  // Reads the first line once: its Line, and its PSN into *psn_out.
+  Line ReadLine(uint32_t* psn_out) const {
     *psn_out = ReadOnce(psn);
     return {ReadOnce(kind),        ReadOnce(transport),   ReadOnce(op),          ReadOnce(flags),
             ReadOnce(nak),         ReadOnce(src_port),    ReadOnce(slid),        ReadOnce(src_qpn),
@@ -193,10 +219,13 @@ struct WirePacket {
             ReadOnce(dst_sl),      ReadOnce(dst_port_num)};
   }
 
-  // Writes a plain ACK (AckLine::PlainAck) that From would write for a
-  // packet whose line is `line`, with `psn` and the sender hint: the first
-  // line alone, which is all such a packet has (Fabric::PushAck).
-  void FromAckLine(const AckLine& line, uint32_t ack_psn, const WireSender& sender) {
+  // Writes what From would write for a packet whose line is `line` (a plain
+  // ACK or a plain SEND: Line::PlainAck, Line::PlainSend), with `psn`, the
+  // sender hint and line.payload_len bytes of `bytes`: the first line and
+  // the payload, which is all such a packet has (Fabric::PushLine).
+  void FromLine(const Line& line, uint32_t line_psn, const uint8_t* bytes, const WireSender& sender) {
+    // The payload first, the first line last (as From). (An ACK has none: null.)
+    if (bytes) CopyBytes(payload, bytes, std::min<uint32_t>(line.payload_len, kMaxPayload));
     kind = line.kind;
     transport = line.transport;
     op = line.op;
@@ -204,7 +233,7 @@ struct WirePacket {
     nak = line.nak;
     src_port = line.src_port;
     slid = line.slid;
-    psn = ack_psn;
+    psn = line_psn;
     src_qpn = line.src_qpn;
     dst_qpn = line.dst_qpn;
     imm_data = line.imm_data;
