@@ -35,7 +35,8 @@
 namespace simverbs {
 namespace {
 
-constexpr uint64_t kMagic = 0x53494d4641425243;  // "SIMFABRC"
+// The low byte is the version of the layout of the segment and of its rings' packets.
+constexpr uint64_t kMagic = 0x53494d4641425244;  // "SIMFABRD"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit

@@ -45,7 +45,9 @@ struct WirePacket {
   static constexpr uint8_t kAddressing = 64;  // `addressing` is in use
   static constexpr uint8_t kExtended = 128;   // `extended` is in use
 
-  // In the sequence word's line (56 bytes: full).
+  // In the sequence word's line (56 bytes: full). The fields from `kind` to
+  // `dst_port_num` are a Line's (below), in its order: a Line is written and
+  // read as one block.
   uint8_t kind;
   uint8_t transport;
   uint8_t op;
@@ -53,7 +55,6 @@ struct WirePacket {
   uint8_t nak;
   uint8_t src_port;
   uint16_t slid;
-  uint32_t psn;
   uint32_t src_qpn;
   uint32_t dst_qpn;
   uint32_t imm_data;
@@ -73,7 +74,8 @@ struct WirePacket {
   uint8_t dst_port_num;
   // Who wrote it (WireSender), for the owner's owed wakes only: a hint.
   int16_t sender_slot;
-  uint32_t sender_generation;
+  uint32_t psn;
+  uint32_t sender_generation;  // (WireSender)
   uint32_t sender_consumed;  // the low 32 bits
 
   uint8_t payload[kMaxPayload];
@@ -177,6 +179,8 @@ struct WirePacket {
     uint16_t unused = 0;  // (no padding: lines are compared as bytes)
     // (Field by field, 22 comparisons on every ACK a drain holds.)
     bool operator==(const Line& other) const { return std::memcmp(this, &other, sizeof *this) == 0; }
+    // The bytes of a WirePacket's first line that a Line is.
+    static constexpr size_t kBytes = 42;
     // A positive ACK without payload that uses neither rare line.
     bool PlainAck() const {
       return kind == static_cast<uint8_t>(Packet::Kind::kAck) && nak == static_cast<uint8_t>(Packet::Nak::kNone) &&
@@ -211,12 +215,9 @@ struct WirePacket {
   // Reads the first line once: its Line, and its PSN into *psn_out.
   Line ReadLine(uint32_t* psn_out) const {
     *psn_out = ReadOnce(psn);
-    return {ReadOnce(kind),        ReadOnce(transport),   ReadOnce(op),          ReadOnce(flags),
-            ReadOnce(nak),         ReadOnce(src_port),    ReadOnce(slid),        ReadOnce(src_qpn),
-            ReadOnce(dst_qpn),     ReadOnce(imm_data),    ReadOnce(psn_count),   ReadOnce(payload_len),
-            ReadOnce(dgid_number), ReadOnce(sgid_number), ReadOnce(qkey),        ReadOnce(pkey),
-            ReadOnce(dst_dlid),    ReadOnce(src_device),  ReadOnce(dst_is_global), ReadOnce(dst_sgid_index),
-            ReadOnce(dst_sl),      ReadOnce(dst_port_num)};
+    Line line;
+    ReadOnceBytes(&line, this, Line::kBytes);  // (`kind` first: see below)
+    return line;
   }
 
   // Writes what From would write for a packet whose line is `line` (a plain
@@ -226,29 +227,8 @@ struct WirePacket {
   void FromLine(const Line& line, uint32_t line_psn, const uint8_t* bytes, const WireSender& sender) {
     // The payload first, the first line last (as From). (An ACK has none: null.)
     if (bytes) CopyBytes(payload, bytes, std::min<uint32_t>(line.payload_len, kMaxPayload));
-    kind = line.kind;
-    transport = line.transport;
-    op = line.op;
-    flags = line.flags;
-    nak = line.nak;
-    src_port = line.src_port;
-    slid = line.slid;
+    std::memcpy(static_cast<void*>(this), &line, Line::kBytes);  // (`kind` first: see below)
     psn = line_psn;
-    src_qpn = line.src_qpn;
-    dst_qpn = line.dst_qpn;
-    imm_data = line.imm_data;
-    psn_count = line.psn_count;
-    payload_len = line.payload_len;
-    dgid_number = line.dgid_number;
-    sgid_number = line.sgid_number;
-    qkey = line.qkey;
-    pkey = line.pkey;
-    dst_dlid = line.dst_dlid;
-    src_device = line.src_device;
-    dst_is_global = line.dst_is_global;
-    dst_sgid_index = line.dst_sgid_index;
-    dst_sl = line.dst_sl;
-    dst_port_num = line.dst_port_num;
     sender_slot = static_cast<int16_t>(sender.slot);
     sender_generation = sender.generation;
     sender_consumed = static_cast<uint32_t>(sender.consumed);
@@ -325,6 +305,33 @@ struct WirePacket {
     to->xrc_srqn = from.xrc_srqn;
   }
 };
+
+// A Line is the first line's bytes from `kind` to `dst_port_num`, in the same
+// places (ReadLine and FromLine copy them as one block).
+static_assert(offsetof(WirePacket, kind) == 0 && offsetof(WirePacket::Line, kind) == 0);
+static_assert(offsetof(WirePacket, transport) == offsetof(WirePacket::Line, transport) &&
+              offsetof(WirePacket, op) == offsetof(WirePacket::Line, op) &&
+              offsetof(WirePacket, flags) == offsetof(WirePacket::Line, flags) &&
+              offsetof(WirePacket, nak) == offsetof(WirePacket::Line, nak) &&
+              offsetof(WirePacket, src_port) == offsetof(WirePacket::Line, src_port) &&
+              offsetof(WirePacket, slid) == offsetof(WirePacket::Line, slid) &&
+              offsetof(WirePacket, src_qpn) == offsetof(WirePacket::Line, src_qpn) &&
+              offsetof(WirePacket, dst_qpn) == offsetof(WirePacket::Line, dst_qpn) &&
+              offsetof(WirePacket, imm_data) == offsetof(WirePacket::Line, imm_data) &&
+              offsetof(WirePacket, psn_count) == offsetof(WirePacket::Line, psn_count) &&
+              offsetof(WirePacket, payload_len) == offsetof(WirePacket::Line, payload_len) &&
+              offsetof(WirePacket, dgid_number) == offsetof(WirePacket::Line, dgid_number) &&
+              offsetof(WirePacket, sgid_number) == offsetof(WirePacket::Line, sgid_number) &&
+              offsetof(WirePacket, qkey) == offsetof(WirePacket::Line, qkey) &&
+              offsetof(WirePacket, pkey) == offsetof(WirePacket::Line, pkey) &&
+              offsetof(WirePacket, dst_dlid) == offsetof(WirePacket::Line, dst_dlid) &&
+              offsetof(WirePacket, src_device) == offsetof(WirePacket::Line, src_device) &&
+              offsetof(WirePacket, dst_is_global) == offsetof(WirePacket::Line, dst_is_global) &&
+              offsetof(WirePacket, dst_sgid_index) == offsetof(WirePacket::Line, dst_sgid_index) &&
+              offsetof(WirePacket, dst_sl) == offsetof(WirePacket::Line, dst_sl) &&
+              offsetof(WirePacket, dst_port_num) == offsetof(WirePacket::Line, dst_port_num) &&
+              offsetof(WirePacket::Line, dst_port_num) + 1 == WirePacket::Line::kBytes &&
+              offsetof(WirePacket, sender_slot) >= WirePacket::Line::kBytes);
 
 // A slot is line-aligned and holds the sequence word (8 bytes) before the
 // packet (PacketRing::Slot): the fields every packet needs fill the rest of
