@@ -34,7 +34,10 @@
 // cache lines are laid out so that a packet moves as few of them between
 // CPUs as it can: an ACK one, a small SEND two (fabric/wire_packet.h). The
 // packets an owner drains at once are acknowledged once per QP
-// (Engine::BeginBurst).
+// (Engine::BeginBurst). A connected QP's plain ACKs and one-packet SENDs to
+// another process are written from the first line of an earlier one, with
+// their own PSN, operation and payload (fabric/wire_line.h, PushLine): no
+// Packet is made for them on the sending side.
 //
 // More pollers than CPUs. Each progress thread publishes whether its
 // application polls in a loop (ProcSlot::app_spinning), and the CPUs it may

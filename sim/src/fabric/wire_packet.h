@@ -165,7 +165,7 @@ struct WirePacket {
   // everything the earlier does (transport/cumulative_ack.h): one that comes
   // behind the other needs no Packet made of it (Fabric::DrainInboundLocked).
   // A QP's plain ACKs, and its one-packet SENDs, are written from the line of
-  // an earlier one (fabric/wire_ack.h, fabric/wire_send.h).
+  // an earlier one (fabric/wire_line.h).
   struct Line {
     uint8_t kind, transport, op, flags, nak, src_port;
     uint16_t slid;
