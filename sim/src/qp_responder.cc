@@ -528,7 +528,14 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       // Filled in place: the slot keeps the SGE buffer of its last entry.
       rq_.push_back_filled([&](RecvWqe& slot) {
         slot.wr_id = wr->wr_id;
-        slot.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+        const auto n = static_cast<size_t>(wr->num_sge);
+        if (slot.sges.size() == n) {
+          // As many SGEs as the slot's last entry (a receive loop's case):
+          // copied over them, without assign's general path.
+          std::copy_n(wr->sg_list, n, slot.sges.begin());
+        } else {
+          slot.sges.assign(wr->sg_list, wr->sg_list + n);
+        }
         slot.length = 0;
         for (const ibv_sge& sge : slot.sges) slot.length += sge.length;
       });
