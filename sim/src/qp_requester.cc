@@ -113,7 +113,7 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
 void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
   // A fresh entry that keeps the buffers of the slot's previous one (cleared,
   // their capacity kept): posting allocates nothing in steady state.
-  static const SendWqeValues kFresh;  // (copied: made anew, it is stored field by field)
+  static const SendWqeValues kFresh;  // (copied: one made anew here is stored field by field)
   SendWqe& wqe = *out;
   static_cast<SendWqeValues&>(wqe) = kFresh;
   wqe.sges.clear();

@@ -72,10 +72,11 @@ struct WirePacket {
   uint8_t dst_sgid_index;
   uint8_t dst_sl;
   uint8_t dst_port_num;
-  // Who wrote it (WireSender), for the owner's owed wakes only: a hint.
+  // Who wrote it (WireSender: sender_slot, sender_generation and
+  // sender_consumed), for the owner's owed wakes only: a hint.
   int16_t sender_slot;
   uint32_t psn;
-  uint32_t sender_generation;  // (WireSender)
+  uint32_t sender_generation;
   uint32_t sender_consumed;  // the low 32 bits
 
   uint8_t payload[kMaxPayload];
@@ -177,7 +178,7 @@ struct WirePacket {
     int16_t src_device;
     uint8_t dst_is_global, dst_sgid_index, dst_sl, dst_port_num;
     uint16_t unused = 0;  // (no padding: lines are compared as bytes)
-    // (Field by field, 22 comparisons on every ACK a drain holds.)
+    // As bytes: field by field it took 22 comparisons on every ACK a drain holds.
     bool operator==(const Line& other) const { return std::memcmp(this, &other, sizeof *this) == 0; }
     // The bytes of a WirePacket's first line that a Line is.
     static constexpr size_t kBytes = 42;
