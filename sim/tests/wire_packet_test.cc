@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -305,28 +306,28 @@ TEST(WirePacketTest, OnlyAOnePacketRequestWithoutRareLinesIsAPlainSend) {
     wire->From(p, 0, {});
     return LineOf(*wire).PlainSend();
   };
-  Packet p = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
-  EXPECT_TRUE(plain_send(p));
-  p.first = false;
-  EXPECT_FALSE(plain_send(p)) << "a middle or last packet";
-  p = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
-  p.last = false;
-  EXPECT_FALSE(plain_send(p)) << "a first packet of several";
-  p = PlainSend(IBV_WR_RDMA_WRITE, false, 0, 1, 8);
-  p.remote_addr = 0x1000;
-  p.rkey = 5;
-  p.dma_length = 8;
-  EXPECT_FALSE(plain_send(p)) << "a WRITE (RETH)";
-  p = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
-  p.xrc_srqn = 9;
-  EXPECT_FALSE(plain_send(p)) << "an XRC SEND";
-  p = PlainSend(IBV_WR_SEND, false, 0, 1, 0);
-  p.placed = true;
-  EXPECT_FALSE(plain_send(p)) << "a placed packet";
-  p = PlainSend(IBV_WR_SEND, false, 0, 1, 0);
-  p.psn_count = 2;
-  EXPECT_FALSE(plain_send(p)) << "one packet standing for two PSNs";
-  EXPECT_FALSE(plain_send(PlainAck(1))) << "an ACK";
+  const Packet send = PlainSend(IBV_WR_SEND, false, 0, 1, 8);
+  EXPECT_TRUE(plain_send(send));
+  const std::pair<const char*, void (*)(Packet&)> others[] = {
+      {"a middle or last packet", [](Packet& p) { p.first = false; }},
+      {"a first packet of several", [](Packet& p) { p.last = false; }},
+      {"a WRITE (RETH)",
+       [](Packet& p) {
+         p.op = IBV_WR_RDMA_WRITE;
+         p.remote_addr = 0x1000;
+         p.rkey = 5;
+         p.dma_length = 8;
+       }},
+      {"an XRC SEND", [](Packet& p) { p.xrc_srqn = 9; }},
+      {"a placed packet", [](Packet& p) { p.placed = true; }},
+      {"one packet standing for two PSNs", [](Packet& p) { p.psn_count = 2; }},
+      {"an ACK", [](Packet& p) { p = PlainAck(1); }},
+  };
+  for (const auto& [what, change] : others) {
+    Packet p = send;
+    change(p);
+    EXPECT_FALSE(plain_send(p)) << what;
+  }
 }
 
 // A packet with a GRH between two GIDs.
