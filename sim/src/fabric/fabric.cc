@@ -775,7 +775,7 @@ namespace {
 
 // A peer's own work (a request, a READ's or an atomic's answer, XRC), not a
 // bare ACK or NAK: what tells a stream from a ping-pong (PushNow).
-bool IsWork(const Packet& pkt) { return pkt.kind != Packet::Kind::kAck && pkt.kind != Packet::Kind::kNak; }
+bool IsWork(Packet::Kind kind) { return kind != Packet::Kind::kAck && kind != Packet::Kind::kNak; }
 
 }  // namespace
 
@@ -799,7 +799,7 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
   uint64_t pos = 0;
   PacketRing::Owed owed;
   if (!peer.backlog.empty() || !peer.ring->Push(pkt, src_device, &pos, Sender(), &owed)) return false;
-  PushedLocked(slot, peer, owed, pos, IsWork(pkt), static_cast<uint32_t>(pkt.payload.size()));
+  PushedLocked(slot, peer, owed, pos, IsWork(pkt.kind), static_cast<uint32_t>(pkt.payload.size()));
   return true;
 }
 
@@ -811,9 +811,7 @@ bool Fabric::PushLine(int device_index, uint32_t dst_qpn, const WirePacket::Line
   uint64_t pos = 0;
   PacketRing::Owed owed;
   if (!peer->ring->PushLine(line, psn, bytes, &pos, Sender(), &owed)) return false;
-  const bool work = line.kind != static_cast<uint8_t>(Packet::Kind::kAck) &&
-                    line.kind != static_cast<uint8_t>(Packet::Kind::kNak);  // (IsWork)
-  PushedLocked(slot, *peer, owed, pos, work, line.payload_len);
+  PushedLocked(slot, *peer, owed, pos, IsWork(static_cast<Packet::Kind>(line.kind)), line.payload_len);
   return true;
 }
 
@@ -1185,7 +1183,7 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       return;  // no memory for its bytes: lost, as on a wire (nothing may leave Pop: its slot must go back)
     }
     pkt->from_peer = true;
-    work_taken_ += IsWork(*pkt);
+    work_taken_ += IsWork(pkt->kind);
     placed_one_packet_taken_ += pkt->answered && pkt->psn_count == 1;
     // (A message's first packet takes the receive WQE.)
     receives += pkt->kind == Packet::Kind::kRequest && pkt->first && ConsumesRecv(pkt->op);
