@@ -104,11 +104,9 @@ struct WirePacket {
 
   // (Inlined: it is on every packet's path, PacketRing::Publish.)
   [[gnu::always_inline]] void From(const Packet& p, int src_device_index, const WireSender& sender) {
-    // The payload and the rare lines first, the first line last: the owner
-    // spins on the sequence word, in the first line, until it is published.
-    const auto len = static_cast<uint16_t>(p.payload.size());
-    payload_len = len;
-    CopyBytes(payload, p.payload.data(), len);  // (not payload_len: the slot is shared)
+    // The rare lines first; FromLine then writes the payload, and the first
+    // line last: the owner spins on the sequence word, in the first line,
+    // until it is published.
     // GIDs the profile has go by number (a RoCE packet's line fewer); others
     // (a multicast group's) on the addressing line.
     uint8_t dgid_no = ProfileGids::kUnnamed;
@@ -132,33 +130,34 @@ struct WirePacket {
     const bool extended_used =
         p.compare_add || p.swap || p.atomic_orig || p.xrc_domain_dev || p.xrc_domain_ino || p.xrc_srqn;
     if (extended_used) CopyExtended(p, &extended);
-    kind = static_cast<uint8_t>(p.kind);
-    transport = static_cast<uint8_t>(p.transport);
-    op = static_cast<uint8_t>(p.op);
-    flags = (p.first ? kFirst : 0) | (p.last ? kLast : 0) | (p.solicited ? kSolicited : 0) |
-            (p.has_grh ? kHasGrh : 0) | (p.placed ? kPlaced : 0) | (p.answered ? kAnswered : 0) |
-            (addressed ? kAddressing : 0) | (extended_used ? kExtended : 0);
-    nak = static_cast<uint8_t>(p.nak);
-    src_port = p.src_port;
-    slid = p.slid;
-    psn = p.psn;
-    src_qpn = p.src_qpn;
-    dst_qpn = p.dst_qpn;
-    imm_data = p.imm_data;
-    psn_count = p.psn_count;
-    qkey = p.qkey;
-    pkey = p.pkey;
-    dst_dlid = p.dst.dlid;
-    src_device = static_cast<int16_t>(src_device_index);
-    sender_slot = static_cast<int16_t>(sender.slot);
-    sender_generation = sender.generation;
-    sender_consumed = static_cast<uint32_t>(sender.consumed);
-    dgid_number = dgid_no;
-    sgid_number = gids_named ? sgid_no : ProfileGids::kUnnamed;
-    dst_is_global = p.dst.is_global;
-    dst_sgid_index = p.dst.sgid_index;
-    dst_sl = p.dst.sl;
-    dst_port_num = p.dst.port_num;
+    const Line line{
+        .kind = static_cast<uint8_t>(p.kind),
+        .transport = static_cast<uint8_t>(p.transport),
+        .op = static_cast<uint8_t>(p.op),
+        .flags = static_cast<uint8_t>((p.first ? kFirst : 0) | (p.last ? kLast : 0) | (p.solicited ? kSolicited : 0) |
+                                      (p.has_grh ? kHasGrh : 0) | (p.placed ? kPlaced : 0) |
+                                      (p.answered ? kAnswered : 0) | (addressed ? kAddressing : 0) |
+                                      (extended_used ? kExtended : 0)),
+        .nak = static_cast<uint8_t>(p.nak),
+        .src_port = p.src_port,
+        .slid = p.slid,
+        .src_qpn = p.src_qpn,
+        .dst_qpn = p.dst_qpn,
+        .imm_data = p.imm_data,
+        .psn_count = p.psn_count,
+        .payload_len = static_cast<uint16_t>(p.payload.size()),
+        .dgid_number = dgid_no,
+        .sgid_number = gids_named ? sgid_no : ProfileGids::kUnnamed,
+        .qkey = p.qkey,
+        .pkey = p.pkey,
+        .dst_dlid = p.dst.dlid,
+        .src_device = static_cast<int16_t>(src_device_index),
+        .dst_is_global = p.dst.is_global,
+        .dst_sgid_index = p.dst.sgid_index,
+        .dst_sl = p.dst.sl,
+        .dst_port_num = p.dst.port_num,
+    };
+    FromLine(line, p.psn, p.payload.data(), sender);
   }
 
   // A first line's fields but the PSN and the sender hint (WireSender). Of
@@ -221,12 +220,14 @@ struct WirePacket {
     return line;
   }
 
-  // Writes what From would write for a packet whose line is `line` (a plain
-  // ACK or a plain SEND: Line::PlainAck, Line::PlainSend), with `psn`, the
-  // sender hint and line.payload_len bytes of `bytes`: the first line and
-  // the payload, which is all such a packet has (Fabric::PushLine).
-  void FromLine(const Line& line, uint32_t line_psn, const uint8_t* bytes, const WireSender& sender) {
-    // The payload first, the first line last (as From). (An ACK has none: null.)
+  // Writes a packet whose first line is `line`, with `psn`, the sender hint
+  // and line.payload_len bytes of `bytes` (null: none): the first line and
+  // the payload. That is all of a plain ACK or a plain SEND (Line::PlainAck,
+  // PlainSend: Fabric::PushLine), and what From writes after the rare lines.
+  // (Inlined: on every packet's path.)
+  [[gnu::always_inline]] void FromLine(const Line& line, uint32_t line_psn, const uint8_t* bytes,
+                                       const WireSender& sender) {
+    // The payload first, the first line last (see From).
     if (bytes) CopyBytes(payload, bytes, std::min<uint32_t>(line.payload_len, kMaxPayload));
     std::memcpy(static_cast<void*>(this), &line, Line::kBytes);  // (`kind` first: see below)
     psn = line_psn;
