@@ -141,6 +141,17 @@ bool SlotAlive(int fd, int slot) { return ByteLockedByOther(fd, LivenessByte(slo
 // locks, never at the pid fields, which any process may have written.
 bool OthersAttached(int fd) { return FileLockedByOther(fd); }
 
+// Whether clean may judge a segment with this magic by the kernel's locks on
+// its file. Versions up to "SIMFABR4" kept their processes' liveness in the
+// segment itself: not ours to judge. Every later version holds a lock on the
+// file for each process attached, so a segment of any other magic (this
+// version's, a later one's, a version byte or a magic a stray write garbled)
+// is judged by its locks: a garbled byte must not keep a dead fabric forever.
+bool JudgedByLocks(uint64_t magic) {
+  const uint64_t version = magic & 0xff;
+  return (magic >> 8) != (kMagic >> 8) || version < '0' || version > '4';
+}
+
 std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
 
 std::string SegmentPrefix() { return "/simverbs-" + std::to_string(geteuid()) + "-"; }
@@ -1649,10 +1660,7 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     }
     auto* seg = static_cast<FabricSegment*>(m.addr);
     int alive = 0;
-    // Another version's (its processes may keep their liveness elsewhere):
-    // not ours to judge. Ours, or no version's magic at all (garbage): ours.
-    const uint64_t magic = seg->magic;
-    if (magic == kMagic || (magic >> 8) != (kMagic >> 8)) {
+    if (JudgedByLocks(seg->magic)) {
       // A fabric whose lock is taken is in use: judged another time. Under
       // it the name stays this file's (every process removing a fabric's name
       // holds its lock and marks it unlinked first, so one about to join

@@ -136,9 +136,9 @@ while time.time() - start < args.seconds or runs == 0:
     errored += any(p.returncode not in (0, None) for p in (client, server))
     # Its programs have exited: clean removes the fabric whatever our garbage
     # made of it (remove what it leaves, so the next runs are judged alone).
-    subprocess.run([args.cli, "clean"], capture_output=True, timeout=60)
+    cleaned = subprocess.run([args.cli, "clean"], capture_output=True, text=True, timeout=60)
     if left := objects(name):
-        failures.append(f"{what}: simverbs clean left {left}")
+        failures.append(f"{what}: simverbs clean left {left}: {cleaned.stdout[-300:]!r} {cleaned.stderr[-300:]!r}")
         for path in left:
             try:
                 os.unlink(path)

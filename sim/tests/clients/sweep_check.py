@@ -2,7 +2,8 @@
 """What a fabric whose last process was killed leaves in /dev/shm is removed:
 by `simverbs clean`, and by the next program of the same user that opens a
 device on any fabric, whatever was written into its segment. A fabric with a
-live process is kept, and so is another version's.
+live process is kept, and so is one of a version that kept its processes'
+liveness in the segment (up to "SIMFABR4").
 
 usage: sweep_check.py SIMVERBS_CLI FABRIC PORT
 """
@@ -92,10 +93,13 @@ finally:
     server.kill()
     server.wait()
 
-# 4. A dead fabric is removed whatever its header says: garbage over the magic,
-# or a creator that died before marking it ready.
-for suffix, magic, ready in (("-e", 0x0123456789ABCDEF, 0xDEADBEEF), ("-f", None, 0)):
-    left = killed_fabric(fabric + suffix, port + (3 if suffix == "-e" else 6))
+# 4. A dead fabric is removed whatever its header says: garbage over the magic
+# or over its version byte alone, a later version's magic (every version since
+# "SIMFABR5" holds kernel locks while attached), or a creator that died before
+# marking it ready.
+for n, (suffix, magic, ready) in enumerate((("-e", 0x0123456789ABCDEF, 0xDEADBEEF), ("-f", None, 0),
+                                            ("-i", 0x53494D46414252A7, 1), ("-j", 0x53494D464142525A, 1))):
+    left = killed_fabric(fabric + suffix, port + (3 if n == 0 else 5 + n))
     magic = overwrite_header(fabric + suffix, magic, ready)
     r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
     if objects(fabric + suffix):
@@ -117,7 +121,7 @@ finally:
     server.kill()
     server.wait()
 
-# 6. Another version's fabric of the same size is not ours to judge.
+# 6. A fabric of a version that kept liveness in the segment is not ours to judge.
 killed_fabric(fabric + "-h", port + 5)
 overwrite_header(fabric + "-h", 0x53494D4641425233, 1)  # "SIMFABR3"
 subprocess.run([cli, "clean"], capture_output=True, timeout=60)
