@@ -241,7 +241,8 @@ void Qp::ProgressLocked() {
   // A WQE whose local error waits for its turn holds back the ones after it.
   while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
                                      sq_[next_to_send_].before_sqd)) &&
-         !rnr_wait_ && next_to_send_ < sq_.size() && sq_[next_to_send_].deferred == IBV_WC_SUCCESS) {
+         !rnr_wait_ && next_to_send_ < sq_.size() && sq_[next_to_send_].deferred == IBV_WC_SUCCESS &&
+         !DatagramWaitsLocked(sq_[next_to_send_])) {
     const size_t index = next_to_send_++;
     try {
       ExecuteLocked(index);
@@ -256,6 +257,18 @@ void Qp::ProgressLocked() {
   CompleteAckedLocked();
   if (outer) RetireLocked();
   ArmTransportTimerLocked(false);
+}
+
+bool Qp::DatagramWaitsLocked(const SendWqe& wqe) {
+  if (type() != IBV_QPT_UD || !Fabric::Get().attached() || IsMulticastDestination(wqe.av)) return false;
+  // (A multicast copy to each process is lost at a full ring: SendToAllPeers.)
+  Device* dst = Engine::Get().Route(wqe.av);
+  if (!dst || dst->FindQp(wqe.remote_qpn)) return false;  // unreachable (lost), or a QP of ours
+  return !Fabric::Get().DatagramMayGo(dst->index(), wqe.remote_qpn, device()->index(), qp_num());
+}
+
+void Qp::ResumeSendLocked() {
+  if (!destroying_) ProgressLocked();
 }
 
 void Qp::ArmTransportTimerLocked(bool restart) {

@@ -26,6 +26,7 @@
 #include "fabric/shm_object.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
+#include "qp.h"
 #include "read_once.h"
 #include "transport/cumulative_ack.h"
 #include "transport/engine.h"
@@ -764,6 +765,7 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
     peer->files_revoked_seen = 0;
     peer->ring_refused = false;
     peer->backlog.clear();
+    peer->discarding = false;
     peer->generation = generation;
   }
   if (!peer->ring && !peer->ring_refused) {
@@ -837,7 +839,10 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   Peer* peer = ReachOwner(device_index, pkt.dst_qpn, &slot);
   if (!peer) return false;
   const int src_device = pkt.src_device ? pkt.src_device->index() : 0;
-  if (!pkt.stream && PushNow(slot, *peer, pkt, src_device)) return true;
+  if (!pkt.stream && PushNow(slot, *peer, pkt, src_device)) {
+    peer->discarding = false;  // it takes packets again
+    return true;
+  }
   if (pkt.stream && peer->backlog.empty()) {
     // A READ answer goes out as far as the peer's ring takes it now; only the
     // rest waits in the backlog (no entry, no allocation, for one that fits).
@@ -857,13 +862,14 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
     backlog_empty_ = false;
     return true;
   }
-  // The peer's ring is full. A datagram is dropped, as a congested fabric
-  // does; a reliable packet waits in order, within a bound (beyond it the
-  // requester's retransmission recovers it). A READ answer (a stream) waits
+  // The peer's ring is full. A packet waits in order, within a bound (beyond
+  // it a reliable one is recovered by the requester's retransmission); a
+  // datagram is discarded only while the peer has held its ring full for a
+  // head-of-queue lifetime (DatagramMayGo). A READ answer (a stream) waits
   // as one entry and is cut into packets as room appears.
   // (An answered WRITE is never dropped: nobody would send it again. Only one
   // that lost a race for the last slots waits here: PushesNow said no to the rest.)
-  if (pkt.transport == IBV_QPT_UD || (peer->backlog.size() >= kMaxBacklog && !pkt.answered)) {
+  if ((pkt.transport == IBV_QPT_UD && peer->discarding) || (peer->backlog.size() >= kMaxBacklog && !pkt.answered)) {
     CountXmitDiscard(src_device, pkt.src_port);
     return true;
   }
@@ -871,6 +877,7 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   if (started) {
     backlogged_.push_back(slot);
     peer->ring->SetWaiting(slot_, generation_);
+    peer->held_since_ns = MonotonicNs();
   }
   peer->backlog.push_back(pkt);
   backlog_empty_ = false;
@@ -930,13 +937,29 @@ bool Fabric::FlushBacklogLocked() {
     const int slot = backlogged_[i];
     Peer& peer = *peers_[slot];
     if (peer.generation != segment_->procs[slot].generation.load()) peer.backlog.clear();  // another process's now
-    moved |= FlushPeerLocked(slot, peer);
+    const bool moved_peer = FlushPeerLocked(slot, peer);
+    moved |= moved_peer;
+    if (moved_peer) peer.discarding = false;
     // Still no room: is anyone there to make some? (A system call: not on every poll.)
     if (!peer.backlog.empty()) {
       const uint64_t now = MonotonicNs();
+      if (moved_peer) {
+        peer.held_since_ns = now;
+      } else if (!peer.discarding && now - peer.held_since_ns >= kHeadOfQueueLifetimeNs) {
+        DiscardDatagramsLocked(peer);
+      }
       if (now >= peer.next_alive_check_ns) {
         peer.next_alive_check_ns = now + 1'000'000;
         if (!PeerAlive(slot)) peer.backlog.clear();  // the peer is gone: what it did not take is lost
+      }
+    }
+    if ((peer.backlog.empty() || peer.discarding) && !peer.datagram_waiters.empty()) {
+      // Datagrams held back for it may go now (or be discarded). (No memory
+      // to list them: they stay listed, for the next flush.)
+      try {
+        resume_.insert(resume_.end(), peer.datagram_waiters.begin(), peer.datagram_waiters.end());
+        peer.datagram_waiters.clear();
+      } catch (const std::bad_alloc&) {
       }
     }
     if (peer.backlog.empty()) {
@@ -947,7 +970,49 @@ bool Fabric::FlushBacklogLocked() {
     }
   }
   backlog_empty_ = backlogged_.empty();
+  // Last: sending may backlog packets again (backlogged_ changes), and a QP
+  // that must wait again lists itself again.
+  if (!resume_.empty()) {
+    std::vector<DatagramWaiter> resume;
+    resume.swap(resume_);
+    const auto& devices = DeviceList::Get().devices();
+    for (const DatagramWaiter& w : resume) {
+      if (w.device < 0 || static_cast<size_t>(w.device) >= devices.size()) continue;
+      if (Qp* qp = devices[w.device]->FindQp(w.qpn)) qp->ResumeSendLocked();  // (gone meanwhile: nothing waits)
+    }
+    resume.clear();
+    if (resume_.empty()) resume_.swap(resume);  // its buffer, for next time
+  }
   return moved;
+}
+
+void Fabric::DiscardDatagramsLocked(Peer& peer) {
+  peer.discarding = true;
+  for (auto it = peer.backlog.begin(); it != peer.backlog.end();) {
+    if (it->transport != IBV_QPT_UD) {
+      ++it;
+      continue;
+    }
+    CountXmitDiscard(it->src_device ? it->src_device->index() : 0, it->src_port);
+    Engine::Get().RecyclePayload(it->payload.TakeBuffer());
+    it = peer.backlog.erase(it);
+  }
+}
+
+bool Fabric::DatagramMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn) {
+  int slot = -1;
+  Peer* peer = ReachOwner(device_index, qpn, &slot);
+  if (!peer || peer->backlog.empty() || peer->discarding) return true;
+  const DatagramWaiter waiter{src_device, src_qpn};
+  auto& waiters = peer->datagram_waiters;
+  if (std::find(waiters.begin(), waiters.end(), waiter) == waiters.end()) {
+    try {
+      waiters.push_back(waiter);
+    } catch (const std::bad_alloc&) {
+      return true;  // no memory to wait: it goes now (into the bounded backlog)
+    }
+  }
+  return false;
 }
 
 namespace {

@@ -185,8 +185,6 @@ void Engine::DrainLocked() {
   draining_ = false;
 }
 
-bool IsMulticastDestination(const AddressVector& dst);  // below, with the groups
-
 Device* Engine::RemoteRoute(const Packet& pkt) {
   if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) return nullptr;
   if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) return nullptr;

@@ -40,6 +40,10 @@ namespace simverbs {
 class Device;
 class Qp;
 
+// A multicast address: by its GID with a GRH (ff00::/8, or an IPv4-mapped
+// 224.0.0.0/4), by its LID otherwise (0xC000-0xFFFE).
+bool IsMulticastDestination(const AddressVector& dst);
+
 class Engine {
  public:
   using Clock = std::chrono::steady_clock;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A UD sender to a peer that stops taking packets does not grow without bound:
-a datagram that finds the peer's packet ring full is dropped, as a congested
-fabric drops it, and reliable backlogs are bounded too.
+its send queue waits while the peer's packet ring is full (links are
+lossless), and once the peer has kept it full for a switch's head-of-queue
+lifetime (268 ms), datagrams to it are discarded; reliable backlogs are
+bounded too.
 
 ib_send_bw over UD streams to a server that is then stopped (SIGSTOP); the
 client's resident memory may not grow by more than 32 MiB in the next 2 s
@@ -81,7 +83,7 @@ try:
         while time.time() < deadline and cpu_ticks(client.pid) - start < 10:
             time.sleep(0.05)
         server.send_signal(signal.SIGSTOP)
-        time.sleep(0.5)  # let the server's ring fill up: what is measured is what comes after
+        time.sleep(0.5)  # let the server's ring fill up and its lifetime pass: what is measured is what comes after
         before, ticks, discards_before = rss_kib(client.pid), cpu_ticks(client.pid), xmit_discards()
         time.sleep(2)
         after, busy, discards_after = rss_kib(client.pid), cpu_ticks(client.pid) - ticks, xmit_discards()
