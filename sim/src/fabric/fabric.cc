@@ -1401,7 +1401,12 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     bool worked = false;
     bool placed_stream = false;  // the work included a stream of placed one-packet WRITEs
     bool lock_busy = false;
-    const bool inbound = !ring_->Empty();
+    // An application that polls takes its packets itself, at most
+    // kPollDrainReceives receive WQEs' worth a poll; taking them here too
+    // would fill its receive queue faster than it reposts (perftest reposts
+    // what it polls) and run it dry: RNR NAKs, or lost datagrams.
+    const bool app_drains = app_flushes && !ring_->Empty();
+    const bool inbound = !ring_->Empty() && !app_drains;
     if (inbound) ring_->PrefetchNextPacket();
     if (flush || inbound) {
       const auto lock = LockForProgress(app_active);
@@ -1463,7 +1468,7 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
       const auto lock = LockForProgress(app_active);
       if (lock.owns_lock()) SettleOwedWakesLocked(true);
     }
-    if (lock_busy) {
+    if (lock_busy || app_drains) {
       ring_->Nap(seq, 1);  // (Sleep would return at once: the ring holds packets)
     } else {
       ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);
