@@ -111,8 +111,8 @@ class Qp {
   // The transport. Requires: engine lock held.
   void Receive(const Packet& pkt);  // a packet addressed to this QP
   void OnTimer();                   // its retransmit or RNR timer fired
-  // The link to a process it holds datagrams for takes packets again
-  // (Fabric::DatagramMayGo): sends what waits.
+  // The link to a process it holds UD or UC packets for takes packets again
+  // (Fabric::UnreliableMayGo): sends what waits.
   void ResumeSendLocked();
   // False if, after draining answers, the QP no longer waits for anything.
   bool TimerStillDue() const;
@@ -147,9 +147,9 @@ class Qp {
   // Fills *out (a reused queue slot) from `wr`.
   void MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
-  // A UD send WQE whose datagram must wait: the link to the destination's
-  // process holds packets back (Fabric::DatagramMayGo, which resumes us).
-  bool DatagramWaitsLocked(const SendWqe& wqe);
+  // A UD or UC send WQE whose packets must wait: the link to the destination's
+  // process holds packets back (Fabric::UnreliableMayGo, which resumes us).
+  bool UnreliableWaitsLocked(const SendWqe& wqe);
   // RC with messages awaiting their answer: arms the transport timer if it
   // is not running, or (`restart`) from now. Otherwise does nothing.
   void ArmTransportTimerLocked(bool restart);

@@ -242,7 +242,7 @@ void Qp::ProgressLocked() {
   while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
                                      sq_[next_to_send_].before_sqd)) &&
          !rnr_wait_ && next_to_send_ < sq_.size() && sq_[next_to_send_].deferred == IBV_WC_SUCCESS &&
-         !DatagramWaitsLocked(sq_[next_to_send_])) {
+         !UnreliableWaitsLocked(sq_[next_to_send_])) {
     const size_t index = next_to_send_++;
     try {
       ExecuteLocked(index);
@@ -259,12 +259,17 @@ void Qp::ProgressLocked() {
   ArmTransportTimerLocked(false);
 }
 
-bool Qp::DatagramWaitsLocked(const SendWqe& wqe) {
-  if (type() != IBV_QPT_UD || !Fabric::Get().attached() || IsMulticastDestination(wqe.av)) return false;
+bool Qp::UnreliableWaitsLocked(const SendWqe& wqe) {
+  // RC needs no holding back: what a full backlog drops, its retransmission recovers.
+  if ((type() != IBV_QPT_UD && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
+  const bool ud = type() == IBV_QPT_UD;
+  const AddressVector& av = ud ? wqe.av : AddressVector::From(attr_.ah_attr);
+  const uint32_t dst_qpn = ud ? wqe.remote_qpn : attr_.dest_qp_num;
   // (A multicast copy to each process is lost at a full ring: SendToAllPeers.)
-  Device* dst = Engine::Get().Route(wqe.av);
-  if (!dst || dst->FindQp(wqe.remote_qpn)) return false;  // unreachable (lost), or a QP of ours
-  return !Fabric::Get().DatagramMayGo(dst->index(), wqe.remote_qpn, device()->index(), qp_num());
+  if (ud && IsMulticastDestination(av)) return false;
+  Device* dst = Engine::Get().Route(av);
+  if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable (lost), or a QP of ours
+  return !Fabric::Get().UnreliableMayGo(dst->index(), dst_qpn, device()->index(), qp_num());
 }
 
 void Qp::ResumeSendLocked() {

@@ -790,6 +790,9 @@ namespace {
 // bare ACK or NAK: what tells a stream from a ping-pong (PushNow).
 bool IsWork(Packet::Kind kind) { return kind != Packet::Kind::kAck && kind != Packet::Kind::kNak; }
 
+// A transport whose lost packets nobody sends again (UnreliableMayGo).
+bool Unreliable(ibv_qp_type transport) { return transport == IBV_QPT_UD || transport == IBV_QPT_UC; }
+
 }  // namespace
 
 inline void Fabric::PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos, bool work,
@@ -863,13 +866,13 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
     return true;
   }
   // The peer's ring is full. A packet waits in order, within a bound (beyond
-  // it a reliable one is recovered by the requester's retransmission); a
-  // datagram is discarded only while the peer has held its ring full for a
-  // head-of-queue lifetime (DatagramMayGo). A READ answer (a stream) waits
+  // it a reliable one is recovered by the requester's retransmission); an
+  // unreliable one (UD, UC) is discarded only while the peer has held its
+  // ring full for a head-of-queue lifetime (UnreliableMayGo). A READ answer (a stream) waits
   // as one entry and is cut into packets as room appears.
   // (An answered WRITE is never dropped: nobody would send it again. Only one
   // that lost a race for the last slots waits here: PushesNow said no to the rest.)
-  if ((pkt.transport == IBV_QPT_UD && peer->discarding) || (peer->backlog.size() >= kMaxBacklog && !pkt.answered)) {
+  if (!pkt.answered && ((Unreliable(pkt.transport) && peer->discarding) || peer->backlog.size() >= kMaxBacklog)) {
     CountXmitDiscard(src_device, pkt.src_port);
     return true;
   }
@@ -946,19 +949,19 @@ bool Fabric::FlushBacklogLocked() {
       if (moved_peer) {
         peer.held_since_ns = now;
       } else if (!peer.discarding && now - peer.held_since_ns >= kHeadOfQueueLifetimeNs) {
-        DiscardDatagramsLocked(peer);
+        DiscardUnreliableLocked(peer);
       }
       if (now >= peer.next_alive_check_ns) {
         peer.next_alive_check_ns = now + 1'000'000;
         if (!PeerAlive(slot)) peer.backlog.clear();  // the peer is gone: what it did not take is lost
       }
     }
-    if ((peer.backlog.empty() || peer.discarding) && !peer.datagram_waiters.empty()) {
-      // Datagrams held back for it may go now (or be discarded). (No memory
+    if ((peer.backlog.empty() || peer.discarding) && !peer.held_senders.empty()) {
+      // Unreliable packets held back for it may go now (or be discarded). (No memory
       // to list them: they stay listed, for the next flush.)
       try {
-        resume_.insert(resume_.end(), peer.datagram_waiters.begin(), peer.datagram_waiters.end());
-        peer.datagram_waiters.clear();
+        resume_.insert(resume_.end(), peer.held_senders.begin(), peer.held_senders.end());
+        peer.held_senders.clear();
       } catch (const std::bad_alloc&) {
       }
     }
@@ -973,10 +976,10 @@ bool Fabric::FlushBacklogLocked() {
   // Last: sending may backlog packets again (backlogged_ changes), and a QP
   // that must wait again lists itself again.
   if (!resume_.empty()) {
-    std::vector<DatagramWaiter> resume;
+    std::vector<HeldSender> resume;
     resume.swap(resume_);
     const auto& devices = DeviceList::Get().devices();
-    for (const DatagramWaiter& w : resume) {
+    for (const HeldSender& w : resume) {
       if (w.device < 0 || static_cast<size_t>(w.device) >= devices.size()) continue;
       if (Qp* qp = devices[w.device]->FindQp(w.qpn)) qp->ResumeSendLocked();  // (gone meanwhile: nothing waits)
     }
@@ -986,10 +989,10 @@ bool Fabric::FlushBacklogLocked() {
   return moved;
 }
 
-void Fabric::DiscardDatagramsLocked(Peer& peer) {
+void Fabric::DiscardUnreliableLocked(Peer& peer) {
   peer.discarding = true;
   for (auto it = peer.backlog.begin(); it != peer.backlog.end();) {
-    if (it->transport != IBV_QPT_UD) {
+    if (!Unreliable(it->transport) || it->answered) {  // (an answered WRITE: nobody would send it again)
       ++it;
       continue;
     }
@@ -999,12 +1002,12 @@ void Fabric::DiscardDatagramsLocked(Peer& peer) {
   }
 }
 
-bool Fabric::DatagramMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn) {
+bool Fabric::UnreliableMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn) {
   int slot = -1;
   Peer* peer = ReachOwner(device_index, qpn, &slot);
   if (!peer || peer->backlog.empty() || peer->discarding) return true;
-  const DatagramWaiter waiter{src_device, src_qpn};
-  auto& waiters = peer->datagram_waiters;
+  const HeldSender waiter{src_device, src_qpn};
+  auto& waiters = peer->held_senders;
   if (std::find(waiters.begin(), waiters.end(), waiter) == waiters.end()) {
     try {
       waiters.push_back(waiter);

@@ -114,11 +114,12 @@
 // Backlogs are bounded: a packet that finds the peer's ring full waits in
 // order in a backlog of at most kMaxBacklog packets per peer, beyond which a
 // reliable one is dropped and the requester's retransmission recovers it.
-// Links are lossless, so a datagram (UD) waits too: its QP holds its send
-// queue while a backlog waits for that peer (DatagramMayGo), as an HCA
-// without link credits does, and its send completions come as it leaves. Only
-// a peer that keeps its ring full for a switch's head-of-queue lifetime (a
-// stopped process) has datagrams discarded.
+// Links are lossless, so an unreliable packet (UD, UC: nobody would send it
+// again) is not dropped either: its QP holds its send queue while a backlog
+// waits for that peer (UnreliableMayGo), as an HCA without link credits
+// does, and its send completions come as its packets leave. Only a peer that
+// keeps its ring full for a switch's head-of-queue lifetime (a stopped
+// process) has unreliable packets to it discarded.
 
 #include <sys/uio.h>
 
@@ -235,20 +236,22 @@ class Fabric {
   // Sends a packet to the process that owns (device, dst_qpn). False when no
   // process owns it (the packet is lost). When the peer's ring is full, a
   // reliable packet waits in a backlog, in order, until there is room (up to
-  // kMaxBacklog; a datagram while the peer is discarding, DatagramMayGo); a
-  // packet beyond that bound is dropped and counted (CountXmitDiscard).
+  // kMaxBacklog; a UD or UC packet while the peer is discarding,
+  // UnreliableMayGo); a packet beyond that bound is dropped and counted
+  // (CountXmitDiscard).
   // Requires: engine lock.
   bool SendRemote(int device_index, const Packet& pkt);
-  // Whether a datagram for the owner of (device, qpn) may leave now. Links
-  // are lossless (InfiniBand's credits; RoCE's PFC, as deployed for RDMA): a
-  // datagram waits for room like any packet, and while a backlog waits for
-  // that process the UD QP (src_device, src_qpn) holds its send queue (false).
-  // It is resumed (Qp::ResumeSendLocked) once the backlog has gone, or once
-  // the peer has kept its ring full for a head-of-queue lifetime: from then
-  // until its ring takes packets again, datagrams to it are discarded and
-  // counted, as a switch discards a packet stuck at the head of its queue.
+  // Whether a UD or UC packet for the owner of (device, qpn) may leave now.
+  // Links are lossless (InfiniBand's credits; RoCE's PFC, as deployed for
+  // RDMA): such a packet waits for room like any other, and while a backlog
+  // waits for that process the UD or UC QP (src_device, src_qpn) holds its
+  // send queue (false). It is resumed (Qp::ResumeSendLocked) once the backlog
+  // has gone, or once the peer has kept its ring full for a head-of-queue
+  // lifetime: from then until its ring takes packets again, UD and UC packets
+  // to it are discarded and counted, as a switch discards a packet stuck at
+  // the head of its queue.
   // Requires: engine lock.
-  bool DatagramMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn);
+  bool UnreliableMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn);
   // A multicast datagram: a copy to every other process of the fabric, which
   // hands it to the group's members it has. A full ring loses that copy.
   void SendToAllPeers(const Packet& pkt);
@@ -321,10 +324,10 @@ class Fabric {
   static Fabric& Make();  // the first Get()
   static inline std::atomic<Fabric*> instance_{nullptr};
 
-  struct DatagramWaiter {
+  struct HeldSender {
     int device;
     uint32_t qpn;
-    bool operator==(const DatagramWaiter&) const = default;
+    bool operator==(const HeldSender&) const = default;
   };
   // What this process keeps of a peer process slot (engine lock).
   struct Peer {
@@ -357,18 +360,18 @@ class Fabric {
     }
     std::deque<Packet> backlog;
     uint64_t held_since_ns = 0;  // the backlog began, or last moved
-    bool discarding = false;     // held its ring full for kHeadOfQueueLifetimeNs (DatagramMayGo)
-    std::vector<DatagramWaiter> datagram_waiters;  // our UD QPs that hold their sends for it
+    bool discarding = false;     // held its ring full for kHeadOfQueueLifetimeNs (UnreliableMayGo)
+    std::vector<HeldSender> held_senders;  // our UD and UC QPs that hold their sends for it
   };
-  std::vector<DatagramWaiter> resume_;  // FlushBacklogLocked: UD QPs to resume once it has flushed
+  std::vector<HeldSender> resume_;  // FlushBacklogLocked: QPs to resume once it has flushed
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
-  // How long a peer may keep its ring full before datagrams to it are
-  // discarded: OpenSM's default head-of-queue lifetime of a switch port
+  // How long a peer may keep its ring full before UD and UC packets to it
+  // are discarded: OpenSM's default head-of-queue lifetime of a switch port
   // facing an HCA (leaf_head_of_queue_lifetime 0x10: 4.096 us * 2^16).
   static constexpr uint64_t kHeadOfQueueLifetimeNs = 268'000'000;
-  // Drops the datagrams of `peer`'s backlog (counted) and discards later ones
-  // until its ring takes packets again.
-  void DiscardDatagramsLocked(Peer& peer);
+  // Drops the UD and UC packets of `peer`'s backlog (counted) and discards
+  // later ones until its ring takes packets again.
+  void DiscardUnreliableLocked(Peer& peer);
   static constexpr size_t kMaxFileWindows = 8;   // per peer
   // The window for `key` of the peer `pid`: found, or opened (and kept).
   const FileWindow& WindowFor(Peer& peer, pid_t pid, const FileWindowKey& key);

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Links are lossless for datagrams: a UD stream to a live receiver that is
-slower than its sender loses nothing at the link (ib_send_bw -c UD -s 64 -n
-200000: port_xmit_discards stays 0; it lost tens of thousands when a full ring
-dropped them). Whether the receiver had a receive posted for each is not
-asked: a datagram that finds none is lost, as on InfiniBand, and perftest's
-server then waits for it, so it is stopped once its client has ended.
+"""Links are lossless for unreliable transports too: a UD or UC stream to a
+live receiver that is slower than its sender loses nothing at the link
+(ib_send_bw -c UD/UC -s 64 -n 200000: port_xmit_discards stays 0; UD lost tens
+of thousands when a full ring dropped datagrams, and UC lost its packets beyond
+the sender's backlog bound when the receiver fell behind). Whether the
+receiver had a receive posted for each is not asked: a message that finds none
+is lost, as on InfiniBand, and perftest's server then waits for it, so it is
+stopped once its client has ended.
 
 A UD sender to a peer that stops taking packets does not grow without bound:
 its send queue waits while the peer's packet ring is full (links are
@@ -67,10 +69,10 @@ print(n, buf.value.decode().strip())
 """
 
 
-def live_stream_discards():
-    """port_xmit_discards of sim0 port 1 after a UD stream to a live server, on a fabric of its own that
-    ibv_asyncwatch keeps (with its counters) after the pair has ended; None when it could not be read."""
-    live_env = dict(os.environ, SIMVERBS_FABRIC=fabric + "-live")
+def live_stream_discards(transport, live_port):
+    """port_xmit_discards of sim0 port 1 after a `transport` stream to a live server, on a fabric of its own
+    that ibv_asyncwatch keeps (with its counters) after the pair has ended; None when it could not be read."""
+    live_env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-live-{transport}")
     holder = subprocess.Popen([cli, "run", "--", "ibv_asyncwatch", "-d", "sim0"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=live_env)
     procs = [holder]
@@ -80,12 +82,12 @@ def live_stream_discards():
         deadline = time.time() + 20
         while time.time() < deadline and "sim0 port 1 port_xmit_discards" not in counters():
             time.sleep(0.05)  # until ibv_asyncwatch has joined the fabric
-        live_port = str(int(port) + 1)
-        stream = [cli, "run", "--", "ib_send_bw", "-c", "UD", "-s", "64", "-n", "200000", "-p", live_port]
+        stream = [cli, "run", "--", "ib_send_bw", "-c", transport, "-s", "64", "-n", "200000", "-p", live_port]
         server = subprocess.Popen(stream, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=live_env)
         procs.append(server)
         if not wait_listening(int(live_port), server, time.time() + 20):
-            failures.append(f"the live UD server never listened: {server.communicate(timeout=20)[0][-300:]!r}")
+            failures.append(f"the live {transport} server never listened: "
+                            f"{server.communicate(timeout=20)[0][-300:]!r}")
             return None
         client = subprocess.Popen(["stdbuf", "-oL"] + stream + ["127.0.0.1"], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, env=live_env)
@@ -101,12 +103,12 @@ def live_stream_discards():
                 break  # end of its output
             out += chunk.decode(errors="replace")
         if not re.search(r"^\s*64\s+200000\s", out, re.M):
-            failures.append(f"the UD stream to a live server did not complete: {out[-300:]!r}")
+            failures.append(f"the {transport} stream to a live server did not complete: {out[-300:]!r}")
             return None
         for line in counters().splitlines():
             if line.startswith("sim0 port 1 port_xmit_discards "):
                 return int(line.split()[-1])
-        failures.append("simverbs counters printed no sim0 port 1 port_xmit_discards for the live stream")
+        failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards for the live {transport} stream")
         return None
     finally:
         for p in procs:
@@ -121,10 +123,12 @@ def rss_kib(pid):
     return 0
 
 
-discards = live_stream_discards()
-if discards:
-    failures.append(f"a UD stream to a live server lost {discards} datagrams at the link (port_xmit_discards)")
-print(f"UD stream to a live server: sim0 port 1 port_xmit_discards {discards}")
+for n, transport in enumerate(("UD", "UC")):
+    discards = live_stream_discards(transport, str(int(port) + 1 + n))
+    if discards:
+        failures.append(f"a {transport} stream to a live server lost {discards} packets at the link "
+                        "(port_xmit_discards)")
+    print(f"{transport} stream to a live server: sim0 port 1 port_xmit_discards {discards}")
 
 server = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 client = None
@@ -177,5 +181,5 @@ finally:
 
 for f in failures:
     print("FAIL", f)
-print(f"{2 - min(len(failures), 2)} passed, {len(failures)} failed")
+print(f"{3 - min(len(failures), 3)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
