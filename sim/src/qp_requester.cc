@@ -261,7 +261,7 @@ void Qp::ProgressLocked() {
 
 bool Qp::UnreliableWaitsLocked(const SendWqe& wqe) {
   // RC needs no holding back: what a full backlog drops, its retransmission recovers.
-  if ((type() != IBV_QPT_UD && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
+  if ((type() != IBV_QPT_UD && type() != IBV_QPT_UC) || !Fabric::Get().Backlogged()) return false;
   const bool ud = type() == IBV_QPT_UD;
   const AddressVector& av = ud ? wqe.av : AddressVector::From(attr_.ah_attr);
   const uint32_t dst_qpn = ud ? wqe.remote_qpn : attr_.dest_qp_num;

@@ -252,6 +252,9 @@ class Fabric {
   // the head of its queue.
   // Requires: engine lock.
   bool UnreliableMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn);
+  // Packets wait in a backlog for some peer: without one, every UD and UC
+  // packet may go (UnreliableMayGo), and its route need not be looked up.
+  bool Backlogged() const { return !backlog_empty_.load(std::memory_order_relaxed); }
   // A multicast datagram: a copy to every other process of the fabric, which
   // hands it to the group's members it has. A full ring loses that copy.
   void SendToAllPeers(const Packet& pkt);
