@@ -44,14 +44,22 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def xmit_discards():
-    """sim0 port 1's port_xmit_discards, by `simverbs counters`."""
-    out = subprocess.run([cli, "counters"], capture_output=True, text=True, env=env, timeout=60)
+def read_xmit_discards(fabric_env):
+    """sim0 port 1's port_xmit_discards on the fabric of `fabric_env`, by `simverbs counters`; None with
+    what it printed when it printed none (no process is on that fabric)."""
+    out = subprocess.run([cli, "counters"], capture_output=True, text=True, env=fabric_env, timeout=60)
     for line in out.stdout.splitlines():
         if line.startswith("sim0 port 1 port_xmit_discards "):
-            return int(line.split()[-1])
-    failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards: {out.stdout!r} {out.stderr!r}")
-    return 0
+            return int(line.split()[-1]), ""
+    return None, f"{out.stdout!r} {out.stderr!r}"
+
+
+def xmit_discards():
+    """sim0 port 1's port_xmit_discards on the stopped peer's fabric."""
+    discards, printed = read_xmit_discards(env)
+    if discards is None:
+        failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards: {printed}")
+    return discards or 0
 
 
 # Opens sim0 (so that it is on the fabric) and prints what ibv_read_sysfs_file reads of the counter.
@@ -77,10 +85,8 @@ def live_stream_discards(transport, live_port):
                               stderr=subprocess.DEVNULL, env=live_env)
     procs = [holder]
     try:
-        counters = lambda: subprocess.run([cli, "counters"], capture_output=True, text=True, env=live_env,
-                                          timeout=60).stdout
         deadline = time.time() + 20
-        while time.time() < deadline and "sim0 port 1 port_xmit_discards" not in counters():
+        while time.time() < deadline and read_xmit_discards(live_env)[0] is None:
             time.sleep(0.05)  # until ibv_asyncwatch has joined the fabric
         stream = [cli, "run", "--", "ib_send_bw", "-c", transport, "-s", "64", "-n", "200000", "-p", live_port]
         server = subprocess.Popen(stream, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=live_env)
@@ -105,11 +111,11 @@ def live_stream_discards(transport, live_port):
         if not re.search(r"^\s*64\s+200000\s", out, re.M):
             failures.append(f"the {transport} stream to a live server did not complete: {out[-300:]!r}")
             return None
-        for line in counters().splitlines():
-            if line.startswith("sim0 port 1 port_xmit_discards "):
-                return int(line.split()[-1])
-        failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards for the live {transport} stream")
-        return None
+        discards, printed = read_xmit_discards(live_env)
+        if discards is None:
+            failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards for the live {transport} "
+                            f"stream: {printed}")
+        return discards
     finally:
         for p in procs:
             p.kill()
