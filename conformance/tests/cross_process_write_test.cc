@@ -1047,6 +1047,70 @@ TEST_F(CrossProcessWriteTest, ResponderConnectedAgainAcksItsNewRequester) {
       });
 }
 
+// Rule: ibv_modify_qp(3): a QP moved to RESET and through INIT, RTR and RTS again with another
+//   dest_qp_num and address vector is connected to that QP: its messages go there.
+// Checks: a_ sends to the child's QP (its receive completes), is moved to RESET and connected to b_,
+//   a QP of its own process; two SENDs from a_ then complete with IBV_WC_SUCCESS, b_ receives both
+//   with their bytes, a WRITE from a_ into b_'s memory completes with IBV_WC_SUCCESS and lands, and
+//   the child, with a receive posted, receives nothing more. (On the
+//   simulator, a requester that kept the way to its first peer's process, or the packet it built
+//   for it, sends there instead.)
+TEST_F(CrossProcessWriteTest, RequesterConnectedAgainSendsToItsNewResponder) {
+  RunWithChild(
+      IBV_ACCESS_LOCAL_WRITE, 0,
+      [&](const Child& c) {
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
+        ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_TRUE(NoCompletionWithin(c.recv_cq)) << "a SEND of the second connection reached the first responder";
+      },
+      [&](const Target&, int to_child, int from_child) {
+        const ibv_wc first = Send(1);
+        ASSERT_EQ(first.status, IBV_WC_SUCCESS) << "the SEND of the first connection: " << DescribeWc(first);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ASSERT_TRUE(CreateEnd(&b_));
+        Buffer received;
+        ASSERT_TRUE(received.Register(pd(), 4096));
+        ASSERT_TRUE(ModifyToState(a_.get(), IBV_QPS_RESET));
+        ASSERT_TRUE(BringUp(b_.get(), port(), a_.qp_num(), LocalAddress(), ConnectParams{}));
+        for (uint64_t wr_id : {4, 5}) {
+          ibv_sge rsge = received.Sge(64 * wr_id, 64);
+          ASSERT_EQ(PostRecv(b_.get(), wr_id, &rsge, 1), 0);
+        }
+        ASSERT_TRUE(BringUp(a_.get(), port(), b_.qp_num(), LocalAddress(), ConnectParams{}));
+        src_.FillPattern(9);
+        std::vector<ibv_sge> sges;
+        for (uint64_t wr_id : {2, 3}) sges.push_back(src_.Sge(16 * wr_id, 16));
+        for (size_t k = 0; k < sges.size(); ++k) ASSERT_EQ(PostOne(a_.get(), SendWr(2 + k, &sges[k], 1)), 0);
+        std::vector<ibv_wc> sent;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 2, &sent, kChildTimeout / 2));
+        for (const ibv_wc& done : sent) {
+          EXPECT_EQ(done.status, IBV_WC_SUCCESS) << "a SEND of the second connection: " << DescribeWc(done);
+        }
+        std::vector<ibv_wc> got;
+        EXPECT_TRUE(PollCompletions(b_.recv_cq.get(), 2, &got, kChildTimeout / 2)) << "b_ received too little";
+        for (size_t k = 0; k < got.size(); ++k) {
+          EXPECT_EQ(got[k].wr_id, 4 + k);
+          EXPECT_EQ(got[k].status, IBV_WC_SUCCESS) << DescribeWc(got[k]);
+          const uint8_t* want = src_.data() + 16 * (2 + k);
+          const uint8_t* landed = received.data() + 64 * (4 + k);
+          EXPECT_EQ(std::vector<uint8_t>(landed, landed + 16), std::vector<uint8_t>(want, want + 16))
+              << "b_'s receive " << 4 + k << " holds other bytes than the SEND's";
+        }
+        ibv_sge wsge = src_.Sge(64, 16);
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(6, IBV_WR_RDMA_WRITE, &wsge, 1, received.addr(1024), received.mr()->rkey)), 0);
+        ibv_wc written = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &written, kChildTimeout / 2));
+        EXPECT_EQ(written.status, IBV_WC_SUCCESS) << "a WRITE of the second connection: " << DescribeWc(written);
+        EXPECT_EQ(std::vector<uint8_t>(received.data() + 1024, received.data() + 1040),
+                  std::vector<uint8_t>(src_.data() + 64, src_.data() + 80))
+            << "the WRITE to b_'s memory did not land";
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
 // Takes the link of `port` down in this process through the simulator's control API, and up again
 // when it goes (a test that fails midway leaves the port as it found it); both events are read and
 // acknowledged.
