@@ -416,10 +416,11 @@ void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
     SendAckLocked(req.op, last_psn);
     return;
   }
+  // A NAK (no caller gives an ACK a NAK code) names the PSN it refuses.
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = kind;
   r.op = req.op;
-  r.psn = kind == Packet::Kind::kAck ? last_psn : req.psn;
+  r.psn = req.psn;
   r.nak = nak;
   if (nak == Packet::Nak::kRnr) r.imm_data = attr_.min_rnr_timer;
   if (nak == Packet::Nak::kSequence) r.psn = epsn_;

@@ -111,9 +111,7 @@ bool PacketRing::ClaimSlot(uint64_t* claimed, const WireSender& producer) {
 bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_at, const WireSender& producer,
                       Owed* owed) {
   uint64_t pos = 0;
-  if (!ClaimSlot(&pos, producer)) return false;
-  slots_[pos % kSlots].pkt.From(pkt, src_device_index, producer);  // Publish, inlined
-  if (!PublishWritten(pos, pkt.answered, pkt.last, producer, owed)) return false;
+  if (!ClaimSlot(&pos, producer) || !Publish(pos, pkt, src_device_index, producer, owed)) return false;
   if (pushed_at) *pushed_at = pos;
   return true;
 }
