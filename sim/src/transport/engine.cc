@@ -113,7 +113,13 @@ bool Engine::DeliverInPlace(const Packet& pkt) {
   if (draining_) return false;
   draining_ = true;
   DeliverOrDropLocked(pkt);
-  DrainLocked();
+  // Most deliveries queue nothing (their answers leave for another process
+  // at once): no drain to run then.
+  if (queue_.empty()) {
+    draining_ = false;
+  } else {
+    DrainLocked();
+  }
   return true;
 }
 
@@ -198,35 +204,43 @@ void Engine::DeliverLocked(const Packet& pkt) {
     return;
   }
   if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) {
-    if (Group* group = FindGroup(pkt.dst)) {
-      // A copy for each member here; the sending QP does not hear itself.
-      const std::set<Qp*> members = group->members;
-      for (Qp* member : members) {
-        if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
-      }
-    }
-    // And one for every other process, which gives it to the members it has.
-    if (!pkt.from_peer) Fabric::Get().SendToAllPeers(pkt);
+    DeliverMulticastLocked(pkt);
     return;
   }
   Device* dev = Route(pkt.dst);
   if (!dev) return;  // an unreachable address: lost; the sender's timers decide
   if (Qp* qp = dev->FindQp(pkt.dst_qpn)) {
-    if (!pkt.stream) {
+    if (pkt.stream) {
+      DeliverStreamLocked(dev, pkt);
+    } else {
       qp->Receive(pkt);
-      return;
-    }
-    // A READ answer for a QP of ours: every packet at once.
-    Packet part;
-    while (CutResponse(pkt, &part)) {
-      qp = dev->FindQp(pkt.dst_qpn);
-      if (qp) qp->Receive(part);
-      RecyclePayload(part.payload.TakeBuffer());
-      if (!qp) break;
     }
   } else {
     // Another process's QP, or none at all (lost as well).
     Fabric::Get().SendRemote(dev->index(), pkt);
+  }
+}
+
+void Engine::DeliverMulticastLocked(const Packet& pkt) {
+  if (Group* group = FindGroup(pkt.dst)) {
+    // A copy for each member here; the sending QP does not hear itself.
+    const std::set<Qp*> members = group->members;
+    for (Qp* member : members) {
+      if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
+    }
+  }
+  // And one for every other process, which gives it to the members it has.
+  if (!pkt.from_peer) Fabric::Get().SendToAllPeers(pkt);
+}
+
+// A READ answer for a QP of ours: every packet at once.
+void Engine::DeliverStreamLocked(Device* dev, const Packet& pkt) {
+  Packet part;
+  while (CutResponse(pkt, &part)) {
+    Qp* qp = dev->FindQp(pkt.dst_qpn);
+    if (qp) qp->Receive(part);
+    RecyclePayload(part.payload.TakeBuffer());
+    if (!qp) break;
   }
 }
 

@@ -135,6 +135,10 @@ class Engine {
   // `remote`: RemoteRoute found it already (the packet is pushed to its peer).
   void DeliverOrDropLocked(const Packet& pkt, Device* remote = nullptr) noexcept;
   void DeliverLocked(const Packet& pkt);
+  // DeliverLocked's rare cases, out of line: the frame and saved registers
+  // they need are not paid by every packet.
+  [[gnu::noinline]] void DeliverMulticastLocked(const Packet& pkt);
+  [[gnu::noinline]] void DeliverStreamLocked(Device* dev, const Packet& pkt);
   void TimerThread();
   void ForkedChild();
   // Route without the cache: every active port of every device.
