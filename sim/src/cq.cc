@@ -178,7 +178,7 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
   const size_t count = count_.load(std::memory_order_relaxed);
   ring_[RingIndex(head_, count)] = wc;
   count_.store(count + 1, std::memory_order_release);
-  NotifyLocked(wc, solicited);
+  if (arm_ != Arm::kNone) NotifyLocked(wc, solicited);  // (a polled CQ is not armed: no call)
   return PushResult::kOk;
 }
 

@@ -139,12 +139,6 @@ Mr::~Mr() {
   handle_.Unbind();
 }
 
-uint8_t* Mr::Translate(uint64_t va, uint64_t len) const {
-  const ibv_mr& m = handle_.pub;
-  if (va < iova_ || len > m.length || va - iova_ > m.length - len) return nullptr;
-  return static_cast<uint8_t*>(m.addr) + (va - iova_);
-}
-
 Mr* Mr::Check(Device* device, uint32_t key, bool remote, const Pd* pd, uint64_t va, uint64_t len, unsigned access,
               uint32_t qp_num) {
   Mr* mr = device->FindKey(key);

@@ -80,7 +80,11 @@ bool Qp::TakeRecvWqe(RecvWqe* out) {
   }
   if (rq_.empty()) return false;
   // Swapped, not moved: the slot keeps *out's old SGE buffer for a later post.
-  std::swap(*out, rq_.front());
+  // (Field by field: the vector's three pointers, without a moved-from temporary.)
+  RecvWqe& front = rq_.front();
+  std::swap(out->wr_id, front.wr_id);
+  out->sges.swap(front.sges);
+  std::swap(out->length, front.length);
   rq_.pop_front();
   return true;
 }

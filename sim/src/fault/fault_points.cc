@@ -13,8 +13,9 @@ constexpr const char* kNames[] = {
 static_assert(sizeof kNames / sizeof kNames[0] == FaultPoints::kCount);
 }  // namespace
 
-FaultPoints& FaultPoints::Get() {
+FaultPoints& FaultPoints::Make() {
   static FaultPoints* points = new FaultPoints();
+  instance_.store(points, std::memory_order_release);
   return *points;
 }
 

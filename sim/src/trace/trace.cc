@@ -12,8 +12,9 @@
 
 namespace simverbs {
 
-Trace& Trace::Get() {
+Trace& Trace::Make() {
   static Trace* trace = new Trace();  // never destroyed: objects may trace from atexit handlers
+  instance_.store(trace, std::memory_order_release);
   return *trace;
 }
 

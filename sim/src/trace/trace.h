@@ -28,7 +28,11 @@ namespace simverbs {
 
 class Trace {
  public:
-  static Trace& Get();
+  // (Inline: asked on every WQE's and CQE's path.)
+  static Trace& Get() {
+    Trace* trace = instance_.load(std::memory_order_acquire);
+    return trace ? *trace : Make();
+  }
   bool enabled() const { return fd_ >= 0; }
 
   // Writes the header once; called when the first device list is built, after
@@ -51,6 +55,8 @@ class Trace {
   static const char* PortStateName(ibv_port_state s);
 
  private:
+  static Trace& Make();  // the first Get()
+  static inline std::atomic<Trace*> instance_{nullptr};
   Trace();
   void Line(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
