@@ -344,6 +344,14 @@ class CrossProcessWriteTest : public QpTest {
     ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
   }
+  // The child's side: ReceiveFirst, then posts another receive (wr_id 8, the next 64 bytes) for a
+  // SEND that should not come, and tells the parent (WaitForChild).
+  static void ReceiveFirstAndPostAnother(const Child& c) {
+    ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
+    ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+    ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
+    ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+  }
 
   // A WRITE the child's side refuses (MR `access`, QP `qp_access`): it
   // completes with `status`, and the child's buffer is still zero.
@@ -1059,10 +1067,7 @@ TEST_F(CrossProcessWriteTest, RequesterConnectedAgainSendsToItsNewResponder) {
   RunWithChild(
       IBV_ACCESS_LOCAL_WRITE, 0,
       [&](const Child& c) {
-        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
-        ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
-        ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
-        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirstAndPostAnother(c));
         EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
         EXPECT_TRUE(NoCompletionWithin(c.recv_cq)) << "a SEND of the second connection reached the first responder";
       },
@@ -1150,10 +1155,7 @@ TEST_F(CrossProcessWriteTest, SendToAnotherProcessIsLostWhileTheLinkIsDown) {
   RunWithChild(
       IBV_ACCESS_LOCAL_WRITE, 0,
       [&](const Child& c) {
-        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
-        ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
-        ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
-        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirstAndPostAnother(c));
         ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
         ibv_wc second = {};
         EXPECT_EQ(ibv_poll_cq(c.recv_cq, 1, &second), 0)
