@@ -81,6 +81,7 @@ bool Qp::TakeRecvWqe(RecvWqe* out) {
   if (rq_.empty()) return false;
   // Swapped, not moved: the slot keeps *out's old SGE buffer for a later post.
   // (Field by field: the vector's three pointers, without a moved-from temporary.)
+  static_assert(sizeof(RecvWqe) == sizeof(uint64_t) * 2 + sizeof(std::vector<ibv_sge>), "a field not swapped here");
   RecvWqe& front = rq_.front();
   std::swap(out->wr_id, front.wr_id);
   out->sges.swap(front.sges);
