@@ -6,6 +6,7 @@
 // one.
 
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -23,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "conformance/lib/backend_profile.h"
 #include "conformance/lib/blocking_call.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
@@ -196,6 +199,7 @@ struct ChildSetup {
   uint32_t max_send_wr = 16;   // of both QPs
   uint8_t retry_cnt = 7;       // of a_
   uint8_t rnr_retry = 7;       // of a_
+  bool stay_in_rtr = false;    // the child's QP is not moved to RTS
 };
 
 // Links `wrs` into one list and posts it; returns ibv_post_send's value.
@@ -271,7 +275,12 @@ class CrossProcessWriteTest : public QpTest {
             ConnectParams params;
             params.access = qp_access;
             params.max_dest_rd_atomic = setup.rd_atomic;
-            ASSERT_TRUE(BringUp(end.get(), port(), parent_qpn, address, params));
+            if (setup.stay_in_rtr) {
+              ASSERT_TRUE(ModifyToInit(end.get(), port(), params));
+              ASSERT_TRUE(ModifyToRtr(end.get(), parent_qpn, address, params));
+            } else {
+              ASSERT_TRUE(BringUp(end.get(), port(), parent_qpn, address, params));
+            }
             if (setup.post_recv) {
               ibv_sge rsge = {reinterpret_cast<uintptr_t>(buf), 64, mr->lkey};
               ASSERT_EQ(PostRecv(end.get(), 7, &rsge, 1), 0);
@@ -1251,6 +1260,136 @@ TEST_F(CrossProcessWriteTest, AckOfABurstReachesRequesterBeforeItsRnrNak) {
         EXPECT_EQ(write(to_child, "x", 1), 1);
       },
       setup);
+}
+
+// Rule: ibv_poll_cq(3): a receive that a SEND took completes with IBV_WC_RECV and byte_len the
+//   SEND's length; one that a SEND with immediate took has IBV_WC_WITH_IMM in wc_flags and the
+//   immediate data as the sender posted it (network order); IBTA 9.5: messages complete in order.
+// Checks: the child has two receives posted (64 bytes each); the parent sends 48 bytes with
+//   immediate data, then 40 bytes without. The first receive holds the first SEND's bytes and
+//   completes with IBV_WC_WITH_IMM and its immediate data, the second the other's, without the flag.
+TEST_F(CrossProcessWriteTest, SendsWithAndWithoutImmediateCompleteTheirReceives) {
+  constexpr uint32_t kImm = 0x12345678;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        ibv_sge second = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &second, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2)) << "the child did not receive both";
+        EXPECT_EQ(wcs[0].wr_id, 7u);
+        EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << DescribeWc(wcs[0]);
+        EXPECT_EQ(wcs[0].opcode, IBV_WC_RECV);
+        EXPECT_EQ(wcs[0].byte_len, 48u);
+        EXPECT_TRUE(wcs[0].wc_flags & IBV_WC_WITH_IMM) << DescribeWc(wcs[0]);
+        EXPECT_EQ(wcs[0].imm_data, htonl(kImm));
+        EXPECT_EQ(wcs[1].wr_id, 8u);
+        EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS) << DescribeWc(wcs[1]);
+        EXPECT_EQ(wcs[1].opcode, IBV_WC_RECV);
+        EXPECT_EQ(wcs[1].byte_len, 40u);
+        EXPECT_FALSE(wcs[1].wc_flags & IBV_WC_WITH_IMM) << DescribeWc(wcs[1]);
+        const std::vector<uint8_t> pattern = Pattern(6, 128);
+        EXPECT_EQ(Read(c.buf, 48), std::vector<uint8_t>(pattern.begin(), pattern.begin() + 48));
+        EXPECT_EQ(Read(c.buf + 64, 40), std::vector<uint8_t>(pattern.begin() + 64, pattern.begin() + 104));
+      },
+      [&](const Target&, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        src_.FillPattern(6);
+        ibv_sge sges[2] = {src_.Sge(0, 48), src_.Sge(64, 40)};
+        std::vector<ibv_send_wr> wrs = {SendWr(1, &sges[0], 1, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM),
+                                        SendWr(2, &sges[1], 1)};
+        wrs[0].imm_data = htonl(kImm);
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        ExpectTwoCompletions(IBV_WC_SUCCESS, IBV_WC_SUCCESS);
+      });
+}
+
+// Rule: as QpErrorTest.RecvFails_BufferTooSmall and SendFails_RemoteRecvTooSmall, across processes:
+//   a SEND longer than the receive WQE's buffers completes that receive with IBV_WC_LOC_LEN_ERR,
+//   and the requester's SEND with IBV_WC_REM_INV_REQ_ERR (NAK Invalid Request).
+// Checks: the parent sends 128 bytes into the child's 64-byte receive: both completions as above.
+TEST_F(CrossProcessWriteTest, SendLongerThanTheReceiveFailsOnBothSides) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.wr_id, 7u);
+        EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << DescribeWc(wc);
+        // Stay until the parent has its completion.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target&, int to_child, int) {
+        ibv_sge sge = src_.Sge(0, 128);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
+// Rule: as QpCommEstTest.RaisedByFirstPacketInRtr, with the requester in another process:
+//   IBTA 11.6.3: the first packet that reaches an RC QP in RTR raises IBV_EVENT_COMM_EST.
+// Checks: the child's QP, left in RTR with a receive posted, receives the parent's SEND (success on
+//   both sides) and the child gets IBV_EVENT_COMM_EST for it.
+TEST_F(CrossProcessWriteTest, FirstSendToAQpInRtrRaisesCommEst) {
+  SKIP_IF(!Backend().Answer("CommEstOnFirstPacketInRtr", true)) << "(the backend raises no COMM_EST)";
+  ChildSetup setup;
+  setup.stay_in_rtr = true;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
+        EventAcks acks;  // (acknowledged before the QP is destroyed)
+        EXPECT_TRUE(WaitForAsyncEvent(c.qp->context, IBV_EVENT_COMM_EST, c.qp, &acks));
+      },
+      [&](const Target&, int, int) {
+        const ibv_wc wc = Send(1);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+      },
+      setup);
+}
+
+// Rule: IBTA 9.7.5.1 (RC is reliable): a request whose ACK was lost is sent again after the
+//   requester's transport timeout; the responder acknowledges the duplicate again and does not
+//   deliver it again (rxe_resp.c check_psn: a PSN behind the expected one is a duplicate request).
+// Checks: (simulator only) the parent posts a SEND while the child is stopped, then makes its own
+//   next delivery of a packet run out of memory (fault point "deliver_packet"): that is the SEND's
+//   ACK, which is lost, so the SEND goes again. It completes with success, once; the child, with a
+//   second receive posted, gets one receive completion and no other within kBlockWindow after the
+//   parent's SEND completed.
+TEST_F(CrossProcessWriteTest, SendRepeatedAfterItsAckWasLostIsReceivedOnce) {
+  SKIP_IF(!Sim()) << "(the fault point is the simulator's)";
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ibv_sge second = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &second, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
+        // The parent's SEND has completed: the copy sent again has been answered.
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_TRUE(NoCompletionWithin(c.recv_cq, kBlockWindow)) << "the SEND sent again was received again";
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0) << std::strerror(errno);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        ibv_sge sge = src_.Sge(0, 64);
+        const int posted = PostOne(a_.get(), SendWr(1, &sge, 1));
+        const int armed = sim().FailAfter("deliver_packet", 0, ENOMEM);
+        EXPECT_EQ(kill(target.pid, SIGCONT), 0);
+        ASSERT_TRUE(stopped) << "the child did not stop";
+        ASSERT_EQ(posted, 0);
+        ASSERT_EQ(armed, 0);
+        ibv_wc wc = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kBlockWindow)) << "the SEND completed twice";
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
 }
 
 // Rule: IBTA 9.7.5.1 (RC is reliable, via ibv_post_send(3)): a packet the responder's side loses

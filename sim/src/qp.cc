@@ -324,12 +324,12 @@ void Qp::EnterErrorLocked(int event) {
   // Then the receive queue (an SRQ is never flushed: the QP stops taking from it).
   if (recv_in_progress_) {
     recv_in_progress_ = false;
-    CompleteRecvLocked(recv_wqe_, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
+    CompleteRecvLocked(recv_wqe_, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
   }
   while (!rq_.empty()) {
     RecvWqe wqe = std::move(rq_.front());
     rq_.pop_front();
-    CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
+    CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
   }
   // IBTA o11-5.2.5: an SRQ QP in ERR with no WQE left raises Last WQE Reached.
   // (An XRC_RECV QP's srq_ is only the SRQ of its last message: not attached.)

@@ -110,6 +110,12 @@ class Qp {
 
   // The transport. Requires: engine lock held.
   void Receive(const Packet& pkt);  // a packet addressed to this QP
+  // A one-packet SEND from another process's ring (Fabric::DrainInboundLocked),
+  // taken as Receive takes its Packet when it is the in-order request of a
+  // connected RC QP with a receive of its own posted: true. False, with
+  // nothing done, for anything else: Receive takes the Packet then.
+  // Requires: engine lock, inside a burst (Engine::BeginBurst).
+  bool ReceiveWholeSendLocked(const WholeSend& send);
   void OnTimer();                   // its retransmit or RNR timer fired
   // The link to a process it holds UD or UC packets for takes packets again
   // (Fabric::UnreliableMayGo): sends what waits.
@@ -210,9 +216,25 @@ class Qp {
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
   // The positive ACK of an accepted message: held back while the engine
   // delivers a burst (Engine::DeferAck), sent at once otherwise.
-  void AcknowledgeLocked(const Packet& req);
-  void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
-                          const Packet* pkt);
+  // `last_psn`: the PSN of its last packet.
+  void AcknowledgeLocked(ibv_wr_opcode op, uint32_t last_psn);
+  // What a receive completion says of the message that took the WQE.
+  struct Arrival {
+    ibv_wr_opcode op;
+    uint32_t imm_data;
+    bool solicited;
+    // UD only
+    uint32_t src_qpn;
+    uint16_t slid;
+    uint8_t sl;
+    bool has_grh;
+    static Arrival Of(const Packet& pkt) {
+      return {pkt.op, pkt.imm_data, pkt.solicited, pkt.src_qpn, pkt.slid, pkt.dst.sl, pkt.has_grh};
+    }
+  };
+  // `byte_len` and `arrival` count only for a successful one.
+  void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len = 0,
+                          const Arrival& arrival = {});
   int AccessErrorEvent() const;
   void ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event);
 

@@ -202,7 +202,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       if (st != IBV_WC_SUCCESS) {
         if (!rc) {
           recv_in_progress_ = false;
-          CompleteRecvLocked(recv_wqe_, st, IBV_WC_RECV, 0, &pkt);
+          CompleteRecvLocked(recv_wqe_, st, IBV_WC_RECV);
           return;
         }
         ResponderFatal(pkt, st,
@@ -350,23 +350,49 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   if (pkt.last && has_recv) {
     recv_in_progress_ = false;
     const ibv_wc_opcode op = pkt.op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-    CompleteRecvLocked(recv_wqe_, IBV_WC_SUCCESS, op, recv_offset_, &pkt);
+    CompleteRecvLocked(recv_wqe_, IBV_WC_SUCCESS, op, recv_offset_, Arrival::Of(pkt));
   }
   // A receive completion that did not fit in its CQ can take the QP to ERR (rxe 6.1:
   // rxe_resp.c do_complete -> RESPST_ERR_CQ_OVERFLOW, no ACK): a QP in ERR acknowledges nothing.
   // An answered WRITE was completed by its requester (Packet::answered).
-  if (rc && pkt.last && state() != IBV_QPS_ERR && !pkt.answered) AcknowledgeLocked(pkt);
+  if (rc && pkt.last && state() != IBV_QPS_ERR && !pkt.answered) {
+    AcknowledgeLocked(pkt.op, (pkt.psn + pkt.psn_count - 1) & 0xffffff);
+  }
 }
 
-void Qp::AcknowledgeLocked(const Packet& req) {
+// Receive and ReceiveRequest for the packet they would take this way, the
+// checks in the same order; anything else goes to them (a SEND with
+// invalidate, a QP on an SRQ, a PSN out of order, no receive posted...).
+bool Qp::ReceiveWholeSendLocked(const WholeSend& send) {
+  if (destroying_ || type() != IBV_QPT_RC || send.transport != IBV_QPT_RC) return false;
+  const ibv_qp_state s = state();
+  // (In RTR only after Communication Established was raised.)
+  if (!RespondsLocked() || (s == IBV_QPS_RTR && !comm_established_)) return false;
+  if (send.psn != epsn_ || (send.op != IBV_WR_SEND && send.op != IBV_WR_SEND_WITH_IMM)) return false;
+  if (srq_ || recv_in_progress_ || rq_.empty()) return false;
+  // Placed before the WQE is taken: one that does not take them goes the
+  // other way, which writes the same bytes and fails the same way.
+  if (Scatter(device(), pd_, rq_.front(), 0, send.bytes, send.length) != IBV_WC_SUCCESS) return false;
+  sent_sequence_nak_ = false;
+  TakeRecvWqe(&recv_wqe_);
+  recv_offset_ = send.length;
+  epsn_ = (send.psn + 1) & 0xffffff;
+  const Arrival arrival{send.op, send.imm_data, send.solicited, 0, 0, 0, false};
+  CompleteRecvLocked(recv_wqe_, IBV_WC_SUCCESS, IBV_WC_RECV, send.length, arrival);
+  if (state() != IBV_QPS_ERR) AcknowledgeLocked(send.op, send.psn);
+  return true;
+}
+
+void Qp::AcknowledgeLocked(ibv_wr_opcode op, uint32_t last_psn) {
   if (!Engine::Get().DeferAck(this, ack_deferred_)) {
-    Respond(req, Packet::Kind::kAck);
+    SendDeferredAckLocked();  // answers leave in the order they were made
+    SendAckLocked(op, last_psn);
     return;
   }
   // A later ACK replaces the one held: it covers every message up to its PSN.
   ack_deferred_ = true;
-  deferred_ack_psn_ = (req.psn + req.psn_count - 1) & 0xffffff;
-  deferred_ack_op_ = req.op;
+  deferred_ack_psn_ = last_psn;
+  deferred_ack_op_ = op;
 }
 
 void Qp::SendDeferredAckLocked() {
@@ -399,12 +425,12 @@ void Qp::ReceiveUd(const Packet& pkt) {
     grh.sgid = pkt.sgid;
     grh.dgid = pkt.dst.dgid;
     if (Scatter(device(), pd_, wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes) != IBV_WC_SUCCESS) {
-      CompleteRecvLocked(wqe, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, &pkt);
+      CompleteRecvLocked(wqe, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV);
       return;
     }
   }
   const ibv_wc_status st = Scatter(device(), pd_, wqe, kGrhBytes, pkt.payload.data(), pkt.payload.size());
-  CompleteRecvLocked(wqe, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? pkt.payload.size() + kGrhBytes : 0, &pkt);
+  CompleteRecvLocked(wqe, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? pkt.payload.size() + kGrhBytes : 0, Arrival::Of(pkt));
 }
 
 // The event of an R_Key violation not tied to a receive (IBTA C9-222.1.1),
@@ -438,40 +464,40 @@ void Qp::Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak) {
 void Qp::ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event) {
   if (recv_in_progress_ && recv_status != IBV_WC_SUCCESS) {
     recv_in_progress_ = false;
-    CompleteRecvLocked(recv_wqe_, recv_status, IBV_WC_RECV, 0, &req);
+    CompleteRecvLocked(recv_wqe_, recv_status, IBV_WC_RECV);
   }
   Respond(req, Packet::Kind::kNak, nak);
   EnterErrorLocked(event);
 }
 
 void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len,
-                            const Packet* pkt) {
+                            const Arrival& arrival) {
   ibv_wc wc{};
   wc.wr_id = wqe.wr_id;
   wc.status = status;
   wc.qp_num = qp_num();
   wc.opcode = opcode;  // kept on errors too: the overrun rules tell receive CQEs apart by it
   bool solicited = false;
-  if (status == IBV_WC_SUCCESS && pkt) {
+  if (status == IBV_WC_SUCCESS) {
     wc.byte_len = static_cast<uint32_t>(byte_len);
-    if (pkt->op == IBV_WR_SEND_WITH_IMM || pkt->op == IBV_WR_RDMA_WRITE_WITH_IMM) {
-      wc.imm_data = pkt->imm_data;
+    if (arrival.op == IBV_WR_SEND_WITH_IMM || arrival.op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+      wc.imm_data = arrival.imm_data;
       wc.wc_flags |= IBV_WC_WITH_IMM;
     }
-    if (pkt->op == IBV_WR_SEND_WITH_INV) {
-      wc.invalidated_rkey = pkt->imm_data;
+    if (arrival.op == IBV_WR_SEND_WITH_INV) {
+      wc.invalidated_rkey = arrival.imm_data;
       wc.wc_flags |= IBV_WC_WITH_INV;
     }
     if (type() == IBV_QPT_UD) {
-      wc.src_qp = pkt->src_qpn;
-      wc.slid = pkt->slid;
-      wc.sl = pkt->dst.sl;
+      wc.src_qp = arrival.src_qpn;
+      wc.slid = arrival.slid;
+      wc.sl = arrival.sl;
       wc.pkey_index = 0;
-      if (pkt->has_grh) wc.wc_flags |= IBV_WC_GRH;
+      if (arrival.has_grh) wc.wc_flags |= IBV_WC_GRH;
     } else if (device()->behaviour().recv_wc_grh_always) {
       wc.wc_flags |= IBV_WC_GRH;
     }
-    solicited = pkt->solicited;
+    solicited = arrival.solicited;
   }
   PushCompletion(recv_cq_, wc, solicited);
 }
@@ -528,7 +554,7 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         wqe.wr_id = wr->wr_id;
         wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
-        CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, nullptr);
+        CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
         continue;
       }
       // Filled in place: the slot keeps the SGE buffer of its last entry.

@@ -24,6 +24,7 @@
 #include "fabric/packet_ring.h"
 #include "fabric/file_lock.h"
 #include "fabric/shm_object.h"
+#include "fault/fault_points.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "qp.h"
@@ -1240,13 +1241,21 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   while (receives < max_receives && popped < kMaxPops && ring_->Pop([&](const WirePacket& wp) {
     const int32_t src_device = ReadOnce(wp.src_device);
     HearSender(ReadOnce(wp.sender_slot), ReadOnce(wp.sender_generation), ReadOnce(wp.sender_consumed));
-    if (holding) {
-      // An ACK that ReplacesAck would take for the held one's successor, and
-      // whose Packet would differ from it in the PSN alone: only that is taken.
-      uint32_t psn = 0;
-      const WirePacket::Line line = wp.ReadLine(&psn);
-      if (line.PlainAck() && line == held_line && ((psn - held->psn) & 0xffffff) < 0xffffff / 2) {
-        held->psn = psn;
+    uint32_t psn = 0;
+    const WirePacket::Line line = wp.ReadLine(&psn);
+    // An ACK that ReplacesAck would take for the held one's successor, and
+    // whose Packet would differ from it in the PSN alone: only that is taken.
+    if (holding && line.PlainAck() && line == held_line && ((psn - held->psn) & 0xffffff) < 0xffffff / 2) {
+      held->psn = psn;
+      return;
+    }
+    if (line.PlainSend() && !Engine::Get().delivering()) {
+      // (A SEND never replaces an ACK: the held one goes first, as below.)
+      if (holding) DeliverTaken(held, false);
+      holding = false;
+      if (TakeWholeSendLocked(line, psn, wp.payload)) {
+        ++work_taken_;
+        ++receives;
         return;
       }
     }
@@ -1276,8 +1285,8 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       std::swap(pkt, held);
       // (Read again after ToPacket: a writer that changed the slot meanwhile
       // gets an ACK delivered that it could have written itself, no more.)
-      uint32_t psn = 0;
-      held_line = wp.ReadLine(&psn);
+      uint32_t reread_psn = 0;
+      held_line = wp.ReadLine(&reread_psn);
       holding = true;
       return;
     }
@@ -1300,6 +1309,33 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
       if (Peer* peer = ReachPeer(slot)) peer->ring->Interrupt();
     });
   }
+}
+
+bool Fabric::TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
+  // A fault armed for delivery sees the Packet (Engine::DeliverOrDropLocked).
+  if (FaultPoints::Get().AnyArmed()) return false;
+  Engine& engine = Engine::Get();
+  Device* dev = engine.Route(line.Destination());
+  Qp* qp = dev ? dev->FindQp(line.dst_qpn) : nullptr;
+  if (!qp) return false;  // another process's QP, or none: the Packet says what becomes of it
+  const WholeSend send{static_cast<ibv_qp_type>(line.transport),
+                       WirePacket::OpOf(line.op),
+                       psn,
+                       line.imm_data,
+                       (line.flags & WirePacket::kSolicited) != 0,
+                       payload,
+                       std::min<uint32_t>(line.payload_len, WirePacket::kMaxPayload)};  // (clamped as ToPacket does)
+  bool taken = false;
+  taking_ = true;
+  engine.DeliverInPlace([&] {
+    try {
+      taken = qp->ReceiveWholeSendLocked(send);
+    } catch (...) {
+      taken = true;  // out of memory while it was delivered: lost, as DeliverOrDropLocked loses a Packet
+    }
+  });
+  taking_ = false;
+  return taken;
 }
 
 void Fabric::DeliverTaken(Packet* pkt, bool at_tail) {

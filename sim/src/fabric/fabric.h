@@ -460,6 +460,11 @@ class Fabric {
   // Delivers a packet taken from our ring (`at_tail`: the one whose slot Pop
   // holds now) and gives the Packet a spare buffer for the next.
   void DeliverTaken(Packet* pkt, bool at_tail);
+  // A plain SEND (WirePacket::Line::PlainSend) at our ring's tail, with
+  // `line` and `psn` read from its slot, taken straight into its QP's receive
+  // (Qp::ReceiveWholeSendLocked) when it can be: true. False: nothing was
+  // done; make the Packet. Requires: engine lock, inside a burst.
+  bool TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload);
   static constexpr uint32_t kOwedWakePolls = 32;
   static constexpr uint32_t kOwedHearPolls = 256;
   static constexpr uint32_t kPollsPerOwedLook = 8;

@@ -193,6 +193,18 @@ struct WirePacket {
              (flags & (kFirst | kLast)) == (kFirst | kLast) && !(flags & (kPlaced | kAnswered | kAddressing | kExtended)) &&
              psn_count == 1;
     }
+    // Where a packet of this line goes (ToPacket's `dst`), when it uses no
+    // addressing line: a GID the profile does not name is zero then.
+    AddressVector Destination() const {
+      AddressVector dst;
+      dst.dlid = dst_dlid;
+      dst.is_global = dst_is_global;
+      if (dgid_number != ProfileGids::kUnnamed) dst.dgid = ProfileGids::Get().At(dgid_number);
+      dst.sgid_index = dst_sgid_index;
+      dst.sl = dst_sl;
+      dst.port_num = dst_port_num;
+      return dst;
+    }
     // The line of another such ACK of the same QP, for a request of `ack_op`
     // (the request's operation is a field of the line like any other).
     Line ForAck(ibv_wr_opcode ack_op) const {
@@ -236,6 +248,12 @@ struct WirePacket {
     sender_consumed = static_cast<uint32_t>(sender.consumed);
   }
 
+  // An operation no verb has (another process wrote it) becomes one the
+  // responder drops, not a value outside the enumeration.
+  static ibv_wr_opcode OpOf(uint8_t raw_op) {
+    return raw_op <= IBV_WR_ATOMIC_WRITE ? static_cast<ibv_wr_opcode>(raw_op) : IBV_WR_DRIVER1;
+  }
+
   // Fills every field of `p` but from_peer (the caller's), whose payload
   // buffer is reused (its capacity kept).
   // `borrow`: the payload refers to this slot's bytes instead of copying
@@ -245,10 +263,7 @@ struct WirePacket {
     const uint8_t f = ReadOnce(flags);
     p.kind = static_cast<Packet::Kind>(kind);
     p.transport = static_cast<ibv_qp_type>(transport);
-    // An operation no verb has (another process wrote it) becomes one the
-    // responder drops, not a value outside the enumeration.
-    const uint8_t raw_op = ReadOnce(op);
-    p.op = raw_op <= IBV_WR_ATOMIC_WRITE ? static_cast<ibv_wr_opcode>(raw_op) : IBV_WR_DRIVER1;
+    p.op = OpOf(ReadOnce(op));
     p.first = f & kFirst;
     p.last = f & kLast;
     p.solicited = f & kSolicited;

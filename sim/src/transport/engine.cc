@@ -109,20 +109,6 @@ void Engine::Transmit(Packet&& pkt) {
   DrainLocked();
 }
 
-bool Engine::DeliverInPlace(const Packet& pkt) {
-  if (draining_) return false;
-  draining_ = true;
-  DeliverOrDropLocked(pkt);
-  // Most deliveries queue nothing (their answers leave for another process
-  // at once): no drain to run then.
-  if (queue_.empty()) {
-    draining_ = false;
-  } else {
-    DrainLocked();
-  }
-  return true;
-}
-
 void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
   try {
     if (FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();

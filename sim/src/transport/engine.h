@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -73,7 +74,24 @@ class Engine {
   // leaves its payload buffer with it (a packet taken from our ring: the
   // next one reuses the buffer). False while a delivery is under way:
   // nothing was done; Transmit it.
-  bool DeliverInPlace(const Packet& pkt);
+  bool DeliverInPlace(const Packet& pkt) {
+    return DeliverInPlace([this, &pkt] { DeliverOrDropLocked(pkt); });
+  }
+  // The same for a delivery that `deliver` makes (one that needs no Packet).
+  template <std::invocable Deliver>
+  bool DeliverInPlace(Deliver&& deliver) {
+    if (draining_) return false;
+    draining_ = true;
+    deliver();
+    // Most deliveries queue nothing (their answers leave for another process
+    // at once): no drain to run then.
+    if (queue_.empty()) {
+      draining_ = false;
+    } else {
+      DrainLocked();
+    }
+    return true;
+  }
   // Transmit is on the stack already: a packet it is given now is queued,
   // and delivered only after its caller has returned (one that leaves this
   // process, with nothing queued in front of it, goes into the peer's ring at

@@ -94,4 +94,18 @@ inline bool ConsumesRecv(ibv_wr_opcode op) {
          op == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
+// A SEND that is a whole message in one packet of a connected QP, as another
+// process's ring holds it: what the responder needs of it, without a Packet
+// made (Qp::ReceiveWholeSendLocked). `bytes` are the sender's slot's until
+// the receive has taken them.
+struct WholeSend {
+  ibv_qp_type transport;
+  ibv_wr_opcode op;
+  uint32_t psn;
+  uint32_t imm_data;
+  bool solicited;
+  const uint8_t* bytes;
+  uint32_t length;
+};
+
 }  // namespace simverbs
