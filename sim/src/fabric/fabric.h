@@ -37,7 +37,11 @@
 // (Engine::BeginBurst). A connected QP's plain ACKs and one-packet SENDs to
 // another process are written from the first line of an earlier one, with
 // their own PSN, operation and payload (fabric/wire_line.h, PushLine): no
-// Packet is made for them on the sending side.
+// Packet is made for them on the sending side. On the receiving side, such a
+// SEND of an RC QP that is the next in order, with a receive posted, goes
+// from the slot straight into the receive WQE and the CQE
+// (TakeWholeSendLocked, Qp::ReceiveWholeSendLocked); anything else is made a
+// Packet and delivered.
 //
 // More pollers than CPUs. Each progress thread publishes whether its
 // application polls in a loop (ProcSlot::app_spinning), and the CPUs it may
