@@ -160,6 +160,15 @@ class Qp {
   // is not running, or (`restart`) from now. Otherwise does nothing.
   void ArmTransportTimerLocked(bool restart);
   void ExecuteLocked(size_t index);         // makes and transmits the packets of sq_[index]
+  // ExecuteLocked's less common cases, out of line: the frame they need is
+  // not paid by every one-packet SEND. A READ or atomic request; a SEND or
+  // WRITE made into Packets (`whole`: its bytes in one piece, or nullptr).
+  [[gnu::noinline]] void SendReadOrAtomicLocked(SendWqe& wqe, uint32_t mtu);
+  [[gnu::noinline]] void SendMessageLocked(SendWqe& wqe, uint32_t mtu, const uint8_t* whole, bool one_packet_send,
+                                           ibv_qp_state sending_state);
+  // Where a WQE's packets go: the AH of a UD WR, the QP's own path otherwise.
+  AddressVector DestinationOf(const SendWqe& wqe) const;
+  uint32_t DestinationQpnOf(const SendWqe& wqe) const;
   // Sends a packet of the QP's connection (a request, or an answer to the
   // peer's): straight to the peer's ring when the connection leads to another
   // process (peer_route_), else Engine::Transmit.

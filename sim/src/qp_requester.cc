@@ -350,45 +350,21 @@ void Qp::ExecuteLocked(size_t index) {
     FailLocalLocked(index, IBV_WC_LOC_LEN_ERR);
     return;
   }
-  const AddressVector& av = type() == IBV_QPT_UD ? wqe.av : AddressVector::From(attr_.ah_attr);
-  const uint32_t dst_qpn = type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
   wqe.first_psn = next_psn_;
   wqe.transmitted = true;
   wqe.placed = false;
   if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && MayPlaceLocked(index) &&
-      PlaceWriteLocked(wqe, av, dst_qpn, mtu)) {
+      PlaceWriteLocked(wqe, DestinationOf(wqe), DestinationQpnOf(wqe), mtu)) {
     return;
   }
   if (type() == IBV_QPT_UC) copy_unsettled_ = true;
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
-    Packet p = NewPacket(av, dst_qpn);
-    p.op = wqe.opcode;
-    // A READ sent again asks only for what has not come back yet: the
-    // response from that PSN on (IBTA 9.4.3: a resent READ may start at any
-    // PSN of the original, its address and length moved along).
-    p.psn = (next_psn_ + wqe.read_packets) & kPsnMask;
-    p.remote_addr = wqe.remote_addr + wqe.read_offset;
-    p.rkey = wqe.rkey;
-    p.dma_length = wqe.length - wqe.read_offset;
-    p.compare_add = wqe.compare_add;
-    p.swap = wqe.swap;
-    p.xrc_srqn = wqe.xrc_srqn;
-    // A READ takes one PSN per response packet.
-    const uint32_t packets = wqe.opcode == IBV_WR_RDMA_READ
-                                 ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu))
-                                 : 1;
-    next_psn_ = (next_psn_ + packets) & kPsnMask;
-    wqe.last_psn = (next_psn_ - 1) & kPsnMask;
-    TransmitToPeerLocked(std::move(p));
+    SendReadOrAtomicLocked(wqe, mtu);
     return;
   }
-
-  // SEND and WRITE: segmented by the path MTU; a zero-length message is one
-  // packet. Each packet gathers its own bytes: the message is never copied
-  // whole (it may be as long as max_msg_sz).
+  // SEND and WRITE. A message in one piece of our memory (one SGE, or
+  // inline data): found once, and each packet borrows its bytes from there.
   const uint64_t total = wqe.length;
-  // A message in one piece of our memory (one SGE, or inline data): found
-  // once, and each packet borrows its bytes from there.
   const uint8_t* whole = one_sge ? one_sge : ContiguousLocked(wqe, 0, total);
   // A one-packet SEND to a QP of another process, while the line of an
   // earlier one holds: written from that line (fabric/wire_line.h).
@@ -405,10 +381,49 @@ void Qp::ExecuteLocked(size_t index) {
       return;
     }
   }
+  SendMessageLocked(wqe, mtu, whole, one_packet_send, sending_state);
+}
+
+AddressVector Qp::DestinationOf(const SendWqe& wqe) const {
+  return type() == IBV_QPT_UD ? wqe.av : AddressVector::From(attr_.ah_attr);
+}
+
+uint32_t Qp::DestinationQpnOf(const SendWqe& wqe) const {
+  return type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
+}
+
+void Qp::SendReadOrAtomicLocked(SendWqe& wqe, uint32_t mtu) {
+  Packet p = NewPacket(DestinationOf(wqe), DestinationQpnOf(wqe));
+  p.op = wqe.opcode;
+  // A READ sent again asks only for what has not come back yet: the
+  // response from that PSN on (IBTA 9.4.3: a resent READ may start at any
+  // PSN of the original, its address and length moved along).
+  p.psn = (next_psn_ + wqe.read_packets) & kPsnMask;
+  p.remote_addr = wqe.remote_addr + wqe.read_offset;
+  p.rkey = wqe.rkey;
+  p.dma_length = wqe.length - wqe.read_offset;
+  p.compare_add = wqe.compare_add;
+  p.swap = wqe.swap;
+  p.xrc_srqn = wqe.xrc_srqn;
+  // A READ takes one PSN per response packet.
+  const uint32_t packets = wqe.opcode == IBV_WR_RDMA_READ
+                               ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu))
+                               : 1;
+  next_psn_ = (next_psn_ + packets) & kPsnMask;
+  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  TransmitToPeerLocked(std::move(p));
+}
+
+void Qp::SendMessageLocked(SendWqe& wqe, uint32_t mtu, const uint8_t* whole, bool one_packet_send,
+                           ibv_qp_state sending_state) {
+  // Segmented by the path MTU; a zero-length message is one packet. Each
+  // packet gathers its own bytes: the message is never copied whole (it may
+  // be as long as max_msg_sz).
+  const uint64_t total = wqe.length;
   // What every packet of the message carries, made once. Transmit may move
   // from it, which takes only its payload (the header is plain values, and a
   // SEND or WRITE has no response stream): each packet sets its own again.
-  Packet p = NewPacket(av, dst_qpn);
+  Packet p = NewPacket(DestinationOf(wqe), DestinationQpnOf(wqe));
   p.op = wqe.opcode;
   if (wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
     // RETH: a SEND carries none (and crosses to another process in fewer cache lines).
