@@ -197,12 +197,8 @@ struct WirePacket {
     // addressing line: a GID the profile does not name is zero then.
     AddressVector Destination() const {
       AddressVector dst;
-      dst.dlid = dst_dlid;
-      dst.is_global = dst_is_global;
+      CopyDestination(*this, &dst);
       if (dgid_number != ProfileGids::kUnnamed) dst.dgid = ProfileGids::Get().At(dgid_number);
-      dst.sgid_index = dst_sgid_index;
-      dst.sl = dst_sl;
-      dst.port_num = dst_port_num;
       return dst;
     }
     // The line of another such ACK of the same QP, for a request of `ack_op`
@@ -276,11 +272,7 @@ struct WirePacket {
     p.slid = slid;
     p.psn = psn;
     p.src_qpn = src_qpn;
-    p.dst.dlid = dst_dlid;
-    p.dst.is_global = dst_is_global;
-    p.dst.sgid_index = dst_sgid_index;
-    p.dst.sl = dst_sl;
-    p.dst.port_num = dst_port_num;
+    CopyDestination(*this, &p.dst);
     p.dst_qpn = dst_qpn;
     p.qkey = qkey;
     p.pkey = pkey;
@@ -311,6 +303,16 @@ struct WirePacket {
   }
 
  private:
+  // The destination's fields, which WirePacket and Line name alike, all but
+  // its GID (named by number, or on the addressing line: the caller's).
+  template <typename From>
+  static void CopyDestination(const From& from, AddressVector* dst) {
+    dst->dlid = from.dst_dlid;
+    dst->is_global = from.dst_is_global;
+    dst->sgid_index = from.dst_sgid_index;
+    dst->sl = from.dst_sl;
+    dst->port_num = from.dst_port_num;
+  }
   // The atomic and XRC fields, which Packet and Extended name alike, either way.
   template <typename From, typename To>
   static void CopyExtended(const From& from, To* to) {
