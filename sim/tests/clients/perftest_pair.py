@@ -21,6 +21,11 @@ def run_pair(cli, env, command, port, wrap=lambda side: [], preexec=lambda side:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 preexec_fn=preexec(side))
 
+    def tail(output, lines):
+        # A perftest prints its banner first and its error last: the end is what explains a failure.
+        kept = output.splitlines()[-lines:]
+        return "\n".join(kept) + ("\n" if kept else "")
+
     procs = {"server": start("server")}
     if not wait_listening(port, procs["server"], time.time() + 20):
         procs["server"].kill()
@@ -38,15 +43,18 @@ def run_pair(cli, env, command, port, wrap=lambda side: [], preexec=lambda side:
         watchdog.cancel()
         proc.returncode = os.waitstatus_to_exitcode(status)
         output = proc.stdout.read()
-        outs.append(f"--- {side}:\n" + output)
+        outs.append((side, output))
         if side == "client":
             result["ms"] = (time.monotonic() - started) * 1000
         if proc.returncode:
             if side == "client":
                 procs["server"].kill()
                 procs["server"].wait()
-            return f"{' '.join(command)}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n" + \
-                "\n".join(outs)
+                outs.append(("server", procs["server"].stdout.read()))
+            # The side that failed first, then the other's last lines.
+            others = "".join(f"--- {other} (last lines):\n{tail(text, 8)}" for other, text in outs if other != side)
+            return (f"{' '.join(command)}: {side} exit {proc.returncode} (killed after {timeout} s if -9):\n"
+                    f"--- {side} (last lines):\n{tail(output, 25)}{others}")
         result[side] = (output, usage)
     return result
 
