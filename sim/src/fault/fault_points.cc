@@ -23,6 +23,7 @@ const char* FaultPoints::Name(size_t index) { return index < kCount ? kNames[ind
 
 int FaultPoints::Arm(const char* name, unsigned calls, int err) {
   if (!name || err <= 0) return EINVAL;
+  std::lock_guard<std::mutex> lock(arm_mu_);
   for (size_t i = 0; i < kCount; ++i) {
     if (std::strcmp(name, kNames[i]) != 0) continue;
     slots_[i].err.store(err);
@@ -34,7 +35,16 @@ int FaultPoints::Arm(const char* name, unsigned calls, int err) {
 }
 
 void FaultPoints::DisarmAll() {
+  std::lock_guard<std::mutex> lock(arm_mu_);
   for (Slot& s : slots_) s.remaining.store(-1);
+  any_armed_.store(false);
+}
+
+void FaultPoints::ClearIfNoneArmed() {
+  std::lock_guard<std::mutex> lock(arm_mu_);
+  for (const Slot& s : slots_) {
+    if (s.remaining.load() >= 0) return;
+  }
   any_armed_.store(false);
 }
 
@@ -42,7 +52,11 @@ int FaultPoints::HitSlow(FaultPoint point) {
   Slot& s = slots_[static_cast<size_t>(point)];
   long left = s.remaining.load();
   while (left >= 0) {
-    if (s.remaining.compare_exchange_weak(left, left - 1)) return left == 0 ? s.err.load() : 0;
+    if (!s.remaining.compare_exchange_weak(left, left - 1)) continue;
+    if (left > 0) return 0;
+    const int err = s.err.load();
+    ClearIfNoneArmed();  // that was its last call: it is disarmed now
+    return err;
   }
   return 0;
 }

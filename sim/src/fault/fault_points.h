@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 
 namespace simverbs {
 
@@ -51,7 +52,9 @@ class FaultPoints {
     return HitSlow(point);
   }
 
-  // Some point is armed: Hit may fail, and counts.
+  // Some point is armed: Hit may fail, and counts. (False again once every
+  // armed point has failed its call: the paths that skip their shortcuts
+  // while a fault may fire take them again.)
   bool AnyArmed() const { return any_armed_.load(std::memory_order_relaxed); }
 
   // EINVAL for an unknown name or err <= 0.
@@ -63,6 +66,7 @@ class FaultPoints {
   static inline std::atomic<FaultPoints*> instance_{nullptr};
   FaultPoints() = default;
   int HitSlow(FaultPoint point);
+  void ClearIfNoneArmed();
 
   struct Slot {
     std::atomic<long> remaining{-1};  // successful calls left; -1 = disarmed
@@ -70,6 +74,9 @@ class FaultPoints {
   };
   Slot slots_[kCount];
   std::atomic<bool> any_armed_{false};
+  // Arm, DisarmAll and ClearIfNoneArmed: a point armed while the last one
+  // fires is not cleared with it.
+  std::mutex arm_mu_;
 };
 
 }  // namespace simverbs
