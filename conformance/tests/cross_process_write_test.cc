@@ -197,6 +197,7 @@ struct ChildSetup {
   ibv_qp_type type = IBV_QPT_RC;
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
   uint32_t max_send_wr = 16;   // of both QPs
+  uint32_t max_send_sge = 1;   // of both QPs
   uint8_t retry_cnt = 7;       // of a_
   uint8_t rnr_retry = 7;       // of a_
   bool stay_in_rtr = false;    // the child's QP is not moved to RTS
@@ -242,6 +243,7 @@ class CrossProcessWriteTest : public QpTest {
     EndConfig config;
     config.type = setup.type;
     config.caps.max_send_wr = setup.max_send_wr;
+    config.caps.max_send_sge = setup.max_send_sge;
     config.send_cqe = static_cast<int>(std::max<uint32_t>(64, setup.max_send_wr));
     Pipe to_parent;
     Pipe to_child;
@@ -1390,6 +1392,301 @@ TEST_F(CrossProcessWriteTest, SendRepeatedAfterItsAckWasLostIsReceivedOnce) {
         EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kBlockWindow)) << "the SEND completed twice";
         EXPECT_EQ(write(to_child, "x", 1), 1);
       });
+}
+
+// Rule: ibv_post_send(3): every WR of a list is posted, and executed in order; a SEND's message is
+//   its gather list, end to end; an RDMA WRITE puts its bytes at remote_addr and takes no receive
+//   WQE; SEND with immediate carries imm_data. A QP that has sent to its peer before (later
+//   one-packet SENDs are sent another way by the simulator) keeps all of this, and a SEND longer
+//   than the path MTU (1024 here) arrives whole.
+// Checks: after a first SEND, the parent posts a list of two SENDs, a SEND of two SGEs, a WRITE,
+//   a SEND with immediate and a SEND of 5000 bytes, one call each but the list: all seven
+//   complete with success, in order; the child's six receives complete in order with the lengths,
+//   bytes and immediate data of their SENDs, and the WRITE's bytes are in the child's buffer.
+TEST_F(CrossProcessWriteTest, WorkRequestsAfterAFirstSendKeepTheirMeaning) {
+  constexpr uint32_t kImm = 0x0badcafe;
+  constexpr size_t kWriteAt = 1024;
+  constexpr size_t kLongAt = 8192;
+  constexpr uint32_t kLongLength = 5000;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        for (uint64_t k = 1; k <= 4; ++k) {
+          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
+          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
+        }
+        ibv_sge long_rsge = {reinterpret_cast<uintptr_t>(c.buf) + kLongAt, 8192, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 12, &long_rsge, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 6, &wcs, kChildTimeout / 2)) << "the child did not receive all six";
+        const std::vector<uint8_t> pattern = Pattern(11, 8192);
+        const auto bytes = [&](size_t from, size_t length) {
+          return std::vector<uint8_t>(pattern.begin() + static_cast<long>(from),
+                                      pattern.begin() + static_cast<long>(from + length));
+        };
+        const uint32_t lengths[6] = {16, 24, 24, 32, 8, kLongLength};
+        for (size_t k = 0; k < 6; ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].byte_len, lengths[k]) << "receive " << 7 + k;
+        }
+        EXPECT_EQ(Read(c.buf, 16), bytes(0, 16));
+        EXPECT_EQ(Read(c.buf + 64, 24), bytes(64, 24));
+        EXPECT_EQ(Read(c.buf + 128, 24), bytes(128, 24));
+        std::vector<uint8_t> gathered = bytes(192, 20);
+        const std::vector<uint8_t> tail = bytes(256, 12);
+        gathered.insert(gathered.end(), tail.begin(), tail.end());
+        EXPECT_EQ(Read(c.buf + 192, 32), gathered) << "the SEND of two SGEs";
+        EXPECT_TRUE(wcs[4].wc_flags & IBV_WC_WITH_IMM) << DescribeWc(wcs[4]);
+        EXPECT_EQ(wcs[4].imm_data, htonl(kImm));
+        EXPECT_EQ(Read(c.buf + 256, 8), bytes(384, 8));
+        EXPECT_EQ(Read(c.buf + kWriteAt, 32), bytes(320, 32)) << "the WRITE";
+        EXPECT_EQ(Read(c.buf + kLongAt, kLongLength), bytes(1024, kLongLength)) << "the SEND longer than the MTU";
+      },
+      [&](const Target& target, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        src_.FillPattern(11);
+        ibv_sge first = src_.Sge(0, 16);
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &first, 1)), 0);
+        ibv_sge listed[2] = {src_.Sge(64, 24), src_.Sge(128, 24)};
+        std::vector<ibv_send_wr> list = {SendWr(2, &listed[0], 1), SendWr(3, &listed[1], 1)};
+        ASSERT_EQ(PostList(a_.get(), &list), 0);
+        ibv_sge two[2] = {src_.Sge(192, 20), src_.Sge(256, 12)};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(4, two, 2)), 0);
+        ibv_sge written = src_.Sge(320, 32);
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(5, IBV_WR_RDMA_WRITE, &written, 1, target.addr + kWriteAt, target.rkey)), 0);
+        ibv_sge last = src_.Sge(384, 8);
+        ibv_send_wr with_imm = SendWr(6, &last, 1, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM);
+        with_imm.imm_data = htonl(kImm);
+        ASSERT_EQ(PostOne(a_.get(), with_imm), 0);
+        ibv_sge long_sge = src_.Sge(1024, kLongLength);
+        ASSERT_EQ(PostOne(a_.get(), SendWr(7, &long_sge, 1)), 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 7, &wcs, kChildTimeout / 2)) << "not all seven completed";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 1 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+      },
+      ChildSetup{.max_send_sge = 2});
+}
+
+// Rule: ibv_post_send(3): ENOMEM, "Send Queue is full": a WR posted while max_send_wr WRs are
+//   outstanding is refused, and *bad_wr names it; the WRs before it go on.
+// Checks: (simulator only: with the child stopped nothing is acknowledged, which a kernel
+//   responder would not wait for) the parent's QP, max_send_wr 16, takes 16 SENDs of 8 bytes
+//   posted one at a time; the 17th fails with ENOMEM and bad_wr pointing at it. Once the child
+//   resumes, the 16 complete with success and the child receives all 16.
+TEST_F(CrossProcessWriteTest, SendToAFullSendQueueFailsWithEnomem) {
+  SKIP_IF(!Sim()) << "(a stopped responder that acknowledges nothing)";
+  constexpr int kSends = 16;  // the QPs' max_send_wr
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        for (uint64_t k = 1; k < kSends; ++k) {
+          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
+          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
+        }
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(c.recv_cq, kSends, &wcs, kChildTimeout / 2)) << "not all SENDs arrived";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].byte_len, 8u);
+        }
+      },
+      [&](const Target& target, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0) << std::strerror(errno);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        int posted = 0;
+        for (int k = 0; k < kSends && stopped; ++k) {
+          ibv_sge sge = src_.Sge(8 * static_cast<size_t>(k), 8);
+          if (PostOne(a_.get(), SendWr(1 + static_cast<uint64_t>(k), &sge, 1)) == 0) ++posted;
+        }
+        ibv_sge extra_sge = src_.Sge(512, 8);
+        ibv_send_wr extra = SendWr(99, &extra_sge, 1);
+        ibv_send_wr* bad = nullptr;
+        const int refused = stopped ? ibv_post_send(a_.get(), &extra, &bad) : -1;
+        EXPECT_EQ(kill(target.pid, SIGCONT), 0);
+        ASSERT_TRUE(stopped) << "the child did not stop";
+        EXPECT_EQ(posted, kSends);
+        EXPECT_EQ(refused, ENOMEM);
+        EXPECT_EQ(bad, &extra);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kSends, &wcs, kChildTimeout / 2)) << "not all SENDs completed";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 1 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+      });
+}
+
+// Rule: ibv_post_send(3) and IBTA 10.8.3.1: a QP the transport has taken to the Error state sends
+//   nothing more; a WR posted to it completes with IBV_WC_WR_FLUSH_ERR.
+// Checks: the parent's first SEND, longer than the child's receive, completes with an error (the
+//   status is the backend's: SendLongerThanTheReceiveFailsOnBothSides), which takes the parent's QP
+//   to ERR; a second SEND of 16 bytes posted then is accepted and completes with
+//   IBV_WC_WR_FLUSH_ERR.
+TEST_F(CrossProcessWriteTest, SendPostedAfterTheQpFailedIsFlushed) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
+        EXPECT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        // Stay until the parent has its completions.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target&, int to_child, int) {
+        ibv_sge overlong = src_.Sge(0, 128);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &overlong, 1)), 0);
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        EXPECT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        ibv_sge sge = src_.Sge(0, 16);
+        EXPECT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
+        wc = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the SEND posted in ERR never completed";
+        EXPECT_EQ(wc.wr_id, 2u);
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
+// Rule: IBA 10.7.3.1 (via ibv_poll_cq(3)): a WR that fails locally completes in error once the WRs
+//   before it have completed, the RC QP then enters ERR, and the WRs posted after it are not sent:
+//   they complete with IBV_WC_WR_FLUSH_ERR.
+// Checks: (simulator only: with the child stopped nothing is acknowledged, so the first of them
+//   is still unanswered when the others are posted) after a first SEND, the parent posts three
+//   SENDs one at a time: the first fine, the second with an lkey that names no MR, the third
+//   fine. They complete as SUCCESS, LOC_PROT_ERR, WR_FLUSH_ERR, and the child receives the first
+//   two SENDs only.
+TEST_F(CrossProcessWriteTest, SendBehindALocalErrorIsFlushed) {
+  SKIP_IF(!Sim()) << "(a stopped responder that acknowledges nothing)";
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        for (uint64_t k = 1; k <= 2; ++k) {
+          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
+          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
+        }
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2)) << "the child did not receive two";
+        EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << DescribeWc(wcs[0]);
+        EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS) << DescribeWc(wcs[1]);
+        // The parent has its completions: the flushed SEND was never sent.
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ibv_wc wc = {};
+        if (PollOneCompletion(c.recv_cq, &wc, kBlockWindow)) {
+          EXPECT_NE(wc.status, IBV_WC_SUCCESS) << "the SEND behind the failed one was received";
+        }
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_sge first = src_.Sge(0, 16);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &first, 1)), 0);
+        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0) << std::strerror(errno);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        ibv_sge good = src_.Sge(64, 16);
+        ibv_sge bad = src_.Sge(128, 16);
+        bad.lkey ^= 0x5a5a00;  // names no MR
+        ibv_sge after = src_.Sge(192, 16);
+        const int posted[3] = {stopped ? PostOne(a_.get(), SendWr(2, &good, 1)) : -1,
+                               stopped ? PostOne(a_.get(), SendWr(3, &bad, 1)) : -1,
+                               stopped ? PostOne(a_.get(), SendWr(4, &after, 1)) : -1};
+        EXPECT_EQ(kill(target.pid, SIGCONT), 0);
+        ASSERT_TRUE(stopped) << "the child did not stop";
+        for (int p : posted) EXPECT_EQ(p, 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 3, &wcs, kChildTimeout / 2)) << "not all three completed";
+        const ibv_wc_status expected[3] = {IBV_WC_SUCCESS, IBV_WC_LOC_PROT_ERR, IBV_WC_WR_FLUSH_ERR};
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 2 + k);
+          EXPECT_EQ(wcs[k].status, expected[k]) << DescribeWc(wcs[k]);
+        }
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
+// Rule: simverbs.h, simverbs_fail_send_wr: the nth send WR posted after the call completes with the
+//   given status instead of being executed, whichever way the QP sends it.
+// Checks: (simulator only) after a first SEND has completed, the next SEND is set to fail with
+//   IBV_WC_REM_OP_ERR: it completes with that status, and the child, with a second receive
+//   posted, receives nothing within kBlockWindow.
+TEST_F(CrossProcessWriteTest, InjectedFailureOfASendHoldsAfterAFirstSend) {
+  SKIP_IF(!Sim()) << "(the control API is the simulator's)";
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &rsge, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_TRUE(NoCompletionWithin(c.recv_cq, kBlockWindow)) << "the SEND set to fail was received";
+      },
+      [&](const Target&, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_sge sge = src_.Sge(0, 16);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        ASSERT_EQ(sim().FailSendWr(a_.get(), 1, IBV_WC_REM_OP_ERR), 0);
+        ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
+        wc = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.wr_id, 2u);
+        EXPECT_EQ(wc.status, IBV_WC_REM_OP_ERR) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
+// Rule: IBTA Vol 1 ch. 9 (Unreliable Connection): a UC SEND completes at the requester once it is
+//   sent (there is no acknowledgement), and the responder takes the messages in order.
+// Checks: three UC SENDs of 16 bytes, posted one at a time, complete with success, and the child
+//   receives them in order with their bytes.
+TEST_F(CrossProcessWriteTest, UcSendsPostedOneByOneCompleteAndArrive) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        for (uint64_t k = 1; k <= 2; ++k) {
+          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
+          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
+        }
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 3, &wcs, kChildTimeout / 2)) << "the child did not receive all three";
+        const std::vector<uint8_t> pattern = Pattern(12, 64);
+        for (size_t k = 0; k < 3; ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(Read(c.buf + 64 * k, 16),
+                    std::vector<uint8_t>(pattern.begin() + static_cast<long>(16 * k),
+                                         pattern.begin() + static_cast<long>(16 * (k + 1))));
+        }
+      },
+      [&](const Target&, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        src_.FillPattern(12);
+        for (uint64_t k = 0; k < 3; ++k) {
+          ibv_sge sge = src_.Sge(16 * k, 16);
+          ASSERT_EQ(PostOne(a_.get(), SendWr(1 + k, &sge, 1)), 0);
+        }
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 3, &wcs, kChildTimeout / 2)) << "not all three completed";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 1 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+      },
+      ChildSetup{.type = IBV_QPT_UC});
 }
 
 // Rule: IBTA 9.7.5.1 (RC is reliable, via ibv_post_send(3)): a packet the responder's side loses

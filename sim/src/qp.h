@@ -153,6 +153,11 @@ class Qp {
   // Fills *out (a reused queue slot) from `wr`.
   void MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
+  // PostSend of one WR that is a one-packet SEND (or SEND with immediate) of
+  // an RC QP in RTS with nothing left to send before it, to a peer in another
+  // process: checked, queued and sent in one pass, as PostSend, ProgressLocked
+  // and ExecuteLocked would. False: nothing was done; the general path goes on.
+  bool PostOneSendLocked(const ibv_send_wr& wr);
   // A UD or UC send WQE whose packets must wait: the link to the destination's
   // process holds packets back (Fabric::UnreliableMayGo, which resumes us).
   bool UnreliableWaitsLocked(const SendWqe& wqe);

@@ -158,6 +158,7 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
 
 int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
+  if (wr && PostOneSendLocked(*wr)) return 0;
   const ibv_qp_state s = state();
   const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
   int err = 0;
@@ -196,6 +197,64 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   }
   ProgressLocked();
   return err;
+}
+
+bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
+  // The WR: what CheckSendWr accepts and ExecuteLocked sends from the line
+  // (no inline data, no fence: those take the general path).
+  if (wr.next || (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge != 1 || !wr.sg_list ||
+      (wr.send_flags & ~static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED))) {
+    return false;
+  }
+  // The QP: one that PostSend takes it for, and ProgressLocked would execute
+  // it at once (nothing unsent before it, no RNR wait, no injected failure).
+  if (destroying_ || type() != IBV_QPT_RC || state() != IBV_QPS_RTS || executing_ || rnr_wait_ ||
+      fail_countdown_ > 0 || next_to_send_ != sq_.size() || sq_.size() >= attr_.cap.max_send_wr ||
+      attr_.cap.max_send_sge < 1) {
+    return false;
+  }
+  // ProgressLocked's tail would complete and retire nothing: CompleteAckedLocked
+  // stops at an unanswered head without a deferred error, and what is not
+  // answered is not completed.
+  if (!sq_.empty() && (sq_.front().acked || sq_.front().deferred != IBV_WC_SUCCESS)) return false;
+  const ibv_sge& sge = *wr.sg_list;
+  const uint32_t mtu = PathMtuBytes();
+  if (sge.length == 0 || sge.length > mtu || sge.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz) {
+    return false;
+  }
+  const WirePacket::Line* line = wire_send_.Usable();
+  if (!line) return false;
+  const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+  if (!mr) return false;  // (LOC_PROT_ERR, from ExecuteLocked)
+  try {
+    sq_.push_back_filled([&](SendWqe& slot) { MakeSendWqe(wr, &slot); });
+  } catch (const std::bad_alloc&) {
+    return false;  // (ENOMEM, from PostSend)
+  }
+  SendWqe& wqe = sq_[next_to_send_++];
+  Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
+  wqe.first_psn = next_psn_;
+  wqe.transmitted = true;
+  const uint8_t* bytes = mr->Translate(sge.addr, sge.length);
+  if (wire_send_.Send(line->ForSend(wqe.opcode, wqe.solicited, wqe.imm_data, static_cast<uint16_t>(sge.length)),
+                      next_psn_, bytes)) {
+    wqe.last_psn = next_psn_;
+    next_psn_ = (next_psn_ + 1) & kPsnMask;
+  } else {
+    // No room in the peer's ring now: made into a Packet, as ExecuteLocked
+    // does then, within ProgressLocked's bounds.
+    executing_ = true;
+    try {
+      SendMessageLocked(wqe, mtu, bytes, true, IBV_QPS_RTS);
+    } catch (const std::bad_alloc&) {
+      FailSendLocked(wqe, IBV_WC_LOC_QP_OP_ERR);
+    }
+    executing_ = false;
+    CompleteAckedLocked();
+    RetireLocked();
+  }
+  ArmTransportTimerLocked(false);
+  return true;
 }
 
 int Qp::PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
