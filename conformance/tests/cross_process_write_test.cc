@@ -355,6 +355,14 @@ class CrossProcessWriteTest : public QpTest {
     ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
   }
+  // The child's side: posts `more` receives after the first, wr_id 8, 9, ..., of 64 bytes each
+  // at buf + 64, buf + 128, ...
+  static void PostMoreReceives(const Child& c, uint64_t more) {
+    for (uint64_t k = 1; k <= more; ++k) {
+      ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
+      ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
+    }
+  }
   // The child's side: ReceiveFirst, then posts another receive (wr_id 8, the next 64 bytes) for a
   // SEND that should not come, and tells the parent (WaitForChild).
   static void ReceiveFirstAndPostAnother(const Child& c) {
@@ -1411,10 +1419,7 @@ TEST_F(CrossProcessWriteTest, WorkRequestsAfterAFirstSendKeepTheirMeaning) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [&](const Child& c) {
-        for (uint64_t k = 1; k <= 4; ++k) {
-          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
-          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
-        }
+        ASSERT_NO_FATAL_FAILURE(PostMoreReceives(c, 4));
         ibv_sge long_rsge = {reinterpret_cast<uintptr_t>(c.buf) + kLongAt, 8192, c.mr->lkey};
         ASSERT_EQ(PostRecv(c.qp, 12, &long_rsge, 1), 0);
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
@@ -1484,10 +1489,7 @@ TEST_F(CrossProcessWriteTest, SendToAFullSendQueueFailsWithEnomem) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [&](const Child& c) {
-        for (uint64_t k = 1; k < kSends; ++k) {
-          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
-          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
-        }
+        ASSERT_NO_FATAL_FAILURE(PostMoreReceives(c, kSends - 1));
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
         std::vector<ibv_wc> wcs;
         EXPECT_TRUE(PollCompletions(c.recv_cq, kSends, &wcs, kChildTimeout / 2)) << "not all SENDs arrived";
@@ -1568,10 +1570,7 @@ TEST_F(CrossProcessWriteTest, SendBehindALocalErrorIsFlushed) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [](const Child& c) {
-        for (uint64_t k = 1; k <= 2; ++k) {
-          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
-          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
-        }
+        ASSERT_NO_FATAL_FAILURE(PostMoreReceives(c, 2));
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
         std::vector<ibv_wc> wcs;
         ASSERT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2)) << "the child did not receive two";
@@ -1656,10 +1655,7 @@ TEST_F(CrossProcessWriteTest, UcSendsPostedOneByOneCompleteAndArrive) {
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [&](const Child& c) {
-        for (uint64_t k = 1; k <= 2; ++k) {
-          ibv_sge rsge = {reinterpret_cast<uintptr_t>(c.buf) + 64 * k, 64, c.mr->lkey};
-          ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
-        }
+        ASSERT_NO_FATAL_FAILURE(PostMoreReceives(c, 2));
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
         std::vector<ibv_wc> wcs;
         ASSERT_TRUE(PollCompletions(c.recv_cq, 3, &wcs, kChildTimeout / 2)) << "the child did not receive all three";
