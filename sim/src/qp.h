@@ -171,6 +171,9 @@ class Qp {
   [[gnu::noinline]] void SendReadOrAtomicLocked(SendWqe& wqe, uint32_t mtu);
   [[gnu::noinline]] void SendMessageLocked(SendWqe& wqe, uint32_t mtu, const uint8_t* whole, bool one_packet_send,
                                            ibv_qp_state sending_state);
+  // A one-packet SEND written from the QP's line (fabric/wire_line.h): true
+  // once it is in the peer's ring, with its PSN taken; false: nothing was sent.
+  bool SendFromLineLocked(const WirePacket::Line& line, SendWqe& wqe, const uint8_t* bytes);
   // Where a WQE's packets go: the AH of a UD WR, the QP's own path otherwise.
   AddressVector DestinationOf(const SendWqe& wqe) const;
   uint32_t DestinationQpnOf(const SendWqe& wqe) const;

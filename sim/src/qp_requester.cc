@@ -231,28 +231,18 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   } catch (const std::bad_alloc&) {
     return false;  // (ENOMEM, from PostSend)
   }
-  SendWqe& wqe = sq_[next_to_send_++];
-  Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
-  wqe.first_psn = next_psn_;
-  wqe.transmitted = true;
-  const uint8_t* bytes = mr->Translate(sge.addr, sge.length);
-  if (wire_send_.Send(line->ForSend(wqe.opcode, wqe.solicited, wqe.imm_data, static_cast<uint16_t>(sge.length)),
-                      next_psn_, bytes)) {
-    wqe.last_psn = next_psn_;
-    next_psn_ = (next_psn_ + 1) & kPsnMask;
-  } else {
-    // No room in the peer's ring now: made into a Packet, as ExecuteLocked
-    // does then, within ProgressLocked's bounds.
-    executing_ = true;
-    try {
-      SendMessageLocked(wqe, mtu, bytes, true, IBV_QPS_RTS);
-    } catch (const std::bad_alloc&) {
-      FailSendLocked(wqe, IBV_WC_LOC_QP_OP_ERR);
-    }
-    executing_ = false;
-    CompleteAckedLocked();
-    RetireLocked();
+  SendWqe& wqe = sq_[next_to_send_];
+  const uint32_t first_psn = next_psn_;
+  if (!SendFromLineLocked(*line, wqe, mr->Translate(sge.addr, sge.length))) {
+    // No room in the peer's ring now: the WQE is queued, unsent, and goes
+    // the general way (ExecuteLocked makes it into a Packet).
+    ProgressLocked();
+    return true;
   }
+  ++next_to_send_;
+  Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
+  wqe.first_psn = first_psn;
+  wqe.transmitted = true;
   ArmTransportTimerLocked(false);
   return true;
 }
@@ -431,16 +421,20 @@ void Qp::ExecuteLocked(size_t index) {
                                 wqe.opcode == IBV_WR_SEND_WITH_INV) &&
                                total <= mtu && (type() == IBV_QPT_RC || type() == IBV_QPT_UC);
   if (one_packet_send && (whole || total == 0)) {
-    if (const WirePacket::Line* line = wire_send_.Usable();
-        line && wire_send_.Send(line->ForSend(wqe.opcode, wqe.solicited, wqe.imm_data, static_cast<uint16_t>(total)),
-                                next_psn_, whole)) {
-      wqe.last_psn = next_psn_;
-      next_psn_ = (next_psn_ + 1) & kPsnMask;
-      if (!Reliable()) wqe.acked = true;
-      return;
-    }
+    if (const WirePacket::Line* line = wire_send_.Usable(); line && SendFromLineLocked(*line, wqe, whole)) return;
   }
   SendMessageLocked(wqe, mtu, whole, one_packet_send, sending_state);
+}
+
+bool Qp::SendFromLineLocked(const WirePacket::Line& line, SendWqe& wqe, const uint8_t* bytes) {
+  if (!wire_send_.Send(line.ForSend(wqe.opcode, wqe.solicited, wqe.imm_data, static_cast<uint16_t>(wqe.length)),
+                       next_psn_, bytes)) {
+    return false;
+  }
+  wqe.last_psn = next_psn_;
+  next_psn_ = (next_psn_ + 1) & kPsnMask;
+  if (!Reliable()) wqe.acked = true;
+  return true;
 }
 
 AddressVector Qp::DestinationOf(const SendWqe& wqe) const {
