@@ -198,6 +198,7 @@ struct ChildSetup {
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
   uint32_t max_send_wr = 16;   // of both QPs
   uint32_t max_send_sge = 1;   // of both QPs
+  uint32_t max_inline_data = 0;  // asked for both QPs (the QP may give more)
   uint8_t retry_cnt = 7;       // of a_
   uint8_t rnr_retry = 7;       // of a_
   bool stay_in_rtr = false;    // the child's QP is not moved to RTS
@@ -244,6 +245,7 @@ class CrossProcessWriteTest : public QpTest {
     config.type = setup.type;
     config.caps.max_send_wr = setup.max_send_wr;
     config.caps.max_send_sge = setup.max_send_sge;
+    config.caps.max_inline_data = setup.max_inline_data;
     config.send_cqe = static_cast<int>(std::max<uint32_t>(64, setup.max_send_wr));
     Pipe to_parent;
     Pipe to_child;
@@ -1683,6 +1685,78 @@ TEST_F(CrossProcessWriteTest, UcSendsPostedOneByOneCompleteAndArrive) {
         }
       },
       ChildSetup{.type = IBV_QPT_UC});
+}
+
+// Rule: ibv_post_send(3): IBV_SEND_INLINE "Send data in given gather list as inline data ... The
+//   L_Key will not be checked", and "the buffer can be reused immediately after the call returns";
+//   an inline WR longer than the QP's max_inline_data is refused with EINVAL through bad_wr (as
+//   QpPostTest.PostSendFails_InlineAboveMax). A QP that has sent to its peer before (later
+//   one-packet SENDs are sent another way by the simulator) keeps all of this.
+// Checks: after a first SEND, the parent posts, one call each, an inline SEND of 48 bytes and an
+//   inline SEND with immediate of 32 bytes, each from an unregistered buffer with lkey 0 that it
+//   overwrites as soon as ibv_post_send returns; then an inline SEND of max_inline_data + 1
+//   bytes, which returns EINVAL with bad_wr naming it. The first three complete with success, in
+//   order, and no fourth; the child's three receives get the original bytes, lengths and
+//   immediate data.
+TEST_F(CrossProcessWriteTest, InlineSendsAfterAFirstSendCarryTheirBytes) {
+  constexpr uint32_t kImm = 0x1badf00d;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        ASSERT_NO_FATAL_FAILURE(PostMoreReceives(c, 3));
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 3, &wcs, kChildTimeout / 2)) << "the child did not receive all three";
+        const uint32_t lengths[3] = {16, 48, 32};
+        for (size_t k = 0; k < 3; ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].byte_len, lengths[k]) << "receive " << 7 + k;
+        }
+        EXPECT_EQ(Read(c.buf + 64, 48), Pattern(21, 48)) << "the inline SEND";
+        EXPECT_EQ(Read(c.buf + 128, 32), Pattern(22, 32)) << "the inline SEND with immediate";
+        EXPECT_TRUE(wcs[2].wc_flags & IBV_WC_WITH_IMM) << DescribeWc(wcs[2]);
+        EXPECT_EQ(wcs[2].imm_data, htonl(kImm));
+        EXPECT_TRUE(NoCompletionWithin(c.recv_cq, kBlockWindow)) << "the refused SEND arrived";
+      },
+      [&](const Target&, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_qp_attr attr = {};
+        ibv_qp_init_attr init = {};
+        ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_CAP, &init), 0);
+        const uint32_t max_inline = attr.cap.max_inline_data;
+        ASSERT_GE(max_inline, 48u);
+        ASSERT_LT(max_inline, 512u);
+        src_.FillPattern(20);
+        ibv_sge first = src_.Sge(0, 16);
+        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &first, 1)), 0);
+        uint8_t message[512];
+        const std::vector<uint8_t> inline_bytes = Pattern(21, 48);
+        std::memcpy(message, inline_bytes.data(), inline_bytes.size());
+        ibv_sge inline_sge = {reinterpret_cast<uintptr_t>(message), 48, 0};
+        ASSERT_EQ(PostOne(a_.get(), SendWr(2, &inline_sge, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE)), 0);
+        std::memset(message, 0xee, sizeof message);
+        const std::vector<uint8_t> imm_bytes = Pattern(22, 32);
+        std::memcpy(message, imm_bytes.data(), imm_bytes.size());
+        ibv_sge imm_sge = {reinterpret_cast<uintptr_t>(message), 32, 0};
+        ibv_send_wr with_imm = SendWr(3, &imm_sge, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE, IBV_WR_SEND_WITH_IMM);
+        with_imm.imm_data = htonl(kImm);
+        ASSERT_EQ(PostOne(a_.get(), with_imm), 0);
+        std::memset(message, 0xee, sizeof message);
+        ibv_sge overlong = {reinterpret_cast<uintptr_t>(message), max_inline + 1, 0};
+        ibv_send_wr refused = SendWr(4, &overlong, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+        ibv_send_wr* bad = nullptr;
+        EXPECT_EQ(ibv_post_send(a_.get(), &refused, &bad), EINVAL);
+        EXPECT_EQ(bad, &refused);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 3, &wcs, kChildTimeout / 2)) << "not all three completed";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 1 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+        EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kBlockWindow)) << "the refused SEND completed";
+      },
+      ChildSetup{.max_inline_data = 64});
 }
 
 // Rule: IBTA 9.7.5.1 (RC is reliable, via ibv_post_send(3)): a packet the responder's side loses

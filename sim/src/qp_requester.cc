@@ -201,11 +201,12 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 
 bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   // The WR: what CheckSendWr accepts and ExecuteLocked sends from the line
-  // (no inline data, no fence: those take the general path).
+  // (no fence: that takes the general path).
   if (wr.next || (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge != 1 || !wr.sg_list ||
-      (wr.send_flags & ~static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED))) {
+      (wr.send_flags & ~static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE))) {
     return false;
   }
+  const bool is_inline = wr.send_flags & IBV_SEND_INLINE;
   // The QP: one that PostSend takes it for, and ProgressLocked would execute
   // it at once (nothing unsent before it, no RNR wait, no injected failure).
   if (destroying_ || type() != IBV_QPT_RC || state() != IBV_QPS_RTS || executing_ || rnr_wait_ ||
@@ -219,21 +220,29 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   if (!sq_.empty() && (sq_.front().acked || sq_.front().deferred != IBV_WC_SUCCESS)) return false;
   const ibv_sge& sge = *wr.sg_list;
   const uint32_t mtu = PathMtuBytes();
-  if (sge.length == 0 || sge.length > mtu || sge.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz) {
+  if (sge.length == 0 || sge.length > mtu || sge.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz ||
+      (is_inline && sge.length > attr_.cap.max_inline_data)) {  // (EINVAL, from CheckSendWr)
     return false;
   }
   const WirePacket::Line* line = wire_send_.Usable();
   if (!line) return false;
-  const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
-  if (!mr) return false;  // (LOC_PROT_ERR, from ExecuteLocked)
+  // Inline data is not checked against an MR (ibv_post_send(3): "The L_Key
+  // will not be checked"); MakeSendWqe copies it into the WQE.
+  const uint8_t* bytes = nullptr;
+  if (!is_inline) {
+    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+    if (!mr) return false;  // (LOC_PROT_ERR, from ExecuteLocked)
+    bytes = mr->Translate(sge.addr, sge.length);
+  }
   try {
     sq_.push_back_filled([&](SendWqe& slot) { MakeSendWqe(wr, &slot); });
   } catch (const std::bad_alloc&) {
     return false;  // (ENOMEM, from PostSend)
   }
   SendWqe& wqe = sq_[next_to_send_];
+  if (is_inline) bytes = wqe.inline_data.data();
   const uint32_t first_psn = next_psn_;
-  if (!SendFromLineLocked(*line, wqe, mr->Translate(sge.addr, sge.length))) {
+  if (!SendFromLineLocked(*line, wqe, bytes)) {
     // No room in the peer's ring now: the WQE is queued, unsent, and goes
     // the general way (ExecuteLocked makes it into a Packet).
     ProgressLocked();
