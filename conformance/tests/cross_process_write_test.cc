@@ -1026,6 +1026,80 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
       setup);
 }
 
+// Rule: IBTA 9.7.5.1 and 9.4.3: a responder answers each SEND with an ACK and each READ with its
+//   response; ibv_post_send(3): a READ reads length bytes at remote_addr of the remote MR, and a
+//   SEND's message goes to the next receive. A responder that has answered its requester in
+//   another process before (later ACKs and one-packet READ responses are written another way by
+//   the simulator) keeps this, whichever kind of answer it sent first.
+// Checks: the child fills its buffer from byte 1024 on with a pattern and posts a second receive;
+//   the parent posts, one at a time, each once the one before has completed: a READ of 64 bytes,
+//   a SEND of 16, a READ of 0, a READ of 32, a SEND of 16 and a READ of the path MTU, each READ
+//   from its own offset of the pattern. Each completes with success and its own opcode, each
+//   READ's slice holds the child's bytes, and the child's two receives get the two SENDs in order.
+TEST_F(CrossProcessWriteTest, ReadsAndSendsInTurnGetTheirAnswers) {
+  constexpr size_t kPatternAt = 1024;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(31, kLength - kPatternAt);
+        std::memcpy(c.buf + kPatternAt, pattern.data(), pattern.size());
+        ASSERT_NO_FATAL_FAILURE(PostMoreReceives(c, 1));
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2)) << "the child did not receive both SENDs";
+        const std::vector<uint8_t> sent = Pattern(32, 32);
+        for (size_t k = 0; k < 2; ++k) {
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].byte_len, 16u);
+          EXPECT_EQ(Read(c.buf + 64 * k, 16), std::vector<uint8_t>(sent.begin() + static_cast<long>(16 * k),
+                                                                   sent.begin() + static_cast<long>(16 * (k + 1))));
+        }
+        // Stay until the parent has its completions.
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_PATH_MTU, &init), 0);
+        const uint32_t mtu = 128u << attr.path_mtu;
+        const std::vector<uint8_t> pattern = Pattern(31, kLength - kPatternAt);
+        const std::vector<uint8_t> sent = Pattern(32, 32);
+        std::memcpy(src_.data(), sent.data(), sent.size());
+        struct Step {
+          ibv_wr_opcode opcode;
+          uint32_t length;
+        };
+        const Step steps[] = {{IBV_WR_RDMA_READ, 64}, {IBV_WR_SEND, 16}, {IBV_WR_RDMA_READ, 0},
+                              {IBV_WR_RDMA_READ, 32}, {IBV_WR_SEND, 16}, {IBV_WR_RDMA_READ, mtu}};
+        size_t sends = 0;
+        for (size_t k = 0; k < std::size(steps); ++k) {
+          const Step& step = steps[k];
+          const bool read = step.opcode == IBV_WR_RDMA_READ;
+          const size_t into = 4096 * (k + 1);  // each READ into its own slice of src_
+          const size_t from = 512 * k + 3;     // from its own offset of the pattern
+          ibv_sge sge = read ? src_.Sge(into, step.length) : src_.Sge(16 * sends++, step.length);
+          const ibv_send_wr wr =
+              read ? RdmaWr(k, IBV_WR_RDMA_READ, &sge, 1, target.addr + kPatternAt + from, target.rkey)
+                   : SendWr(k, &sge, 1);
+          ASSERT_EQ(PostOne(a_.get(), wr), 0) << "step " << k;
+          ibv_wc wc = {};
+          ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 4)) << "step " << k << " did not complete";
+          EXPECT_EQ(wc.wr_id, k);
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "step " << k << ": " << DescribeWc(wc);
+          EXPECT_EQ(wc.opcode, read ? IBV_WC_RDMA_READ : IBV_WC_SEND) << "step " << k << ": " << DescribeWc(wc);
+          if (read) {
+            EXPECT_EQ(Read(src_.data() + into, step.length),
+                      std::vector<uint8_t>(pattern.begin() + static_cast<long>(from),
+                                           pattern.begin() + static_cast<long>(from + step.length)))
+                << "the READ of step " << k << " (" << step.length << " bytes) returned other bytes";
+          }
+        }
+        EXPECT_EQ(write(to_child, "e", 1), 1);
+      });
+}
+
 // Rule: ibv_modify_qp(3): a QP moved to RESET and through INIT, RTR and RTS again with another
 //   dest_qp_num is connected to that QP; IBTA Vol 1 9.7.5.1: the responder acknowledges its
 //   requester's messages.

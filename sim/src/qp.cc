@@ -226,7 +226,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
 
   // Every check passed; apply the attributes together.
   peer_route_.Forget();
-  wire_ack_.Forget();
+  wire_answer_.Forget();
   wire_send_.Forget();
   if (mask & IBV_QP_PKEY_INDEX) attr_.pkey_index = a.pkey_index;
   if (mask & IBV_QP_PORT) attr_.port_num = a.port_num;

@@ -126,6 +126,9 @@ class Qp {
   void SendDeferredAckLocked();
   // Sends a positive ACK of `psn` for a request of `op`. Requires: engine lock.
   void SendAckLocked(ibv_wr_opcode op, uint32_t psn);
+  // Sends the whole answer to a READ of `psn` that fits in one packet:
+  // `length` bytes of `bytes` (checked by the caller). Requires: engine lock.
+  void SendOneReadResponseLocked(uint32_t psn, const uint8_t* bytes, uint32_t length);
   // This QP's place among the engine's armed timers (Engine::ArmTimer).
   TimerEntry& timer_entry() { return timer_entry_; }
 
@@ -312,7 +315,7 @@ class Qp {
   bool ack_deferred_ = false;  // an ACK for deferred_ack_psn_ waits for the burst's end
   uint32_t deferred_ack_psn_ = 0;
   ibv_wr_opcode deferred_ack_op_ = IBV_WR_SEND;
-  WireLine wire_ack_;   // our ACKs' line, when they go to another process
+  WireLine wire_answer_;  // our ACKs' and one-packet READ responses' line, when they go to another process
   WireLine wire_send_;  // our one-packet SENDs' line, likewise
   bool recv_in_progress_ = false;
   bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken

@@ -263,37 +263,40 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       }
       // The response, segmented by the path MTU, one PSN per packet.
       const uint32_t mtu = PathMtuBytes();
+      if (pkt.dma_length <= mtu) {
+        // One packet, with the bytes of the memory checked just now.
+        SendDeferredAckLocked();
+        const uint8_t* bytes = mr ? mr->Translate(pkt.remote_addr, pkt.dma_length) : nullptr;
+        SendOneReadResponseLocked(pkt.psn, bytes, static_cast<uint32_t>(pkt.dma_length));
+        if (((pkt.psn - epsn_) & 0xffffff) == 0) epsn_ = (pkt.psn + 1) & 0xffffff;
+        return;
+      }
       Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
       r.kind = Packet::Kind::kReadResponse;
       r.op = pkt.op;
       r.psn = pkt.psn;
       r.remote_addr = pkt.remote_addr;
       r.dma_length = pkt.dma_length;
-      if (pkt.dma_length <= mtu) {
-        // One packet, with the bytes of the memory checked just now.
-        r.payload.Borrow(mr ? mr->Translate(pkt.remote_addr, pkt.dma_length) : nullptr, pkt.dma_length);
-      } else {
-        // One Packet for the whole answer, cut as the wire takes it
-        // (transport/response_stream.h). The stream of the previous answer
-        // once nothing holds it any more (the engine lock guards every
-        // copy): no allocation per READ.
-        if (!spare_stream_ || spare_stream_.use_count() != 1) spare_stream_ = std::make_shared<ResponseStream>();
-        r.stream = spare_stream_;
-        *r.stream = ResponseStream{};
-        r.stream->mtu = mtu;
-        r.stream->device = device();
-        r.stream->qpn = qp_num();
-        r.stream->qp = this;
-        r.stream->rkey = pkt.rkey;
-        r.stream->locate = [](const ResponseStream& s, uint64_t va, uint64_t length) -> const uint8_t* {
-          // The QP answers only while it is this one and in a state that responds.
-          Qp* qp = s.device->FindQp(s.qpn);
-          if (qp != s.qp || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
-          Mr* mr = Mr::Check(s.device, s.rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, s.qpn);
-          return mr ? mr->Translate(va, length) : nullptr;
-        };
-      }
-      const uint32_t packets = std::max<uint32_t>(1, static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu));
+      // One Packet for the whole answer, cut as the wire takes it
+      // (transport/response_stream.h). The stream of the previous answer
+      // once nothing holds it any more (the engine lock guards every
+      // copy): no allocation per READ.
+      if (!spare_stream_ || spare_stream_.use_count() != 1) spare_stream_ = std::make_shared<ResponseStream>();
+      r.stream = spare_stream_;
+      *r.stream = ResponseStream{};
+      r.stream->mtu = mtu;
+      r.stream->device = device();
+      r.stream->qpn = qp_num();
+      r.stream->qp = this;
+      r.stream->rkey = pkt.rkey;
+      r.stream->locate = [](const ResponseStream& s, uint64_t va, uint64_t length) -> const uint8_t* {
+        // The QP answers only while it is this one and in a state that responds.
+        Qp* qp = s.device->FindQp(s.qpn);
+        if (qp != s.qp || qp->destroying_ || !qp->RespondsLocked()) return nullptr;
+        Mr* mr = Mr::Check(s.device, s.rkey, true, qp->pd_, va, length, IBV_ACCESS_REMOTE_READ, s.qpn);
+        return mr ? mr->Translate(va, length) : nullptr;
+      };
+      const uint32_t packets = static_cast<uint32_t>((pkt.dma_length + mtu - 1) / mtu);
       const uint32_t psn = (pkt.psn + packets) & 0xffffff;
       SendDeferredAckLocked();
       TransmitToPeerLocked(std::move(r));
@@ -402,12 +405,28 @@ void Qp::SendDeferredAckLocked() {
 }
 
 void Qp::SendAckLocked(ibv_wr_opcode op, uint32_t psn) {
-  if (const WirePacket::Line* line = wire_ack_.Usable(); line && wire_ack_.Send(line->ForAck(op), psn)) return;
+  if (const WirePacket::Line* line = wire_answer_.Usable(); line && wire_answer_.Send(line->ForAck(op), psn)) return;
   Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
   r.kind = Packet::Kind::kAck;
   r.op = op;
   r.psn = psn;
-  if (!wire_ack_.Known()) wire_ack_.Learn(r);
+  if (!wire_answer_.Known()) wire_answer_.Learn(r);
+  TransmitToPeerLocked(std::move(r));
+}
+
+void Qp::SendOneReadResponseLocked(uint32_t psn, const uint8_t* bytes, uint32_t length) {
+  if (const WirePacket::Line* line = wire_answer_.Usable();
+      line && wire_answer_.Send(line->ForReadResponse(static_cast<uint16_t>(length)), psn, bytes)) {
+    return;
+  }
+  // (No RETH: the requester knows its READ by the PSN. A response of more
+  // than one packet keeps it, for the cutting: transport/response_stream.h.)
+  Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+  r.kind = Packet::Kind::kReadResponse;
+  r.op = IBV_WR_RDMA_READ;
+  r.psn = psn;
+  r.payload.Borrow(bytes, length);
+  if (!wire_answer_.Known()) wire_answer_.Learn(r);
   TransmitToPeerLocked(std::move(r));
 }
 

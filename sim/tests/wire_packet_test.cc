@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -327,6 +329,102 @@ TEST(WirePacketTest, OnlyAOnePacketRequestWithoutRareLinesIsAPlainSend) {
     Packet p = send;
     change(p);
     EXPECT_FALSE(plain_send(p)) << what;
+  }
+}
+
+// A one-packet READ response, as Qp::SendOneReadResponseLocked makes it.
+Packet PlainReadResponse(uint32_t psn, size_t length) {
+  Packet p = PlainAck(psn);
+  p.kind = Packet::Kind::kReadResponse;
+  p.op = IBV_WR_RDMA_READ;
+  p.payload.assign(length, static_cast<uint8_t>(length + 1));
+  return p;
+}
+
+// Fabric::PushLine writes a QP's ACKs and one-packet READ responses from the
+// line of an earlier one of either (fabric/wire_line.h): byte for byte what
+// From writes for them.
+TEST(WirePacketTest, AnAnswerWrittenFromTheLineOfAnEarlierAnswerIsTheOneFromWouldWrite) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
+  const auto roce = [&](Packet p) {
+    p.has_grh = true;
+    p.dst.is_global = true;
+    p.dst.dgid = gids.At(1);
+    p.sgid = gids.At(static_cast<uint8_t>(gids.size()));
+    p.dst.sgid_index = 1;
+    return p;
+  };
+  for (const Packet& earlier :
+       {PlainAck(100), roce(PlainAck(100)), PlainReadResponse(100, 64), roce(PlainReadResponse(100, 0))}) {
+    const std::string learned_from = std::string(earlier.has_grh ? "RoCE " : "IB ") +
+                                     (earlier.kind == Packet::Kind::kAck ? "ACK" : "READ response");
+    auto learned = std::make_unique<WirePacket>();
+    learned->From(earlier, 2, WireSender{3, 7, 40});
+    const WirePacket::Line line = LineOf(*learned);
+    ASSERT_TRUE(line.PlainAck() || line.PlainReadResponse()) << learned_from;
+    std::vector<Packet> later;
+    for (const ibv_wr_opcode op : {IBV_WR_SEND, IBV_WR_RDMA_WRITE_WITH_IMM}) {
+      Packet ack = earlier.has_grh ? roce(PlainAck(0xabcdef)) : PlainAck(0xabcdef);
+      ack.op = op;
+      later.push_back(ack);
+    }
+    for (const size_t length : {size_t{0}, size_t{1}, size_t{4096}}) {
+      later.push_back(earlier.has_grh ? roce(PlainReadResponse(0xabcdef, length)) : PlainReadResponse(0xabcdef, length));
+    }
+    for (const Packet& p : later) {
+      const bool ack = p.kind == Packet::Kind::kAck;
+      const std::string what = learned_from + " -> " + (ack ? "ACK" : "READ response") + " of " +
+                               std::to_string(p.payload.size()) + " bytes, op " + std::to_string(p.op);
+      const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
+      auto expected = std::make_unique<WirePacket>();
+      auto written = std::make_unique<WirePacket>();
+      const size_t compared = offsetof(WirePacket, payload) + p.payload.size();
+      std::memset(expected.get(), 0x5a, compared);
+      std::memset(written.get(), 0xa5, compared);  // every byte must be written
+      expected->From(p, 2, sender);
+      const WirePacket::Line answer =
+          ack ? line.ForAck(p.op) : line.ForReadResponse(static_cast<uint16_t>(p.payload.size()));
+      written->FromLine(answer, p.psn, p.payload.data(), sender);
+      EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), compared)) << what;
+      EXPECT_EQ(answer.PlainAck(), ack) << what;
+      EXPECT_EQ(answer.PlainReadResponse(), !ack) << what;
+      Packet received;
+      written->ToPacket(nullptr, &received);
+      ExpectSameFields(p, received);
+    }
+  }
+}
+
+// The answer lines a QP writes READ responses from are those of whole answers
+// without the rare lines: no other packet passes for a plain READ response.
+TEST(WirePacketTest, OnlyAWholeReadResponseWithoutRareLinesIsAPlainReadResponse) {
+  auto wire = std::make_unique<WirePacket>();
+  const auto plain = [&](const Packet& p) {
+    wire->From(p, 0, {});
+    return LineOf(*wire).PlainReadResponse();
+  };
+  const Packet response = PlainReadResponse(1, 8);
+  EXPECT_TRUE(plain(response));
+  const std::pair<const char*, void (*)(Packet&)> others[] = {
+      {"a middle or last packet", [](Packet& p) { p.first = false; }},
+      {"a first packet of several", [](Packet& p) { p.last = false; }},
+      {"one with the READ's RETH",
+       [](Packet& p) {
+         p.remote_addr = 0x1000;
+         p.dma_length = 8;
+       }},
+      {"an atomic ACK", [](Packet& p) { p.kind = Packet::Kind::kAtomicAck; }},
+      {"a NAK", [](Packet& p) { p.nak = Packet::Nak::kRemoteAccess; }},
+      {"one with immediate data", [](Packet& p) { p.imm_data = 3; }},
+      {"one standing for two PSNs", [](Packet& p) { p.psn_count = 2; }},
+      {"an ACK", [](Packet& p) { p = PlainAck(1); }},
+      {"a SEND", [](Packet& p) { p = PlainSend(IBV_WR_SEND, false, 0, 1, 8); }},
+  };
+  for (const auto& [what, change] : others) {
+    Packet p = response;
+    change(p);
+    EXPECT_FALSE(plain(p)) << what;
   }
 }
 

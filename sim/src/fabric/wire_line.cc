@@ -22,7 +22,7 @@ void WireLine::Learn(const Packet& pkt) {
   wire.From(pkt, pkt.src_device->index(), WireSender{});
   uint32_t psn = 0;
   const WirePacket::Line line = wire.ReadLine(&psn);
-  if (!line.PlainAck() && !line.PlainSend()) return;
+  if (!line.PlainAck() && !line.PlainSend() && !line.PlainReadResponse()) return;
   has_line_ = true;
   dst_qpn_ = pkt.dst_qpn;
   line_ = line;

@@ -1,14 +1,16 @@
 #pragma once
 
-// A connected QP's plain ACKs to a QP of another process differ in their
-// operation and PSN alone, and its one-packet SENDs in their operation,
-// solicited bit, immediate data, PSN and payload, while its attributes and
-// the ports stay as they are. A WireLine keeps the first line of the first
-// such packet made as a Packet (WirePacket::From, the same bytes SendRemote
-// would write), and sends later ones as that line with their own fields
-// (WirePacket::Line::ForAck, ForSend; Fabric::PushLine): no Packet is made,
-// routed or converted. In a ping-pong that is every message and its ACK; in
-// a bandwidth test of small SENDs, every message.
+// A connected QP's plain ACKs and one-packet READ responses to a QP of
+// another process differ in their kind, operation, payload and PSN alone, and
+// its one-packet SENDs in their operation, solicited bit, immediate data, PSN
+// and payload, while its attributes and the ports stay as they are. A
+// WireLine keeps the first line of the first such packet made as a Packet
+// (WirePacket::From, the same bytes SendRemote would write), and sends later
+// ones as that line with their own fields (WirePacket::Line::ForAck,
+// ForReadResponse, ForSend; Fabric::PushLine): no Packet is made, routed or
+// converted. In a ping-pong that is every message and its ACK; in a bandwidth
+// test of small SENDs, every message; in a latency test of small READs,
+// every answer.
 
 #include <cstdint>
 
@@ -31,9 +33,9 @@ class WireLine {
   bool Send(const WirePacket::Line& line, uint32_t psn, const uint8_t* bytes = nullptr) const;
   // Learn was called since the QP's attributes or the ports last changed.
   bool Known() const { return route_.Known(); }
-  // Learns the line of `pkt`, a plain ACK or a one-packet SEND made by
-  // Qp::NewPacket, about to be transmitted (WirePacket::Line::PlainAck,
-  // PlainSend). One for a QP of this process, or that no route reaches,
+  // Learns the line of `pkt`, a plain ACK, a one-packet READ response or a
+  // one-packet SEND made by Qp::NewPacket, about to be transmitted
+  // (WirePacket::Line::PlainAck, PlainReadResponse, PlainSend). One for a QP of this process, or that no route reaches,
   // leaves no line: Usable says nullptr until the next Forget or port change.
   // Requires: engine lock.
   void Learn(const Packet& pkt);

@@ -186,6 +186,14 @@ struct WirePacket {
       return kind == static_cast<uint8_t>(Packet::Kind::kAck) && nak == static_cast<uint8_t>(Packet::Nak::kNone) &&
              payload_len == 0 && !(flags & (kAddressing | kExtended));
     }
+    // The whole answer to a READ of at most one path MTU, with neither rare
+    // line (a READ response carries no RETH: IBTA 9.4.3).
+    bool PlainReadResponse() const {
+      return kind == static_cast<uint8_t>(Packet::Kind::kReadResponse) &&
+             nak == static_cast<uint8_t>(Packet::Nak::kNone) && (flags & (kFirst | kLast)) == (kFirst | kLast) &&
+             !(flags & (kPlaced | kAnswered | kAddressing | kExtended | kSolicited)) && psn_count == 1 &&
+             imm_data == 0;
+    }
     // A request that is a whole message in one packet, with neither rare
     // line: a SEND of a connected QP (the payload aside).
     bool PlainSend() const {
@@ -201,11 +209,26 @@ struct WirePacket {
       if (dgid_number != ProfileGids::kUnnamed) dst.dgid = ProfileGids::Get().At(dgid_number);
       return dst;
     }
-    // The line of another such ACK of the same QP, for a request of `ack_op`
-    // (the request's operation is a field of the line like any other).
+    // A QP's plain ACKs and its one-packet READ responses differ in their
+    // kind, operation, payload and PSN alone (both are a Packet that
+    // Qp::NewPacket made, with first and last set): from the line of either,
+    // the line of another of either.
+    // The line of a plain ACK of the same QP, for a request of `ack_op` (the
+    // request's operation is a field of the line like any other).
     Line ForAck(ibv_wr_opcode ack_op) const {
       Line line = *this;
+      line.kind = static_cast<uint8_t>(Packet::Kind::kAck);
       line.op = static_cast<uint8_t>(ack_op);
+      line.payload_len = 0;
+      return line;
+    }
+    // The line of a one-packet READ response of the same QP, of
+    // `response_len` bytes.
+    Line ForReadResponse(uint16_t response_len) const {
+      Line line = *this;
+      line.kind = static_cast<uint8_t>(Packet::Kind::kReadResponse);
+      line.op = static_cast<uint8_t>(IBV_WR_RDMA_READ);
+      line.payload_len = response_len;
       return line;
     }
     // The line of another such SEND of the same QP: what From writes for a
