@@ -316,7 +316,7 @@ class Qp {
   uint32_t deferred_ack_psn_ = 0;
   ibv_wr_opcode deferred_ack_op_ = IBV_WR_SEND;
   WireLine wire_answer_;  // our ACKs' and one-packet READ responses' line, when they go to another process
-  WireLine wire_send_;  // our one-packet SENDs' line, likewise
+  WireLine wire_send_;  // our one-packet SENDs' and READ requests' line, likewise
   bool recv_in_progress_ = false;
   bool uc_message_ = false;  // UC: the packets of the message at epsn_ so far were taken
   bool comm_established_ = false;

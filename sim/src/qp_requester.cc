@@ -455,24 +455,37 @@ uint32_t Qp::DestinationQpnOf(const SendWqe& wqe) const {
 }
 
 void Qp::SendReadOrAtomicLocked(SendWqe& wqe, uint32_t mtu) {
-  Packet p = NewPacket(DestinationOf(wqe), DestinationQpnOf(wqe));
-  p.op = wqe.opcode;
   // A READ sent again asks only for what has not come back yet: the
   // response from that PSN on (IBTA 9.4.3: a resent READ may start at any
   // PSN of the original, its address and length moved along).
-  p.psn = (next_psn_ + wqe.read_packets) & kPsnMask;
-  p.remote_addr = wqe.remote_addr + wqe.read_offset;
+  const uint32_t psn = (next_psn_ + wqe.read_packets) & kPsnMask;
+  const uint64_t remote_addr = wqe.remote_addr + wqe.read_offset;
+  const uint64_t dma_length = wqe.length - wqe.read_offset;
+  // A READ takes one PSN per response packet.
+  const bool read = wqe.opcode == IBV_WR_RDMA_READ;
+  const uint32_t packets = read ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu)) : 1;
+  const auto sent = [&] {
+    next_psn_ = (next_psn_ + packets) & kPsnMask;
+    wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  };
+  // An RC READ to a QP of another process, while the line of an earlier
+  // one-packet SEND or READ holds: written from that line (fabric/wire_line.h).
+  const bool plain_read = read && type() == IBV_QPT_RC;
+  if (plain_read && wire_send_.Usable() && wire_send_.SendRead(psn, remote_addr, wqe.rkey, dma_length)) {
+    sent();
+    return;
+  }
+  Packet p = NewPacket(DestinationOf(wqe), DestinationQpnOf(wqe));
+  p.op = wqe.opcode;
+  p.psn = psn;
+  p.remote_addr = remote_addr;
   p.rkey = wqe.rkey;
-  p.dma_length = wqe.length - wqe.read_offset;
+  p.dma_length = dma_length;
   p.compare_add = wqe.compare_add;
   p.swap = wqe.swap;
   p.xrc_srqn = wqe.xrc_srqn;
-  // A READ takes one PSN per response packet.
-  const uint32_t packets = wqe.opcode == IBV_WR_RDMA_READ
-                               ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu))
-                               : 1;
-  next_psn_ = (next_psn_ + packets) & kPsnMask;
-  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  sent();
+  if (plain_read && !wire_send_.Known()) wire_send_.Learn(p);
   TransmitToPeerLocked(std::move(p));
 }
 

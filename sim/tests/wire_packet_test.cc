@@ -428,6 +428,121 @@ TEST(WirePacketTest, OnlyAWholeReadResponseWithoutRareLinesIsAPlainReadResponse)
   }
 }
 
+// A READ request of a connected QP, as Qp::SendReadOrAtomicLocked makes it.
+Packet PlainRead(uint32_t psn, uint64_t remote_addr, uint32_t rkey, uint64_t dma_length) {
+  Packet p = PlainSend(IBV_WR_RDMA_READ, false, 0, psn, 0);
+  p.transport = IBV_QPT_RC;
+  p.remote_addr = remote_addr;
+  p.rkey = rkey;
+  p.dma_length = dma_length;
+  return p;
+}
+
+// The addressing line's fields (its padding aside) are the same in both.
+void ExpectSameAddressing(const WirePacket& expected, const WirePacket& written, const std::string& what) {
+  EXPECT_EQ(0, std::memcmp(&expected.addressing.dgid, &written.addressing.dgid, sizeof(ibv_gid))) << what;
+  EXPECT_EQ(0, std::memcmp(&expected.addressing.sgid, &written.addressing.sgid, sizeof(ibv_gid))) << what;
+  EXPECT_EQ(expected.addressing.remote_addr, written.addressing.remote_addr) << what;
+  EXPECT_EQ(expected.addressing.dma_length, written.addressing.dma_length) << what;
+  EXPECT_EQ(expected.addressing.rkey, written.addressing.rkey) << what;
+}
+
+// Fabric::PushLine writes a QP's READ requests, and its one-packet SENDs, from
+// the line of an earlier one of either (fabric/wire_line.h): byte for byte
+// what From writes for them, the addressing line included when used.
+TEST(WirePacketTest, AReadOrSendWrittenFromTheLineOfAnEarlierOneIsTheOneFromWouldWrite) {
+  const ProfileGids& gids = ProfileGids::Get();
+  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
+  const auto roce = [&](Packet p) {
+    p.has_grh = true;
+    p.dst.is_global = true;
+    p.dst.dgid = gids.At(1);
+    p.sgid = gids.At(static_cast<uint8_t>(gids.size()));
+    p.dst.sgid_index = 1;
+    return p;
+  };
+  const auto rc_send = [](ibv_wr_opcode op, bool solicited, uint32_t imm_data, uint32_t psn, size_t length) {
+    Packet p = PlainSend(op, solicited, imm_data, psn, length);
+    p.transport = IBV_QPT_RC;  // (READs are RC's)
+    return p;
+  };
+  for (const Packet& earlier : {rc_send(IBV_WR_SEND, false, 0, 100, 64), roce(rc_send(IBV_WR_SEND, true, 0, 100, 8)),
+                                PlainRead(100, 0x1000, 7, 64), roce(PlainRead(100, 0, 0, 0))}) {
+    const std::string learned_from = std::string(earlier.has_grh ? "RoCE " : "IB ") +
+                                     (earlier.op == IBV_WR_RDMA_READ ? "READ" : "SEND");
+    auto learned = std::make_unique<WirePacket>();
+    learned->From(earlier, 2, WireSender{3, 7, 40});
+    const WirePacket::Line line = LineOf(*learned);
+    ASSERT_TRUE(line.PlainSend() || line.PlainRead()) << learned_from;
+    const auto like_earlier = [&](Packet p) { return earlier.has_grh ? roce(std::move(p)) : p; };
+    const std::vector<Packet> later = {like_earlier(PlainRead(0xabcdef, 0x7fff0000ull << 8, 0x1234, 1u << 20)),
+                                       like_earlier(PlainRead(0xabcdef, 0, 0, 0)),
+                                       like_earlier(PlainRead(0xabcdef, 0, 0, 1)),
+                                       like_earlier(rc_send(IBV_WR_SEND_WITH_IMM, true, 0x55, 0xabcdef, 16))};
+    for (const Packet& p : later) {
+      const bool read = p.op == IBV_WR_RDMA_READ;
+      const std::string what = learned_from + " -> " + (read ? "READ of " + std::to_string(p.dma_length) : "SEND");
+      const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
+      auto expected = std::make_unique<WirePacket>();
+      auto written = std::make_unique<WirePacket>();
+      std::memset(expected.get(), 0x5a, sizeof(WirePacket));
+      std::memset(written.get(), 0xa5, sizeof(WirePacket));  // every byte in use must be written
+      expected->From(p, 2, sender);
+      if (read) {
+        const bool addressed = p.remote_addr || p.dma_length || p.rkey;
+        WirePacket::Addressing a;
+        a.dgid = earlier.dst.dgid;
+        a.sgid = earlier.sgid;
+        a.remote_addr = p.remote_addr;
+        a.dma_length = p.dma_length;
+        a.rkey = p.rkey;
+        written->FromReadLine(line.ForRead(addressed), p.psn, a, sender);
+        EXPECT_TRUE(LineOf(*written).PlainRead()) << what;
+      } else {
+        written->FromLine(line.ForSend(p.op, p.solicited, p.imm_data, static_cast<uint16_t>(p.payload.size())), p.psn,
+                          p.payload.data(), sender);
+        EXPECT_TRUE(LineOf(*written).PlainSend()) << what;
+      }
+      const size_t compared = offsetof(WirePacket, payload) + p.payload.size();
+      EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), compared)) << what;
+      if (expected->flags & WirePacket::kAddressing) ExpectSameAddressing(*expected, *written, what);
+      Packet received;
+      written->ToPacket(nullptr, &received);
+      ExpectSameFields(p, received);
+    }
+  }
+}
+
+// The lines a QP writes READ requests from: no other request passes for a
+// plain READ.
+TEST(WirePacketTest, OnlyAOnePacketReadWithoutTheExtendedLineIsAPlainRead) {
+  auto wire = std::make_unique<WirePacket>();
+  const auto plain = [&](const Packet& p) {
+    wire->From(p, 0, {});
+    return LineOf(*wire).PlainRead();
+  };
+  const Packet read = PlainRead(1, 0x1000, 5, 64);
+  EXPECT_TRUE(plain(read));
+  EXPECT_TRUE(plain(PlainRead(1, 0, 0, 0))) << "a READ of nothing at 0 with key 0";
+  const std::pair<const char*, void (*)(Packet&)> others[] = {
+      {"a middle or last packet", [](Packet& p) { p.first = false; }},
+      {"a first packet of several", [](Packet& p) { p.last = false; }},
+      {"an XRC READ", [](Packet& p) { p.xrc_srqn = 9; }},
+      {"an atomic", [](Packet& p) { p.op = IBV_WR_ATOMIC_FETCH_AND_ADD; }},
+      {"a WRITE", [](Packet& p) { p.op = IBV_WR_RDMA_WRITE; }},
+      {"one with a payload", [](Packet& p) { p.payload.assign(4, 1); }},
+      {"one with immediate data", [](Packet& p) { p.imm_data = 3; }},
+      {"a solicited one", [](Packet& p) { p.solicited = true; }},
+      {"one standing for two PSNs", [](Packet& p) { p.psn_count = 2; }},
+      {"a READ response", [](Packet& p) { p.kind = Packet::Kind::kReadResponse; }},
+  };
+  for (const auto& [what, change] : others) {
+    Packet p = read;
+    change(p);
+    EXPECT_FALSE(plain(p)) << what;
+  }
+}
+
 // A packet with a GRH between two GIDs.
 Packet Global(const ibv_gid& dgid, const ibv_gid& sgid) {
   Packet p;

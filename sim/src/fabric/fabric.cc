@@ -821,13 +821,13 @@ bool Fabric::PushNow(int slot, Peer& peer, const Packet& pkt, int src_device) {
 }
 
 bool Fabric::PushLine(int device_index, uint32_t dst_qpn, const WirePacket::Line& line, uint32_t psn,
-                      const uint8_t* bytes) {
+                      const uint8_t* bytes, const WirePacket::Addressing* read_addressing) {
   int slot = -1;
   Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
   if (!peer || !peer->backlog.empty()) return false;
   uint64_t pos = 0;
   PacketRing::Owed owed;
-  if (!peer->ring->PushLine(line, psn, bytes, &pos, Sender(), &owed)) return false;
+  if (!peer->ring->PushLine(line, psn, bytes, &pos, Sender(), &owed, read_addressing)) return false;
   PushedLocked(slot, *peer, owed, pos, IsWork(static_cast<Packet::Kind>(line.kind)), line.payload_len);
   return true;
 }

@@ -296,13 +296,14 @@ class Fabric {
   // A packet for the owner of (device, qpn) would go into its ring now (no
   // backlog, room). Requires: engine lock.
   bool PushesNow(int device_index, uint32_t qpn);
-  // Puts a plain ACK or SEND (WirePacket::FromLine), with line.payload_len
-  // bytes of `bytes`, into the ring of the owner of (device, qpn) now, as
-  // SendRemote would put the Packet it stands for; false when it cannot go
-  // now (it is ours or nobody's, a backlog waits, the ring is full): nothing
-  // is sent then. Requires: engine lock.
+  // Puts a plain ACK, READ response or SEND (WirePacket::FromLine), with
+  // line.payload_len bytes of `bytes`, or with `read_addressing` a READ
+  // request (WirePacket::FromReadLine), into the ring of the owner of
+  // (device, qpn) now, as SendRemote would put the Packet it stands for;
+  // false when it cannot go now (it is ours or nobody's, a backlog waits,
+  // the ring is full): nothing is sent then. Requires: engine lock.
   bool PushLine(int device_index, uint32_t dst_qpn, const WirePacket::Line& line, uint32_t psn,
-                const uint8_t* bytes = nullptr);
+                const uint8_t* bytes = nullptr, const WirePacket::Addressing* read_addressing = nullptr);
   // True while a packet we sent to the owner of (device, qpn) still waits in
   // its ring and that process is alive: the wire is slow, nothing is lost.
   // Retransmit timers do not count such a timeout. Requires: engine lock.

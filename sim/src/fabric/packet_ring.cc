@@ -117,10 +117,14 @@ bool PacketRing::Push(const Packet& pkt, int src_device_index, uint64_t* pushed_
 }
 
 bool PacketRing::PushLine(const WirePacket::Line& line, uint32_t psn, const uint8_t* bytes, uint64_t* pushed_at,
-                          const WireSender& producer, Owed* owed) {
+                          const WireSender& producer, Owed* owed, const WirePacket::Addressing* read_addressing) {
   uint64_t pos = 0;
   if (!ClaimSlot(&pos, producer)) return false;
-  slots_[pos % kSlots].pkt.FromLine(line, psn, bytes, producer);
+  if (read_addressing) {
+    slots_[pos % kSlots].pkt.FromReadLine(line, psn, *read_addressing, producer);
+  } else {
+    slots_[pos % kSlots].pkt.FromLine(line, psn, bytes, producer);
+  }
   if (!PublishWritten(pos, false, true, producer, owed)) return false;
   *pushed_at = pos;
   return true;

@@ -93,10 +93,11 @@ class PacketRing {
   // `owed`: see the top; nullptr: wake the owner now if it needs it.
   bool Push(const Packet& pkt, int src_device_index, uint64_t* pos = nullptr, const WireSender& producer = {},
             Owed* owed = nullptr);
-  // Push of a plain ACK or SEND whose line is `line`, with line.payload_len
-  // bytes of `bytes` (WirePacket::FromLine).
+  // Push of a plain ACK, READ response or SEND whose line is `line`, with
+  // line.payload_len bytes of `bytes` (WirePacket::FromLine); or, with
+  // `read_addressing`, of a READ request (WirePacket::FromReadLine).
   bool PushLine(const WirePacket::Line& line, uint32_t psn, const uint8_t* bytes, uint64_t* pos, const WireSender& producer,
-               Owed* owed);
+               Owed* owed, const WirePacket::Addressing* read_addressing = nullptr);
   // Push in its two steps: claims a slot (false: full), then writes and
   // publishes the packet there (false: the owner skipped the slot meanwhile,
   // taking the producer for dead).

@@ -31,11 +31,18 @@ class WireLine {
   // line.payload_len bytes of `bytes`. False: nothing was sent; make the
   // Packet. Requires: engine lock, Usable() just said yes.
   bool Send(const WirePacket::Line& line, uint32_t psn, const uint8_t* bytes = nullptr) const;
+  // Sends a READ request of this QP with `psn` and its RETH, from a line
+  // learned of a one-packet SEND or a READ request (Line::ForRead). False:
+  // nothing was sent; make the Packet. Requires: engine lock, Usable() just
+  // said yes.
+  bool SendRead(uint32_t psn, uint64_t remote_addr, uint32_t rkey, uint64_t dma_length) const;
   // Learn was called since the QP's attributes or the ports last changed.
   bool Known() const { return route_.Known(); }
-  // Learns the line of `pkt`, a plain ACK, a one-packet READ response or a
-  // one-packet SEND made by Qp::NewPacket, about to be transmitted
-  // (WirePacket::Line::PlainAck, PlainReadResponse, PlainSend). One for a QP of this process, or that no route reaches,
+  // Learns the line of `pkt`, a plain ACK, a one-packet READ response, a
+  // one-packet SEND or a READ request made by Qp::NewPacket, about to be
+  // transmitted (WirePacket::Line::PlainAck, PlainReadResponse, PlainSend,
+  // PlainRead; a READ's only when its GIDs, if any, are the profile's, as a
+  // plain SEND's are). One for a QP of this process, or that no route reaches,
   // leaves no line: Usable says nullptr until the next Forget or port change.
   // Requires: engine lock.
   void Learn(const Packet& pkt);
@@ -47,6 +54,8 @@ class WireLine {
   bool has_line_ = false;
   uint32_t dst_qpn_ = 0;
   WirePacket::Line line_{};
+  ibv_gid dgid_{};  // the packet's GIDs, which an addressed READ's addressing line repeats (WirePacket::From)
+  ibv_gid sgid_{};
 };
 
 }  // namespace simverbs

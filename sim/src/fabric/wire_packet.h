@@ -194,6 +194,15 @@ struct WirePacket {
              !(flags & (kPlaced | kAnswered | kAddressing | kExtended | kSolicited)) && psn_count == 1 &&
              imm_data == 0;
     }
+    // A READ request in one packet without the extended line: the RETH, if
+    // any field of it is not zero, on the addressing line (with the GIDs
+    // From writes there).
+    bool PlainRead() const {
+      return kind == static_cast<uint8_t>(Packet::Kind::kRequest) && op == static_cast<uint8_t>(IBV_WR_RDMA_READ) &&
+             nak == static_cast<uint8_t>(Packet::Nak::kNone) && (flags & (kFirst | kLast)) == (kFirst | kLast) &&
+             !(flags & (kPlaced | kAnswered | kExtended | kSolicited)) && psn_count == 1 && payload_len == 0 &&
+             imm_data == 0;
+    }
     // A request that is a whole message in one packet, with neither rare
     // line: a SEND of a connected QP (the payload aside).
     bool PlainSend() const {
@@ -233,12 +242,26 @@ struct WirePacket {
     }
     // The line of another such SEND of the same QP: what From writes for a
     // Packet that differs from this line's in these fields alone.
+    // (The line may be a READ's: ForRead.)
     Line ForSend(ibv_wr_opcode send_op, bool send_solicited, uint32_t send_imm_data, uint16_t send_payload_len) const {
       Line line = *this;
       line.op = static_cast<uint8_t>(send_op);
-      line.flags = static_cast<uint8_t>((flags & ~kSolicited) | (send_solicited ? kSolicited : 0));
+      line.flags = static_cast<uint8_t>((flags & ~(kSolicited | kAddressing)) | (send_solicited ? kSolicited : 0));
       line.imm_data = send_imm_data;
       line.payload_len = send_payload_len;
+      return line;
+    }
+    // A QP's one-packet SENDs and its READ requests differ in their
+    // operation, solicited bit, immediate data, payload, PSN and RETH alone,
+    // when their GIDs (if any) are the profile's: from the line of either,
+    // the line of a READ request of the same QP, whose RETH is on the
+    // addressing line when `addressed` (FromRead).
+    Line ForRead(bool addressed) const {
+      Line line = *this;
+      line.op = static_cast<uint8_t>(IBV_WR_RDMA_READ);
+      line.flags = static_cast<uint8_t>((flags & ~(kSolicited | kAddressing)) | (addressed ? kAddressing : 0));
+      line.imm_data = 0;
+      line.payload_len = 0;
       return line;
     }
   };
@@ -265,6 +288,23 @@ struct WirePacket {
     sender_slot = static_cast<int16_t>(sender.slot);
     sender_generation = sender.generation;
     sender_consumed = static_cast<uint32_t>(sender.consumed);
+  }
+
+  // Writes a READ request whose first line is `line` (Line::ForRead), with
+  // `psn`, the sender hint, and when the line says it is addressed, the
+  // addressing line `a` (the GIDs From writes there, and the RETH).
+  // (Inlined: on every such packet's path.)
+  [[gnu::always_inline]] void FromReadLine(const Line& line, uint32_t line_psn, const Addressing& a,
+                                           const WireSender& sender) {
+    if (line.flags & kAddressing) {
+      // Field by field, as From (the struct's padding stays as it was).
+      addressing.dgid = a.dgid;
+      addressing.sgid = a.sgid;
+      addressing.remote_addr = a.remote_addr;
+      addressing.dma_length = a.dma_length;
+      addressing.rkey = a.rkey;
+    }
+    FromLine(line, line_psn, nullptr, sender);
   }
 
   // An operation no verb has (another process wrote it) becomes one the
