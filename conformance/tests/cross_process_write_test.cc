@@ -1033,8 +1033,8 @@ TEST_F(CrossProcessWriteTest, ReadsOfOneAndTwoPacketsReturnTheirBytes) {
 //   the simulator) keeps this, whichever kind of answer it sent first.
 // Checks: the child fills its buffer from byte 1024 on with a pattern and posts a second receive;
 //   the parent posts, one at a time, each once the one before has completed: a READ of 64 bytes,
-//   a SEND of 16, a READ of 0, a READ of 32, a SEND of 16 and a READ of the path MTU, each READ
-//   from its own offset of the pattern. Each completes with success and its own opcode, each
+//   a SEND of 16, a READ of 0, a READ of 32, a SEND of 16, a READ of the path MTU and one of two
+//   path MTUs and 5 bytes, each READ from its own offset of the pattern. Each completes with success and its own opcode, each
 //   READ's slice holds the child's bytes, and the child's two receives get the two SENDs in order.
 TEST_F(CrossProcessWriteTest, ReadsAndSendsInTurnGetTheirAnswers) {
   constexpr size_t kPatternAt = 1024;
@@ -1072,7 +1072,8 @@ TEST_F(CrossProcessWriteTest, ReadsAndSendsInTurnGetTheirAnswers) {
           uint32_t length;
         };
         const Step steps[] = {{IBV_WR_RDMA_READ, 64}, {IBV_WR_SEND, 16}, {IBV_WR_RDMA_READ, 0},
-                              {IBV_WR_RDMA_READ, 32}, {IBV_WR_SEND, 16}, {IBV_WR_RDMA_READ, mtu}};
+                              {IBV_WR_RDMA_READ, 32}, {IBV_WR_SEND, 16}, {IBV_WR_RDMA_READ, mtu},
+                              {IBV_WR_RDMA_READ, 2 * mtu + 5}};
         size_t sends = 0;
         for (size_t k = 0; k < std::size(steps); ++k) {
           const Step& step = steps[k];

@@ -156,10 +156,11 @@ class Qp {
   // Fills *out (a reused queue slot) from `wr`.
   void MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const;
   void ProgressLocked();                    // executes queued WQEs while in RTS
-  // PostSend of one WR that is a one-packet SEND (or SEND with immediate) of
-  // an RC QP in RTS with nothing left to send before it, to a peer in another
-  // process: checked, queued and sent in one pass, as PostSend, ProgressLocked
-  // and ExecuteLocked would. False: nothing was done; the general path goes on.
+  // PostSend of one WR that is a one-packet SEND (or SEND with immediate) or
+  // a READ, of one SGE, of an RC QP in RTS with nothing left to send before
+  // it, to a peer in another process: checked, queued and sent in one pass,
+  // as PostSend, ProgressLocked and ExecuteLocked would. False: nothing was
+  // done; the general path goes on.
   bool PostOneSendLocked(const ibv_send_wr& wr);
   // A UD or UC send WQE whose packets must wait: the link to the destination's
   // process holds packets back (Fabric::UnreliableMayGo, which resumes us).
@@ -177,6 +178,8 @@ class Qp {
   // A one-packet SEND written from the QP's line (fabric/wire_line.h): true
   // once it is in the peer's ring, with its PSN taken; false: nothing was sent.
   bool SendFromLineLocked(const WirePacket::Line& line, SendWqe& wqe, const uint8_t* bytes);
+  // The same for a READ request (of an RC QP; false for any other WQE).
+  bool SendReadFromLineLocked(SendWqe& wqe, uint32_t mtu);
   // Where a WQE's packets go: the AH of a UD WR, the QP's own path otherwise.
   AddressVector DestinationOf(const SendWqe& wqe) const;
   uint32_t DestinationQpnOf(const SendWqe& wqe) const;

@@ -200,10 +200,14 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
 }
 
 bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
-  // The WR: what CheckSendWr accepts and ExecuteLocked sends from the line
-  // (no fence: that takes the general path).
-  if (wr.next || (wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge != 1 || !wr.sg_list ||
-      (wr.send_flags & ~static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE))) {
+  // The WR: what CheckSendWr accepts and ExecuteLocked sends from the line,
+  // a SEND (inline or not) or a READ (no fence: that takes the general path).
+  const bool read = wr.opcode == IBV_WR_RDMA_READ;
+  const unsigned flags_taken =
+      read ? static_cast<unsigned>(IBV_SEND_SIGNALED)
+           : static_cast<unsigned>(IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+  if (wr.next || (!read && wr.opcode != IBV_WR_SEND && wr.opcode != IBV_WR_SEND_WITH_IMM) || wr.num_sge != 1 ||
+      !wr.sg_list || (wr.send_flags & ~flags_taken)) {
     return false;
   }
   const bool is_inline = wr.send_flags & IBV_SEND_INLINE;
@@ -220,17 +224,21 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   if (!sq_.empty() && (sq_.front().acked || sq_.front().deferred != IBV_WC_SUCCESS)) return false;
   const ibv_sge& sge = *wr.sg_list;
   const uint32_t mtu = PathMtuBytes();
-  if (sge.length == 0 || sge.length > mtu || sge.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz ||
+  // A SEND in one packet; a READ of any length (its answer is cut by the
+  // responder).
+  if (sge.length == 0 || (!read && sge.length > mtu) ||
+      sge.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz ||
       (is_inline && sge.length > attr_.cap.max_inline_data)) {  // (EINVAL, from CheckSendWr)
     return false;
   }
   const WirePacket::Line* line = wire_send_.Usable();
   if (!line) return false;
   // Inline data is not checked against an MR (ibv_post_send(3): "The L_Key
-  // will not be checked"); MakeSendWqe copies it into the WQE.
+  // will not be checked"); MakeSendWqe copies it into the WQE. A READ's SGE
+  // is written into, with the access ExecuteLocked asks for it.
   const uint8_t* bytes = nullptr;
   if (!is_inline) {
-    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
+    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, read ? IBV_ACCESS_LOCAL_WRITE : 0);
     if (!mr) return false;  // (LOC_PROT_ERR, from ExecuteLocked)
     bytes = mr->Translate(sge.addr, sge.length);
   }
@@ -242,7 +250,7 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   SendWqe& wqe = sq_[next_to_send_];
   if (is_inline) bytes = wqe.inline_data.data();
   const uint32_t first_psn = next_psn_;
-  if (!SendFromLineLocked(*line, wqe, bytes)) {
+  if (read ? !SendReadFromLineLocked(wqe, mtu) : !SendFromLineLocked(*line, wqe, bytes)) {
     // No room in the peer's ring now: the WQE is queued, unsent, and goes
     // the general way (ExecuteLocked makes it into a Packet).
     ProgressLocked();
@@ -454,38 +462,47 @@ uint32_t Qp::DestinationQpnOf(const SendWqe& wqe) const {
   return type() == IBV_QPT_UD ? wqe.remote_qpn : attr_.dest_qp_num;
 }
 
-void Qp::SendReadOrAtomicLocked(SendWqe& wqe, uint32_t mtu) {
-  // A READ sent again asks only for what has not come back yet: the
-  // response from that PSN on (IBTA 9.4.3: a resent READ may start at any
-  // PSN of the original, its address and length moved along).
-  const uint32_t psn = (next_psn_ + wqe.read_packets) & kPsnMask;
-  const uint64_t remote_addr = wqe.remote_addr + wqe.read_offset;
-  const uint64_t dma_length = wqe.length - wqe.read_offset;
-  // A READ takes one PSN per response packet.
-  const bool read = wqe.opcode == IBV_WR_RDMA_READ;
-  const uint32_t packets = read ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu)) : 1;
-  const auto sent = [&] {
-    next_psn_ = (next_psn_ + packets) & kPsnMask;
-    wqe.last_psn = (next_psn_ - 1) & kPsnMask;
-  };
-  // An RC READ to a QP of another process, while the line of an earlier
-  // one-packet SEND or READ holds: written from that line (fabric/wire_line.h).
-  const bool plain_read = read && type() == IBV_QPT_RC;
-  if (plain_read && wire_send_.Usable() && wire_send_.SendRead(psn, remote_addr, wqe.rkey, dma_length)) {
-    sent();
-    return;
+namespace {
+
+// A READ takes one PSN per response packet; an atomic one.
+uint32_t RequestPsns(const SendWqe& wqe, uint32_t mtu) {
+  return wqe.opcode == IBV_WR_RDMA_READ ? std::max<uint32_t>(1, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu))
+                                        : 1;
+}
+
+}  // namespace
+
+// An RC READ to a QP of another process, while the line of an earlier
+// one-packet SEND or READ holds, is written from that line
+// (fabric/wire_line.h). A READ sent again asks only for what has not come
+// back yet: the response from that PSN on (IBTA 9.4.3: a resent READ may
+// start at any PSN of the original, its address and length moved along).
+bool Qp::SendReadFromLineLocked(SendWqe& wqe, uint32_t mtu) {
+  if (wqe.opcode != IBV_WR_RDMA_READ || type() != IBV_QPT_RC || !wire_send_.Usable() ||
+      !wire_send_.SendRead((next_psn_ + wqe.read_packets) & kPsnMask, wqe.remote_addr + wqe.read_offset, wqe.rkey,
+                           wqe.length - wqe.read_offset)) {
+    return false;
   }
+  next_psn_ = (next_psn_ + RequestPsns(wqe, mtu)) & kPsnMask;
+  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  return true;
+}
+
+void Qp::SendReadOrAtomicLocked(SendWqe& wqe, uint32_t mtu) {
+  if (SendReadFromLineLocked(wqe, mtu)) return;
   Packet p = NewPacket(DestinationOf(wqe), DestinationQpnOf(wqe));
   p.op = wqe.opcode;
-  p.psn = psn;
-  p.remote_addr = remote_addr;
+  p.psn = (next_psn_ + wqe.read_packets) & kPsnMask;
+  p.remote_addr = wqe.remote_addr + wqe.read_offset;
   p.rkey = wqe.rkey;
-  p.dma_length = dma_length;
+  p.dma_length = wqe.length - wqe.read_offset;
   p.compare_add = wqe.compare_add;
   p.swap = wqe.swap;
   p.xrc_srqn = wqe.xrc_srqn;
-  sent();
-  if (plain_read && !wire_send_.Known()) wire_send_.Learn(p);
+  next_psn_ = (next_psn_ + RequestPsns(wqe, mtu)) & kPsnMask;
+  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  // The line of later READs (and one-packet SENDs) to a QP of another process.
+  if (wqe.opcode == IBV_WR_RDMA_READ && type() == IBV_QPT_RC && !wire_send_.Known()) wire_send_.Learn(p);
   TransmitToPeerLocked(std::move(p));
 }
 
