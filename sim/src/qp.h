@@ -116,6 +116,11 @@ class Qp {
   // nothing done, for anything else: Receive takes the Packet then.
   // Requires: engine lock, inside a burst (Engine::BeginBurst).
   bool ReceiveWholeSendLocked(const WholeSend& send);
+  // The same for a one-packet READ response (`length` bytes of `bytes`) of
+  // an RC QP, when it answers the oldest unanswered WQE, a READ of that
+  // length with `psn` its first PSN: taken as ReceiveResponse takes its
+  // Packet.
+  bool ReceiveWholeReadResponseLocked(ibv_qp_type transport, uint32_t psn, const uint8_t* bytes, uint32_t length);
   void OnTimer();                   // its retransmit or RNR timer fired
   // The link to a process it holds UD or UC packets for takes packets again
   // (Fabric::UnreliableMayGo): sends what waits.
@@ -191,6 +196,10 @@ class Qp {
   // In a state whose responder takes and answers requests (RTR, RTS, SQD, SQE).
   bool RespondsLocked() const;
   void CheckDrainedLocked();
+  // ReceiveResponse's end: completes and retires what is answered, and stops
+  // the transport timer or (`progressed`: the oldest unanswered message was
+  // answered) starts it again for the rest.
+  void AnsweredLocked(bool progressed);
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order
   void FailSendLocked(SendWqe& wqe, ibv_wc_status status);

@@ -802,8 +802,12 @@ void Qp::ReceiveResponse(const Packet& pkt) {
     case Packet::Kind::kXrcResult:
       return;
   }
-  // The oldest message it answered is done: the timer starts again for the rest.
-  const bool progressed = sq_[oldest].acked;
+  AnsweredLocked(sq_[oldest].acked);
+}
+
+void Qp::AnsweredLocked(bool progressed) {
+  // The oldest message it answered is done (`progressed`): the timer starts
+  // again for the rest.
   CompleteAckedLocked();
   if (!executing_) RetireLocked();
   if (!AwaitingAckLocked()) {
@@ -812,6 +816,31 @@ void Qp::ReceiveResponse(const Packet& pkt) {
   } else if (progressed) {
     ArmTransportTimerLocked(true);
   }
+}
+
+bool Qp::ReceiveWholeReadResponseLocked(ibv_qp_type transport, uint32_t psn, const uint8_t* bytes, uint32_t length) {
+  // ReceiveResponse's case of a response that is the whole answer to the
+  // oldest unanswered WQE, a READ, the next packet it waits for: nothing
+  // before it is acknowledged on the way.
+  if (destroying_ || type() != IBV_QPT_RC || transport != IBV_QPT_RC) return false;
+  if (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) return false;
+  size_t i = 0;
+  while (i < next_to_send_ && sq_[i].acked) ++i;
+  if (i >= next_to_send_) return false;
+  SendWqe& wqe = sq_[i];
+  if (wqe.opcode != IBV_WR_RDMA_READ || wqe.read_packets != 0 || psn != wqe.first_psn ||
+      length != wqe.length - wqe.read_offset) {
+    return false;
+  }
+  // Written before anything else changes: one that does not take the bytes
+  // goes the other way, which writes the same bytes and fails the same way.
+  if (!ScatterLocked(wqe, wqe.read_offset, bytes, length)) return false;
+  retries_left_ = attr_.retry_cnt;
+  wqe.read_offset += length;
+  ++wqe.read_packets;
+  wqe.acked = true;
+  AnsweredLocked(true);
+  return true;
 }
 
 // SQD: once nothing sent is still unanswered, the send queue has drained.

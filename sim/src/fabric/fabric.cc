@@ -1259,6 +1259,15 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
         return;
       }
     }
+    if (line.PlainReadResponse() && !Engine::Get().delivering()) {
+      // (A response never replaces an ACK: the held one goes first, as below.)
+      if (holding) DeliverTaken(held, false);
+      holding = false;
+      if (TakeWholeReadResponseLocked(line, psn, wp.payload)) {
+        ++work_taken_;
+        return;
+      }
+    }
     Device* src = src_device >= 0 && static_cast<size_t>(src_device) < devices.size() ? devices[src_device].get()
                                                                                        : nullptr;
     // Delivered before Transmit returns unless the engine is delivering
@@ -1311,13 +1320,35 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   }
 }
 
-bool Fabric::TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
+Qp* Fabric::WholeTakerLocked(const WirePacket::Line& line) {
   // A fault armed for delivery sees the Packet (Engine::DeliverOrDropLocked).
-  if (FaultPoints::Get().AnyArmed()) return false;
+  if (FaultPoints::Get().AnyArmed()) return nullptr;
+  Device* dev = Engine::Get().Route(line.Destination());
+  // Another process's QP, or none: the Packet says what becomes of it.
+  return dev ? dev->FindQp(line.dst_qpn) : nullptr;
+}
+
+bool Fabric::TakeWholeReadResponseLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
+  Qp* qp = WholeTakerLocked(line);
+  if (!qp) return false;
+  const uint32_t length = std::min<uint32_t>(line.payload_len, WirePacket::kMaxPayload);  // (clamped as ToPacket does)
+  bool taken = false;
+  taking_ = true;
+  Engine::Get().DeliverInPlace([&] {
+    try {
+      taken = qp->ReceiveWholeReadResponseLocked(static_cast<ibv_qp_type>(line.transport), psn, payload, length);
+    } catch (...) {
+      taken = true;  // out of memory while it was delivered: lost, as DeliverOrDropLocked loses a Packet
+    }
+  });
+  taking_ = false;
+  return taken;
+}
+
+bool Fabric::TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
   Engine& engine = Engine::Get();
-  Device* dev = engine.Route(line.Destination());
-  Qp* qp = dev ? dev->FindQp(line.dst_qpn) : nullptr;
-  if (!qp) return false;  // another process's QP, or none: the Packet says what becomes of it
+  Qp* qp = WholeTakerLocked(line);
+  if (!qp) return false;
   const WholeSend send{static_cast<ibv_qp_type>(line.transport),
                        WirePacket::OpOf(line.op),
                        psn,
