@@ -391,6 +391,23 @@ class CrossProcessWriteTest : public QpTest {
         });
   }
 
+  // The child's buffer holds a pattern, its MR registered with `access` and its QP with
+  // `qp_access`; the parent's READ of 64 bytes completes with `status`, and the parent's buffer
+  // keeps what it held.
+  void ExpectReadRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
+    RunWithChild(access, qp_access, ServePattern(6, kLength), [&](const Target& target, int to_child, int from_child) {
+      ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+      src_.FillPattern(7);
+      ibv_sge sge = src_.Sge(0, 64);
+      ibv_wc wc = {};
+      ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
+      EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the READ did not complete";
+      EXPECT_EQ(wc.status, status) << DescribeWc(wc);
+      EXPECT_EQ(Read(src_.data(), 64), Pattern(7, 64)) << "the refused READ wrote into the parent's buffer";
+      EXPECT_EQ(write(to_child, "x", 1), 1);
+    });
+  }
+
   // Posts the linked `wrs` while the child `pid` is stopped, so that its side takes them all at
   // once when it runs again (a kernel or hardware responder does not stop with the process).
   // Returns ibv_post_send's value; a child that did not stop fails the test.
@@ -614,6 +631,24 @@ TEST_F(CrossProcessWriteTest, WriteWithoutRemoteWriteAccessFails) {
 //   completes with IBV_WC_REM_INV_REQ_ERR and the child's buffer is still zero.
 TEST_F(CrossProcessWriteTest, WriteToQpWithoutRemoteWriteFails) {
   ExpectWriteRefused(kFullMrAccess, IBV_ACCESS_REMOTE_READ, IBV_WC_REM_INV_REQ_ERR);
+}
+
+// Rule: IBTA C9-222.1.1 / ibv_post_send(3): a READ through an R_Key whose MR does not allow
+//   IBV_ACCESS_REMOTE_READ is a remote access error; the requester's WR completes with
+//   IBV_WC_REM_ACCESS_ERR and its buffer is not written.
+// Checks: the child's MR allows local and remote write only; the parent's READ of 64 bytes
+//   completes with IBV_WC_REM_ACCESS_ERR and the parent's buffer keeps its pattern.
+TEST_F(CrossProcessWriteTest, ReadWithoutRemoteReadAccessFails) {
+  ExpectReadRefused(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, kRcRemoteAccess, IBV_WC_REM_ACCESS_ERR);
+}
+
+// Rule: ibv_modify_qp(3): qp_access_flags without IBV_ACCESS_REMOTE_READ disables incoming RDMA
+//   READs; IBTA 9.7.5.2.3: such a request is an invalid request, and the requester's WR completes
+//   with IBV_WC_REM_INV_REQ_ERR.
+// Checks: the child's MR allows remote read but its QP only remote write; the parent's READ of 64
+//   bytes completes with IBV_WC_REM_INV_REQ_ERR and the parent's buffer keeps its pattern.
+TEST_F(CrossProcessWriteTest, ReadFromQpWithoutRemoteReadFails) {
+  ExpectReadRefused(kFullMrAccess, IBV_ACCESS_REMOTE_WRITE, IBV_WC_REM_INV_REQ_ERR);
 }
 
 // Rule: ibv_dereg_mr(3) releases the MR: its R_Key no longer grants access, and a WRITE through it

@@ -116,6 +116,11 @@ class Qp {
   // nothing done, for anything else: Receive takes the Packet then.
   // Requires: engine lock, inside a burst (Engine::BeginBurst).
   bool ReceiveWholeSendLocked(const WholeSend& send);
+  // The same for a READ request (Fabric::DrainInboundLocked) that is the
+  // in-order request of an RC QP that may be read, whose answer fits in one
+  // packet and whose memory passes the check: answered as Receive answers
+  // its Packet.
+  bool ReceiveWholeReadLocked(const WholeRead& read);
   // The same for a one-packet READ response (`length` bytes of `bytes`) of
   // an RC QP, when it answers the oldest unanswered WQE, a READ of that
   // length with `psn` its first PSN: taken as ReceiveResponse takes its

@@ -386,6 +386,26 @@ bool Qp::ReceiveWholeSendLocked(const WholeSend& send) {
   return true;
 }
 
+bool Qp::ReceiveWholeReadLocked(const WholeRead& read) {
+  // Receive's and ReceiveRequest's checks for this case; anything else (a
+  // duplicate, an error to answer, COMM_EST to raise) goes the other way.
+  if (destroying_ || type() != IBV_QPT_RC || read.transport != IBV_QPT_RC) return false;
+  if (!RespondsLocked() || (state() == IBV_QPS_RTR && !comm_established_)) return false;
+  if (read.psn != epsn_ || !(attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) || read.dma_length > PathMtuBytes()) {
+    return false;
+  }
+  Mr* mr = read.dma_length ? Mr::Check(device(), read.rkey, true, pd_, read.remote_addr, read.dma_length,
+                                       IBV_ACCESS_REMOTE_READ, qp_num())
+                           : nullptr;
+  if (read.dma_length && !mr) return false;
+  sent_sequence_nak_ = false;
+  SendDeferredAckLocked();
+  SendOneReadResponseLocked(read.psn, mr ? mr->Translate(read.remote_addr, read.dma_length) : nullptr,
+                            static_cast<uint32_t>(read.dma_length));
+  epsn_ = (read.psn + 1) & 0xffffff;
+  return true;
+}
+
 void Qp::AcknowledgeLocked(ibv_wr_opcode op, uint32_t last_psn) {
   if (!Engine::Get().DeferAck(this, ack_deferred_)) {
     SendDeferredAckLocked();  // answers leave in the order they were made

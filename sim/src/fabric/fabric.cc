@@ -22,6 +22,7 @@
 #include "device.h"
 #include "device_list.h"
 #include "fabric/packet_ring.h"
+#include "fabric/profile_gids.h"
 #include "fabric/file_lock.h"
 #include "fabric/shm_object.h"
 #include "fault/fault_points.h"
@@ -1259,6 +1260,22 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
         return;
       }
     }
+    // (A READ to a GID the profile does not name has it on the addressing
+    // line: routed by its Packet.)
+    if (line.PlainRead() && !Engine::Get().delivering() &&
+        (!line.dst_is_global || line.dgid_number != ProfileGids::kUnnamed)) {
+      if (holding) DeliverTaken(held, false);
+      holding = false;
+      const bool addressed = line.flags & WirePacket::kAddressing;
+      const WholeRead read{static_cast<ibv_qp_type>(line.transport), psn,
+                           addressed ? ReadOnce(wp.addressing.remote_addr) : 0,
+                           addressed ? ReadOnce(wp.addressing.rkey) : 0,
+                           addressed ? ReadOnce(wp.addressing.dma_length) : 0};
+      if (TakeWholeReadLocked(line, read)) {
+        ++work_taken_;
+        return;
+      }
+    }
     if (line.PlainReadResponse() && !Engine::Get().delivering()) {
       // (A response never replaces an ACK: the held one goes first, as below.)
       if (holding) DeliverTaken(held, false);
@@ -1320,23 +1337,19 @@ void Fabric::DrainInboundLocked(bool flush_backlog, uint32_t max_receives) {
   }
 }
 
-Qp* Fabric::WholeTakerLocked(const WirePacket::Line& line) {
+template <typename Take>
+bool Fabric::TakeWholeLocked(const WirePacket::Line& line, Take&& take) {
   // A fault armed for delivery sees the Packet (Engine::DeliverOrDropLocked).
-  if (FaultPoints::Get().AnyArmed()) return nullptr;
-  Device* dev = Engine::Get().Route(line.Destination());
-  // Another process's QP, or none: the Packet says what becomes of it.
-  return dev ? dev->FindQp(line.dst_qpn) : nullptr;
-}
-
-bool Fabric::TakeWholeReadResponseLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
-  Qp* qp = WholeTakerLocked(line);
-  if (!qp) return false;
-  const uint32_t length = std::min<uint32_t>(line.payload_len, WirePacket::kMaxPayload);  // (clamped as ToPacket does)
+  if (FaultPoints::Get().AnyArmed()) return false;
+  Engine& engine = Engine::Get();
+  Device* dev = engine.Route(line.Destination());
+  Qp* qp = dev ? dev->FindQp(line.dst_qpn) : nullptr;
+  if (!qp) return false;  // another process's QP, or none: the Packet says what becomes of it
   bool taken = false;
   taking_ = true;
-  Engine::Get().DeliverInPlace([&] {
+  engine.DeliverInPlace([&] {
     try {
-      taken = qp->ReceiveWholeReadResponseLocked(static_cast<ibv_qp_type>(line.transport), psn, payload, length);
+      taken = take(qp);
     } catch (...) {
       taken = true;  // out of memory while it was delivered: lost, as DeliverOrDropLocked loses a Packet
     }
@@ -1346,9 +1359,6 @@ bool Fabric::TakeWholeReadResponseLocked(const WirePacket::Line& line, uint32_t 
 }
 
 bool Fabric::TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
-  Engine& engine = Engine::Get();
-  Qp* qp = WholeTakerLocked(line);
-  if (!qp) return false;
   const WholeSend send{static_cast<ibv_qp_type>(line.transport),
                        WirePacket::OpOf(line.op),
                        psn,
@@ -1356,17 +1366,18 @@ bool Fabric::TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, con
                        (line.flags & WirePacket::kSolicited) != 0,
                        payload,
                        std::min<uint32_t>(line.payload_len, WirePacket::kMaxPayload)};  // (clamped as ToPacket does)
-  bool taken = false;
-  taking_ = true;
-  engine.DeliverInPlace([&] {
-    try {
-      taken = qp->ReceiveWholeSendLocked(send);
-    } catch (...) {
-      taken = true;  // out of memory while it was delivered: lost, as DeliverOrDropLocked loses a Packet
-    }
+  return TakeWholeLocked(line, [&](Qp* qp) { return qp->ReceiveWholeSendLocked(send); });
+}
+
+bool Fabric::TakeWholeReadLocked(const WirePacket::Line& line, const WholeRead& read) {
+  return TakeWholeLocked(line, [&](Qp* qp) { return qp->ReceiveWholeReadLocked(read); });
+}
+
+bool Fabric::TakeWholeReadResponseLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload) {
+  const uint32_t length = std::min<uint32_t>(line.payload_len, WirePacket::kMaxPayload);  // (clamped as ToPacket does)
+  return TakeWholeLocked(line, [&](Qp* qp) {
+    return qp->ReceiveWholeReadResponseLocked(static_cast<ibv_qp_type>(line.transport), psn, payload, length);
   });
-  taking_ = false;
-  return taken;
 }
 
 void Fabric::DeliverTaken(Packet* pkt, bool at_tail) {

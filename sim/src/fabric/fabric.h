@@ -40,10 +40,13 @@
 // Packet is made for them on the sending side. On the receiving side, such a
 // SEND of an RC QP that is the next in order, with a receive posted, goes
 // from the slot straight into the receive WQE and the CQE
-// (TakeWholeSendLocked, Qp::ReceiveWholeSendLocked), and such a READ
-// response that answers the oldest unanswered WQE, a READ, straight into its
-// SGEs (TakeWholeReadResponseLocked, Qp::ReceiveWholeReadResponseLocked);
-// anything else is made a Packet and delivered.
+// (TakeWholeSendLocked, Qp::ReceiveWholeSendLocked); a READ request that is
+// the next in order and fits in one response is answered from the slot
+// (TakeWholeReadLocked, Qp::ReceiveWholeReadLocked); and a one-packet READ
+// response that answers the oldest unanswered WQE, a READ, goes straight
+// into its SGEs (TakeWholeReadResponseLocked,
+// Qp::ReceiveWholeReadResponseLocked); anything else is made a Packet and
+// delivered.
 //
 // More pollers than CPUs. Each progress thread publishes whether its
 // application polls in a loop (ProcSlot::app_spinning), and the CPUs it may
@@ -473,12 +476,18 @@ class Fabric {
   // (Qp::ReceiveWholeSendLocked) when it can be: true. False: nothing was
   // done; make the Packet. Requires: engine lock, inside a burst.
   bool TakeWholeSendLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload);
+  // The same for a plain READ request (WirePacket::Line::PlainRead), with the
+  // RETH read from its slot, answered by its QP (Qp::ReceiveWholeReadLocked).
+  bool TakeWholeReadLocked(const WirePacket::Line& line, const WholeRead& read);
   // The same for a plain READ response (WirePacket::Line::PlainReadResponse),
   // taken into its READ (Qp::ReceiveWholeReadResponseLocked).
   bool TakeWholeReadResponseLocked(const WirePacket::Line& line, uint32_t psn, const uint8_t* payload);
-  // The QP of ours that a packet of `line` is for, when it may be taken
-  // without a Packet (no fault armed for delivery); nullptr otherwise.
-  Qp* WholeTakerLocked(const WirePacket::Line& line);
+  // The Take*Locked above: finds the QP of ours that a packet of `line` is
+  // for, when it may be taken without a Packet (no fault armed for
+  // delivery), and delivers it with take(qp) (true: taken). False: nothing
+  // was done.
+  template <typename Take>
+  bool TakeWholeLocked(const WirePacket::Line& line, Take&& take);
   static constexpr uint32_t kOwedWakePolls = 32;
   static constexpr uint32_t kOwedHearPolls = 256;
   static constexpr uint32_t kPollsPerOwedLook = 8;

@@ -94,6 +94,16 @@ inline bool ConsumesRecv(ibv_wr_opcode op) {
          op == IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
+// A READ request in one packet, as another process's ring holds it: what the
+// responder needs of it, without a Packet made (Qp::ReceiveWholeReadLocked).
+struct WholeRead {
+  ibv_qp_type transport;
+  uint32_t psn;
+  uint64_t remote_addr;  // the RETH
+  uint32_t rkey;
+  uint64_t dma_length;
+};
+
 // A SEND that is a whole message in one packet of a connected QP, as another
 // process's ring holds it: what the responder needs of it, without a Packet
 // made (Qp::ReceiveWholeSendLocked). `bytes` are the sender's slot's until
