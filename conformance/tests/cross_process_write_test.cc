@@ -365,6 +365,19 @@ class CrossProcessWriteTest : public QpTest {
       ASSERT_EQ(PostRecv(c.qp, 7 + k, &rsge, 1), 0);
     }
   }
+  // The child's side: its receives `wcs` (wr_id 7 on, each into its own 64 bytes of the buffer)
+  // completed in order with success, each with the next `length` bytes of `sent`.
+  static void ExpectSendsReceived(const Child& c, const std::vector<ibv_wc>& wcs, const std::vector<uint8_t>& sent,
+                                  size_t length) {
+    for (size_t k = 0; k < wcs.size(); ++k) {
+      EXPECT_EQ(wcs[k].wr_id, 7 + k);
+      EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+      EXPECT_EQ(wcs[k].byte_len, length) << "receive " << 7 + k;
+      EXPECT_EQ(Read(c.buf + 64 * k, length), std::vector<uint8_t>(sent.begin() + static_cast<long>(length * k),
+                                                                   sent.begin() + static_cast<long>(length * (k + 1))))
+          << "receive " << 7 + k;
+    }
+  }
   // The child's side: ReceiveFirst, then posts another receive (wr_id 8, the next 64 bytes) for a
   // SEND that should not come, and tells the parent (WaitForChild).
   static void ReceiveFirstAndPostAnother(const Child& c) {
@@ -1082,14 +1095,7 @@ TEST_F(CrossProcessWriteTest, ReadsAndSendsInTurnGetTheirAnswers) {
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
         std::vector<ibv_wc> wcs;
         ASSERT_TRUE(PollCompletions(c.recv_cq, 2, &wcs, kChildTimeout / 2)) << "the child did not receive both SENDs";
-        const std::vector<uint8_t> sent = Pattern(32, 32);
-        for (size_t k = 0; k < 2; ++k) {
-          EXPECT_EQ(wcs[k].wr_id, 7 + k);
-          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
-          EXPECT_EQ(wcs[k].byte_len, 16u);
-          EXPECT_EQ(Read(c.buf + 64 * k, 16), std::vector<uint8_t>(sent.begin() + static_cast<long>(16 * k),
-                                                                   sent.begin() + static_cast<long>(16 * (k + 1))));
-        }
+        ExpectSendsReceived(c, wcs, Pattern(32, 32), 16);
         // Stay until the parent has its completions.
         EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
       },
@@ -1771,14 +1777,7 @@ TEST_F(CrossProcessWriteTest, UcSendsPostedOneByOneCompleteAndArrive) {
         ASSERT_EQ(write(c.to_parent, "r", 1), 1);
         std::vector<ibv_wc> wcs;
         ASSERT_TRUE(PollCompletions(c.recv_cq, 3, &wcs, kChildTimeout / 2)) << "the child did not receive all three";
-        const std::vector<uint8_t> pattern = Pattern(12, 64);
-        for (size_t k = 0; k < 3; ++k) {
-          EXPECT_EQ(wcs[k].wr_id, 7 + k);
-          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
-          EXPECT_EQ(Read(c.buf + 64 * k, 16),
-                    std::vector<uint8_t>(pattern.begin() + static_cast<long>(16 * k),
-                                         pattern.begin() + static_cast<long>(16 * (k + 1))));
-        }
+        ExpectSendsReceived(c, wcs, Pattern(12, 64), 16);
       },
       [&](const Target&, int, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));

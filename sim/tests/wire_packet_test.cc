@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -146,6 +147,36 @@ WirePacket::Line LineOf(const WirePacket& wire) {
   return wire.ReadLine(&psn);
 }
 
+// The addressing line's fields (its padding aside) are the same in both.
+void ExpectSameAddressing(const WirePacket& expected, const WirePacket& written, const std::string& what) {
+  EXPECT_EQ(0, std::memcmp(&expected.addressing.dgid, &written.addressing.dgid, sizeof(ibv_gid))) << what;
+  EXPECT_EQ(0, std::memcmp(&expected.addressing.sgid, &written.addressing.sgid, sizeof(ibv_gid))) << what;
+  EXPECT_EQ(expected.addressing.remote_addr, written.addressing.remote_addr) << what;
+  EXPECT_EQ(expected.addressing.dma_length, written.addressing.dma_length) << what;
+  EXPECT_EQ(expected.addressing.rkey, written.addressing.rkey) << what;
+}
+
+// `write` writes `p` from a line, with the sender hint it is given: what it
+// writes must be byte for byte what From writes for `p` (the first line, the
+// payload, and the addressing line's fields when that is in use), and read
+// back as `p`. Returns the first line written.
+WirePacket::Line ExpectWrittenAsFromWould(const Packet& p, const std::function<void(WirePacket*, const WireSender&)>& write,
+                                          const std::string& what) {
+  const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
+  auto expected = std::make_unique<WirePacket>();
+  auto written = std::make_unique<WirePacket>();
+  std::memset(static_cast<void*>(expected.get()), 0x5a, sizeof(WirePacket));
+  std::memset(static_cast<void*>(written.get()), 0xa5, sizeof(WirePacket));  // every byte in use must be written
+  expected->From(p, 2, sender);
+  write(written.get(), sender);
+  EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), offsetof(WirePacket, payload) + p.payload.size())) << what;
+  if (expected->flags & WirePacket::kAddressing) ExpectSameAddressing(*expected, *written, what);
+  Packet received;
+  written->ToPacket(nullptr, &received);
+  ExpectSameFields(p, received);
+  return LineOf(*written);
+}
+
 // Fabric::DrainInboundLocked takes a plain ACK whose Line is the held
 // one's by its PSN alone: that must be what the whole packet would differ in.
 TEST(WirePacketTest, TwoLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone) {
@@ -225,18 +256,9 @@ TEST(WirePacketTest, AnAckWrittenFromItsLineIsTheOneFromWouldWrite) {
     ASSERT_TRUE(line.PlainAck());
     Packet later = earlier;
     later.psn = 0xabcdef;
-    const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
-    auto expected = std::make_unique<WirePacket>();
-    auto written = std::make_unique<WirePacket>();
-    std::memset(expected.get(), 0x5a, offsetof(WirePacket, payload));
-    std::memset(written.get(), 0xa5, offsetof(WirePacket, payload));  // every byte must be written
-    expected->From(later, 2, sender);
-    written->FromLine(line, later.psn, nullptr, sender);
-    EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), offsetof(WirePacket, payload)))
-        << (earlier.has_grh ? "RoCE" : "IB") << " ACK";
-    Packet received;
-    written->ToPacket(nullptr, &received);
-    ExpectSameFields(later, received);
+    ExpectWrittenAsFromWould(
+        later, [&](WirePacket* written, const WireSender& sender) { written->FromLine(line, later.psn, nullptr, sender); },
+        std::string(earlier.has_grh ? "RoCE" : "IB") + " ACK");
   }
 }
 
@@ -279,21 +301,14 @@ TEST(WirePacketTest, ASendWrittenFromAnEarlierOnesLineIsTheOneFromWouldWrite) {
           later.imm_data = 0xfeedbeef;
           later.psn = 0xabcdef;
           later.payload.assign(length, 0x3c);
-          const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
-          auto expected = std::make_unique<WirePacket>();
-          auto written = std::make_unique<WirePacket>();
-          const size_t compared = offsetof(WirePacket, payload) + length;
-          std::memset(expected.get(), 0x5a, compared);
-          std::memset(written.get(), 0xa5, compared);  // every byte must be written
-          expected->From(later, 2, sender);
-          written->FromLine(line.ForSend(op, solicited, later.imm_data, static_cast<uint16_t>(length)), later.psn,
-                            later.payload.data(), sender);
-          EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), compared))
-              << (earlier.has_grh ? "RoCE" : "IB") << " SEND, op " << op << ", solicited " << solicited << ", "
-              << length << " bytes";
-          Packet received;
-          written->ToPacket(nullptr, &received);
-          ExpectSameFields(later, received);
+          ExpectWrittenAsFromWould(
+              later,
+              [&](WirePacket* written, const WireSender& sender) {
+                written->FromLine(line.ForSend(op, solicited, later.imm_data, static_cast<uint16_t>(length)),
+                                  later.psn, later.payload.data(), sender);
+              },
+              std::string(earlier.has_grh ? "RoCE" : "IB") + " SEND, op " + std::to_string(op) + ", solicited " +
+                  std::to_string(solicited) + ", " + std::to_string(length) + " bytes");
         }
       }
     }
@@ -376,22 +391,16 @@ TEST(WirePacketTest, AnAnswerWrittenFromTheLineOfAnEarlierAnswerIsTheOneFromWoul
       const bool ack = p.kind == Packet::Kind::kAck;
       const std::string what = learned_from + " -> " + (ack ? "ACK" : "READ response") + " of " +
                                std::to_string(p.payload.size()) + " bytes, op " + std::to_string(p.op);
-      const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
-      auto expected = std::make_unique<WirePacket>();
-      auto written = std::make_unique<WirePacket>();
-      const size_t compared = offsetof(WirePacket, payload) + p.payload.size();
-      std::memset(expected.get(), 0x5a, compared);
-      std::memset(written.get(), 0xa5, compared);  // every byte must be written
-      expected->From(p, 2, sender);
       const WirePacket::Line answer =
           ack ? line.ForAck(p.op) : line.ForReadResponse(static_cast<uint16_t>(p.payload.size()));
-      written->FromLine(answer, p.psn, p.payload.data(), sender);
-      EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), compared)) << what;
+      ExpectWrittenAsFromWould(
+          p,
+          [&](WirePacket* written, const WireSender& sender) {
+            written->FromLine(answer, p.psn, p.payload.data(), sender);
+          },
+          what);
       EXPECT_EQ(answer.PlainAck(), ack) << what;
       EXPECT_EQ(answer.PlainReadResponse(), !ack) << what;
-      Packet received;
-      written->ToPacket(nullptr, &received);
-      ExpectSameFields(p, received);
     }
   }
 }
@@ -438,15 +447,6 @@ Packet PlainRead(uint32_t psn, uint64_t remote_addr, uint32_t rkey, uint64_t dma
   return p;
 }
 
-// The addressing line's fields (its padding aside) are the same in both.
-void ExpectSameAddressing(const WirePacket& expected, const WirePacket& written, const std::string& what) {
-  EXPECT_EQ(0, std::memcmp(&expected.addressing.dgid, &written.addressing.dgid, sizeof(ibv_gid))) << what;
-  EXPECT_EQ(0, std::memcmp(&expected.addressing.sgid, &written.addressing.sgid, sizeof(ibv_gid))) << what;
-  EXPECT_EQ(expected.addressing.remote_addr, written.addressing.remote_addr) << what;
-  EXPECT_EQ(expected.addressing.dma_length, written.addressing.dma_length) << what;
-  EXPECT_EQ(expected.addressing.rkey, written.addressing.rkey) << what;
-}
-
 // Fabric::PushLine writes a QP's READ requests, and its one-packet SENDs, from
 // the line of an earlier one of either (fabric/wire_line.h): byte for byte
 // what From writes for them, the addressing line included when used.
@@ -482,33 +482,25 @@ TEST(WirePacketTest, AReadOrSendWrittenFromTheLineOfAnEarlierOneIsTheOneFromWoul
     for (const Packet& p : later) {
       const bool read = p.op == IBV_WR_RDMA_READ;
       const std::string what = learned_from + " -> " + (read ? "READ of " + std::to_string(p.dma_length) : "SEND");
-      const WireSender sender{5, 9, (uint64_t{1} << 32) + 77};
-      auto expected = std::make_unique<WirePacket>();
-      auto written = std::make_unique<WirePacket>();
-      std::memset(expected.get(), 0x5a, sizeof(WirePacket));
-      std::memset(written.get(), 0xa5, sizeof(WirePacket));  // every byte in use must be written
-      expected->From(p, 2, sender);
-      if (read) {
-        const bool addressed = p.remote_addr || p.dma_length || p.rkey;
-        WirePacket::Addressing a;
-        a.dgid = earlier.dst.dgid;
-        a.sgid = earlier.sgid;
-        a.remote_addr = p.remote_addr;
-        a.dma_length = p.dma_length;
-        a.rkey = p.rkey;
-        written->FromReadLine(line.ForRead(addressed), p.psn, a, sender);
-        EXPECT_TRUE(LineOf(*written).PlainRead()) << what;
-      } else {
-        written->FromLine(line.ForSend(p.op, p.solicited, p.imm_data, static_cast<uint16_t>(p.payload.size())), p.psn,
-                          p.payload.data(), sender);
-        EXPECT_TRUE(LineOf(*written).PlainSend()) << what;
-      }
-      const size_t compared = offsetof(WirePacket, payload) + p.payload.size();
-      EXPECT_EQ(0, std::memcmp(expected.get(), written.get(), compared)) << what;
-      if (expected->flags & WirePacket::kAddressing) ExpectSameAddressing(*expected, *written, what);
-      Packet received;
-      written->ToPacket(nullptr, &received);
-      ExpectSameFields(p, received);
+      const WirePacket::Line written_line = ExpectWrittenAsFromWould(
+          p,
+          [&](WirePacket* written, const WireSender& sender) {
+            if (!read) {
+              written->FromLine(line.ForSend(p.op, p.solicited, p.imm_data, static_cast<uint16_t>(p.payload.size())),
+                                p.psn, p.payload.data(), sender);
+              return;
+            }
+            WirePacket::Addressing a;
+            a.dgid = earlier.dst.dgid;
+            a.sgid = earlier.sgid;
+            a.remote_addr = p.remote_addr;
+            a.dma_length = p.dma_length;
+            a.rkey = p.rkey;
+            written->FromReadLine(line.ForRead(p.remote_addr || p.dma_length || p.rkey), p.psn, a, sender);
+          },
+          what);
+      EXPECT_EQ(written_line.PlainRead(), read) << what;
+      EXPECT_TRUE(read || written_line.PlainSend()) << what;
     }
   }
 }
