@@ -1703,11 +1703,9 @@ TEST_F(CrossProcessWriteTest, SendBehindALocalErrorIsFlushed) {
       },
       [&](const Target& target, int to_child, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-        ibv_sge first = src_.Sge(0, 16);
-        ibv_wc wc = {};
-        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &first, 1)), 0);
-        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
-        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        const ibv_wc first = Send(1);
+        ASSERT_FALSE(HasFailure()) << "the first SEND was not posted or did not complete";
+        ASSERT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
         ASSERT_EQ(kill(target.pid, SIGSTOP), 0) << std::strerror(errno);
         const bool stopped = StoppedWithin(target.pid, kReturnWindow);
         ibv_sge good = src_.Sge(64, 16);
@@ -1750,14 +1748,13 @@ TEST_F(CrossProcessWriteTest, InjectedFailureOfASendHoldsAfterAFirstSend) {
       },
       [&](const Target&, int to_child, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-        ibv_sge sge = src_.Sge(0, 16);
-        ibv_wc wc = {};
-        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
-        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
-        ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        const ibv_wc first = Send(1);
+        ASSERT_FALSE(HasFailure()) << "the first SEND was not posted or did not complete";
+        ASSERT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
         ASSERT_EQ(sim().FailSendWr(a_.get(), 1, IBV_WC_REM_OP_ERR), 0);
+        ibv_sge sge = src_.Sge(0, 16);
         ASSERT_EQ(PostOne(a_.get(), SendWr(2, &sge, 1)), 0);
-        wc = {};
+        ibv_wc wc = {};
         EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
         EXPECT_EQ(wc.wr_id, 2u);
         EXPECT_EQ(wc.status, IBV_WC_REM_OP_ERR) << DescribeWc(wc);

@@ -142,6 +142,18 @@ Packet PlainAck(uint32_t psn) {
   return p;
 }
 
+// `p` as a RoCE packet between two GIDs of the profile (which go by number).
+// Requires: the profile has GIDs.
+Packet Roce(Packet p) {
+  const ProfileGids& gids = ProfileGids::Get();
+  p.has_grh = true;
+  p.dst.is_global = true;
+  p.dst.dgid = gids.At(1);
+  p.sgid = gids.At(static_cast<uint8_t>(gids.size()));
+  p.dst.sgid_index = 1;
+  return p;
+}
+
 WirePacket::Line LineOf(const WirePacket& wire) {
   uint32_t psn = 0;
   return wire.ReadLine(&psn);
@@ -241,15 +253,8 @@ TEST(WirePacketTest, TwoLinesAreTheSameOnlyWhenThePacketsDifferInThePsnAlone) {
 // Fabric::PushLine writes a QP's later ACKs from the line of an earlier one
 // (fabric/wire_line.h): byte for byte what From writes for the ACK itself.
 TEST(WirePacketTest, AnAckWrittenFromItsLineIsTheOneFromWouldWrite) {
-  const ProfileGids& gids = ProfileGids::Get();
-  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
-  Packet roce = PlainAck(100);
-  roce.has_grh = true;
-  roce.dst.is_global = true;
-  roce.dst.dgid = gids.At(1);
-  roce.sgid = gids.At(static_cast<uint8_t>(gids.size()));
-  roce.dst.sgid_index = 1;
-  for (const Packet& earlier : {PlainAck(100), roce}) {
+  ASSERT_GE(ProfileGids::Get().size(), 1u) << "the default profile has GIDs";
+  for (const Packet& earlier : {PlainAck(100), Roce(PlainAck(100))}) {
     auto learned = std::make_unique<WirePacket>();
     learned->From(earlier, 2, WireSender{3, 7, 40});
     const WirePacket::Line line = LineOf(*learned);
@@ -278,15 +283,9 @@ Packet PlainSend(ibv_wr_opcode op, bool solicited, uint32_t imm_data, uint32_t p
 // earlier one (fabric/wire_line.h), with their own operation, solicited bit,
 // immediate data, PSN and payload: byte for byte what From writes for them.
 TEST(WirePacketTest, ASendWrittenFromAnEarlierOnesLineIsTheOneFromWouldWrite) {
-  const ProfileGids& gids = ProfileGids::Get();
-  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
-  Packet roce = PlainSend(IBV_WR_SEND, false, 0, 100, 64);
-  roce.has_grh = true;
-  roce.dst.is_global = true;
-  roce.dst.dgid = gids.At(1);
-  roce.sgid = gids.At(static_cast<uint8_t>(gids.size()));
-  roce.dst.sgid_index = 1;
-  for (const Packet& earlier : {PlainSend(IBV_WR_SEND_WITH_IMM, true, 0x1234, 100, 64), roce}) {
+  ASSERT_GE(ProfileGids::Get().size(), 1u) << "the default profile has GIDs";
+  for (const Packet& earlier :
+       {PlainSend(IBV_WR_SEND_WITH_IMM, true, 0x1234, 100, 64), Roce(PlainSend(IBV_WR_SEND, false, 0, 100, 64))}) {
     auto learned = std::make_unique<WirePacket>();
     learned->From(earlier, 2, WireSender{3, 7, 40});
     const WirePacket::Line line = LineOf(*learned);
@@ -360,18 +359,9 @@ Packet PlainReadResponse(uint32_t psn, size_t length) {
 // line of an earlier one of either (fabric/wire_line.h): byte for byte what
 // From writes for them.
 TEST(WirePacketTest, AnAnswerWrittenFromTheLineOfAnEarlierAnswerIsTheOneFromWouldWrite) {
-  const ProfileGids& gids = ProfileGids::Get();
-  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
-  const auto roce = [&](Packet p) {
-    p.has_grh = true;
-    p.dst.is_global = true;
-    p.dst.dgid = gids.At(1);
-    p.sgid = gids.At(static_cast<uint8_t>(gids.size()));
-    p.dst.sgid_index = 1;
-    return p;
-  };
+  ASSERT_GE(ProfileGids::Get().size(), 1u) << "the default profile has GIDs";
   for (const Packet& earlier :
-       {PlainAck(100), roce(PlainAck(100)), PlainReadResponse(100, 64), roce(PlainReadResponse(100, 0))}) {
+       {PlainAck(100), Roce(PlainAck(100)), PlainReadResponse(100, 64), Roce(PlainReadResponse(100, 0))}) {
     const std::string learned_from = std::string(earlier.has_grh ? "RoCE " : "IB ") +
                                      (earlier.kind == Packet::Kind::kAck ? "ACK" : "READ response");
     auto learned = std::make_unique<WirePacket>();
@@ -380,12 +370,12 @@ TEST(WirePacketTest, AnAnswerWrittenFromTheLineOfAnEarlierAnswerIsTheOneFromWoul
     ASSERT_TRUE(line.PlainAck() || line.PlainReadResponse()) << learned_from;
     std::vector<Packet> later;
     for (const ibv_wr_opcode op : {IBV_WR_SEND, IBV_WR_RDMA_WRITE_WITH_IMM}) {
-      Packet ack = earlier.has_grh ? roce(PlainAck(0xabcdef)) : PlainAck(0xabcdef);
+      Packet ack = earlier.has_grh ? Roce(PlainAck(0xabcdef)) : PlainAck(0xabcdef);
       ack.op = op;
       later.push_back(ack);
     }
     for (const size_t length : {size_t{0}, size_t{1}, size_t{4096}}) {
-      later.push_back(earlier.has_grh ? roce(PlainReadResponse(0xabcdef, length)) : PlainReadResponse(0xabcdef, length));
+      later.push_back(earlier.has_grh ? Roce(PlainReadResponse(0xabcdef, length)) : PlainReadResponse(0xabcdef, length));
     }
     for (const Packet& p : later) {
       const bool ack = p.kind == Packet::Kind::kAck;
@@ -451,30 +441,21 @@ Packet PlainRead(uint32_t psn, uint64_t remote_addr, uint32_t rkey, uint64_t dma
 // the line of an earlier one of either (fabric/wire_line.h): byte for byte
 // what From writes for them, the addressing line included when used.
 TEST(WirePacketTest, AReadOrSendWrittenFromTheLineOfAnEarlierOneIsTheOneFromWouldWrite) {
-  const ProfileGids& gids = ProfileGids::Get();
-  ASSERT_GE(gids.size(), 1u) << "the default profile has GIDs";
-  const auto roce = [&](Packet p) {
-    p.has_grh = true;
-    p.dst.is_global = true;
-    p.dst.dgid = gids.At(1);
-    p.sgid = gids.At(static_cast<uint8_t>(gids.size()));
-    p.dst.sgid_index = 1;
-    return p;
-  };
+  ASSERT_GE(ProfileGids::Get().size(), 1u) << "the default profile has GIDs";
   const auto rc_send = [](ibv_wr_opcode op, bool solicited, uint32_t imm_data, uint32_t psn, size_t length) {
     Packet p = PlainSend(op, solicited, imm_data, psn, length);
     p.transport = IBV_QPT_RC;  // (READs are RC's)
     return p;
   };
-  for (const Packet& earlier : {rc_send(IBV_WR_SEND, false, 0, 100, 64), roce(rc_send(IBV_WR_SEND, true, 0, 100, 8)),
-                                PlainRead(100, 0x1000, 7, 64), roce(PlainRead(100, 0, 0, 0))}) {
+  for (const Packet& earlier : {rc_send(IBV_WR_SEND, false, 0, 100, 64), Roce(rc_send(IBV_WR_SEND, true, 0, 100, 8)),
+                                PlainRead(100, 0x1000, 7, 64), Roce(PlainRead(100, 0, 0, 0))}) {
     const std::string learned_from = std::string(earlier.has_grh ? "RoCE " : "IB ") +
                                      (earlier.op == IBV_WR_RDMA_READ ? "READ" : "SEND");
     auto learned = std::make_unique<WirePacket>();
     learned->From(earlier, 2, WireSender{3, 7, 40});
     const WirePacket::Line line = LineOf(*learned);
     ASSERT_TRUE(line.PlainSend() || line.PlainRead()) << learned_from;
-    const auto like_earlier = [&](Packet p) { return earlier.has_grh ? roce(std::move(p)) : p; };
+    const auto like_earlier = [&](Packet p) { return earlier.has_grh ? Roce(std::move(p)) : p; };
     const std::vector<Packet> later = {like_earlier(PlainRead(0xabcdef, 0x7fff0000ull << 8, 0x1234, 1u << 20)),
                                        like_earlier(PlainRead(0xabcdef, 0, 0, 0)),
                                        like_earlier(PlainRead(0xabcdef, 0, 0, 1)),
