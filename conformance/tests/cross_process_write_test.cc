@@ -405,20 +405,29 @@ class CrossProcessWriteTest : public QpTest {
   }
 
   // The child's buffer holds a pattern, its MR registered with `access` and its QP with
-  // `qp_access`; the parent's READ of 64 bytes completes with `status`, and the parent's buffer
-  // keeps what it held.
+  // `qp_access`; the parent's READ of 64 bytes, and then one of kLength (several packets; on the
+  // simulator, one the requester reads itself when allowed: Qp::PlaceReadLocked), each with a child
+  // of its own, complete with `status`, and the parent's buffer keeps what it held.
   void ExpectReadRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
-    RunWithChild(access, qp_access, ServePattern(6, kLength), [&](const Target& target, int to_child, int from_child) {
-      ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-      src_.FillPattern(7);
-      ibv_sge sge = src_.Sge(0, 64);
-      ibv_wc wc = {};
-      ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
-      EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the READ did not complete";
-      EXPECT_EQ(wc.status, status) << DescribeWc(wc);
-      EXPECT_EQ(Read(src_.data(), 64), Pattern(7, 64)) << "the refused READ wrote into the parent's buffer";
-      EXPECT_EQ(write(to_child, "x", 1), 1);
-    });
+    for (const size_t length : {size_t{64}, kLength}) {
+      SCOPED_TRACE("a READ of " + std::to_string(length) + " bytes");
+      RunWithChild(access, qp_access, ServePattern(6, kLength),
+                   [&](const Target& target, int to_child, int from_child) {
+                     ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+                     src_.FillPattern(7);
+                     ibv_sge sge = src_.Sge(0, length);
+                     ibv_wc wc = {};
+                     ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
+                     EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2))
+                         << "the READ did not complete";
+                     EXPECT_EQ(wc.status, status) << DescribeWc(wc);
+                     EXPECT_EQ(Read(src_.data(), length), Pattern(7, length))
+                         << "the refused READ wrote into the parent's buffer";
+                     EXPECT_EQ(write(to_child, "x", 1), 1);
+                   });
+      a_.reset();  // the next child connects to a new QP
+      if (HasFailure()) return;
+    }
   }
 
   // Posts the linked `wrs` while the child `pid` is stopped, so that its side takes them all at
@@ -465,16 +474,17 @@ class CrossProcessWriteMemoryTest : public CrossProcessWriteTest, public ::testi
     return setup;
   }
 
-  // On the simulator, a WRITE into a file the child maps shared is placed through the writer's own
-  // mapping of that file (sim/src/fabric/file_window.h), unless the kernel does not let this
-  // process at the child's memory at all (then the copying path takes it).
+  // On the simulator, a WRITE into a file the child maps shared (or a READ of 16 KiB or more from
+  // it) is placed through the parent's own mapping of that file (sim/src/fabric/file_window.h),
+  // unless the kernel does not let this process at the child's memory at all (then the copying path
+  // takes it).
   void ExpectWriterMapsTheChildsFile(const Target& target) {
     if (!Sim() || GetParam() == Memory::kAnonymous || ReadOf(target.pid, target.addr, 1).empty() ||
         !KernelPopulatesWrite()) {
       return;
     }
     EXPECT_TRUE(MapsFileNamed(ChildFileName(GetParam(), target.pid)))
-        << "the WRITE did not go through the writer's mapping of the child's file";
+        << "the parent did not copy through its own mapping of the child's file";
   }
 };
 
@@ -649,8 +659,8 @@ TEST_F(CrossProcessWriteTest, WriteToQpWithoutRemoteWriteFails) {
 // Rule: IBTA C9-222.1.1 / ibv_post_send(3): a READ through an R_Key whose MR does not allow
 //   IBV_ACCESS_REMOTE_READ is a remote access error; the requester's WR completes with
 //   IBV_WC_REM_ACCESS_ERR and its buffer is not written.
-// Checks: the child's MR allows local and remote write only; the parent's READ of 64 bytes
-//   completes with IBV_WC_REM_ACCESS_ERR and the parent's buffer keeps its pattern.
+// Checks: the child's MR allows local and remote write only; the parent's READ of 64 bytes, and
+//   one of 64 KiB, complete with IBV_WC_REM_ACCESS_ERR and the parent's buffer keeps its pattern.
 TEST_F(CrossProcessWriteTest, ReadWithoutRemoteReadAccessFails) {
   ExpectReadRefused(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, kRcRemoteAccess, IBV_WC_REM_ACCESS_ERR);
 }
@@ -659,9 +669,90 @@ TEST_F(CrossProcessWriteTest, ReadWithoutRemoteReadAccessFails) {
 //   READs; IBTA 9.7.5.2.3: such a request is an invalid request, and the requester's WR completes
 //   with IBV_WC_REM_INV_REQ_ERR.
 // Checks: the child's MR allows remote read but its QP only remote write; the parent's READ of 64
-//   bytes completes with IBV_WC_REM_INV_REQ_ERR and the parent's buffer keeps its pattern.
+//   bytes, and one of 64 KiB, complete with IBV_WC_REM_INV_REQ_ERR and the parent's buffer keeps
+//   its pattern.
 TEST_F(CrossProcessWriteTest, ReadFromQpWithoutRemoteReadFails) {
   ExpectReadRefused(kFullMrAccess, IBV_ACCESS_REMOTE_WRITE, IBV_WC_REM_INV_REQ_ERR);
+}
+
+// Rule: ibv_post_send(3): an RDMA READ reads length bytes at remote_addr of the remote MR into the
+//   local SGEs; the bytes are those of the remote memory, whatever kind of memory the program
+//   registered.
+//   IBTA 9.7.1: a READ takes one PSN per response packet, and the responder expects the next
+//   request at the PSN after them.
+// Checks: the child's buffer (of each kind) holds a pattern; the parent's READ of all 64 KiB of it
+//   completes with success, with byte_len 64 KiB, and the parent's buffer holds the pattern; a
+//   16-byte SEND posted after it reaches the child's receive (the PSNs stayed in step).
+TEST_P(CrossProcessWriteMemoryTest, LargeReadReturnsTheChildsBytes) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(8, kLength);
+        std::memcpy(c.buf, pattern.data(), pattern.size());
+        ASSERT_EQ(write(c.to_parent, "p", 1), 1);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2)) << "the SEND after the READ did not come";
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(wc.byte_len, 16u);
+        EXPECT_EQ(Read(c.buf, 16), std::vector<uint8_t>(pattern.begin(), pattern.begin() + 16));
+      },
+      [&](const Target& target, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_sge sge = src_.Sge(0, kLength);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the READ did not complete";
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(wc.byte_len, kLength);
+        EXPECT_EQ(Read(src_.data(), kLength), Pattern(8, kLength));
+        ExpectWriterMapsTheChildsFile(target);
+        const ibv_wc send_wc = Send(2);
+        EXPECT_EQ(send_wc.status, IBV_WC_SUCCESS) << DescribeWc(send_wc);
+      },
+      WithMemory());
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder): an RC responder executes the requests of a QP in PSN order,
+//   so a READ posted after an atomic operation on the same memory reads what the atomic left
+//   (ibv_post_send(3): the WRs of a send queue are processed in order).
+// Checks: the child's buffer holds a pattern; the parent posts, in one list, a FETCH_AND_ADD of 5
+//   to the child's first 8 bytes and a READ of all 64 KiB of the buffer; both complete with
+//   success, in order; the atomic fetched the pattern's first 8 bytes, and the READ returned them
+//   plus 5, followed by the rest of the pattern.
+TEST_F(CrossProcessWriteTest, ReadBehindAnAtomicReadsItsResult) {
+  SKIP_IF(!HasAtomics()) << "(atomic_cap is IBV_ATOMIC_NONE)";
+  const int outstanding = std::min({device_attr().max_qp_rd_atom, device_attr().max_qp_init_rd_atom, 2});
+  SKIP_IF(outstanding < 1) << "(the device takes no outstanding READ)";
+  Buffer sink;
+  ASSERT_TRUE(sink.Register(pd(), kLength));
+  ChildSetup setup;
+  setup.rd_atomic = static_cast<uint8_t>(outstanding);
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess, ServePattern(10, kLength),
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        const std::vector<uint8_t> pattern = Pattern(10, kLength);
+        uint64_t before = 0;
+        std::memcpy(&before, pattern.data(), sizeof before);
+        std::vector<ibv_sge> sges = {src_.Sge(0, 8), sink.Sge(0, kLength)};
+        std::vector<ibv_send_wr> wrs = {
+            AtomicWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sges[0], target.addr, target.rkey, 5, 0),
+            RdmaWr(2, IBV_WR_RDMA_READ, &sges[1], 1, target.addr, target.rkey)};
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        ExpectTwoCompletions(IBV_WC_SUCCESS, IBV_WC_SUCCESS);
+        uint64_t fetched = 0;
+        std::memcpy(&fetched, src_.data(), sizeof fetched);
+        EXPECT_EQ(fetched, before) << "the atomic fetched other bytes than the child's";
+        std::vector<uint8_t> want = pattern;
+        const uint64_t after = before + 5;
+        std::memcpy(want.data(), &after, sizeof after);
+        const std::vector<uint8_t> got = Read(sink.data(), kLength);
+        EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.begin() + 8), std::vector<uint8_t>(want.begin(), want.begin() + 8))
+            << "the READ did not see the atomic's result";
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      setup);
 }
 
 // Rule: ibv_dereg_mr(3) releases the MR: its R_Key no longer grants access, and a WRITE through it

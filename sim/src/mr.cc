@@ -165,7 +165,7 @@ void Mr::AssignKeys(uint32_t index) {
 
 bool Mr::Shareable(unsigned access) {
   // Memory windows keep the copying path: only the MR's own rkey is published.
-  return (access & IBV_ACCESS_REMOTE_WRITE) && Fabric::Get().attached();
+  return (access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)) && Fabric::Get().attached();
 }
 
 SharedFile Mr::FileFor(const void* addr, size_t length, unsigned access) {

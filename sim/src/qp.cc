@@ -375,13 +375,17 @@ int Qp::InjectStateLocked(ibv_qp_state next) {
 void Qp::SetStateLocked(ibv_qp_state next) {
   Trace::Get().QpState(qp_num(), attr_.qp_state, next);
   attr_.qp_state = attr_.cur_qp_state = next;
-  // What a peer's one-copy WRITE checks of this QP (fabric/fabric.h).
-  const bool takes_writes = (type() == IBV_QPT_RC || type() == IBV_QPT_UC) &&
-                            (next == IBV_QPS_RTR || next == IBV_QPS_RTS || next == IBV_QPS_SQD ||
-                             next == IBV_QPS_SQE) &&
-                            (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
-  Fabric::Get().PublishQpLocked(device()->index(), qp_num(), reinterpret_cast<uintptr_t>(pd_),
-                                takes_writes ? static_cast<uint32_t>(type()) + 1 : 0);
+  // What a peer's one-copy WRITE or READ checks of this QP (fabric/fabric.h).
+  const bool responds = (type() == IBV_QPT_RC || type() == IBV_QPT_UC) &&
+                        (next == IBV_QPS_RTR || next == IBV_QPS_RTS || next == IBV_QPS_SQD || next == IBV_QPS_SQE);
+  const bool takes_writes = responds && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
+  const bool takes_reads = responds && type() == IBV_QPT_RC && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ);
+  uint32_t accepts = 0;
+  if (takes_writes || takes_reads) {
+    accepts = (static_cast<uint32_t>(type()) + 1) | (takes_writes ? Fabric::kAcceptsWrites : 0) |
+              (takes_reads ? Fabric::kAcceptsReads : 0);
+  }
+  Fabric::Get().PublishQpLocked(device()->index(), qp_num(), reinterpret_cast<uintptr_t>(pd_), accepts);
 }
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {

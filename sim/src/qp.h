@@ -51,6 +51,10 @@ class Xrcd;
 class Qp {
  public:
   static constexpr uint64_t kMagic = 0x53494d5150000001;  // "SIMQP"
+  // A READ this long from a QP of another process is read by the requester
+  // itself when it can (PlaceReadLocked): one system call (or a memcpy from a
+  // mapped file) instead of two copies through the ring per path-MTU packet.
+  static constexpr uint64_t kMinPlacedReadBytes = 16384;
 
   static Result<Qp*> Create(Pd* pd, const ibv_qp_init_attr_ex& attr);
   int Destroy();
@@ -221,6 +225,9 @@ class Qp {
   // peer's memory and sent as one placed packet (fabric/fabric.h). False:
   // nothing was sent, take the copying path. Requires: engine lock.
   bool PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
+  // A READ of at least kMinPlacedReadBytes from a QP of another process, read
+  // by the requester itself: true when it was (then it is complete).
+  bool PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
   // Whether sq_[index] may be placed now: only when no earlier message can
   // still be refused or is still to be processed by the responder (see
   // qp_requester.cc). Requires: engine lock.

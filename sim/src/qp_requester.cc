@@ -224,9 +224,9 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   if (!sq_.empty() && (sq_.front().acked || sq_.front().deferred != IBV_WC_SUCCESS)) return false;
   const ibv_sge& sge = *wr.sg_list;
   const uint32_t mtu = PathMtuBytes();
-  // A SEND in one packet; a READ of any length (its answer is cut by the
-  // responder).
-  if (sge.length == 0 || (!read && sge.length > mtu) ||
+  // A SEND in one packet; a READ the requester does not read itself
+  // (PlaceReadLocked; its answer is cut by the responder).
+  if (sge.length == 0 || (!read && sge.length > mtu) || (read && sge.length >= kMinPlacedReadBytes) ||
       sge.length > device()->StaticPortAttr(attr_.port_num).max_msg_sz ||
       (is_inline && sge.length > attr_.cap.max_inline_data)) {  // (EINVAL, from CheckSendWr)
     return false;
@@ -423,6 +423,10 @@ void Qp::ExecuteLocked(size_t index) {
       PlaceWriteLocked(wqe, DestinationOf(wqe), DestinationQpnOf(wqe), mtu)) {
     return;
   }
+  if (wqe.opcode == IBV_WR_RDMA_READ && wqe.read_offset == 0 && wqe.length >= kMinPlacedReadBytes &&
+      MayPlaceLocked(index) && PlaceReadLocked(wqe, DestinationOf(wqe), DestinationQpnOf(wqe), mtu)) {
+    return;
+  }
   if (type() == IBV_QPT_UC) copy_unsettled_ = true;
   if (wqe.opcode == IBV_WR_RDMA_READ || IsAtomic(wqe.opcode)) {
     SendReadOrAtomicLocked(wqe, mtu);
@@ -588,6 +592,47 @@ bool Qp::MayPlaceLocked(size_t index) {
     if (Fabric::Get().DeliveryPending(RemoteDeviceIndex(), attr_.dest_qp_num)) return false;
     copy_unsettled_ = false;
   }
+  return true;
+}
+
+// The requester reads the whole answer itself, in one process_vm_readv (or a
+// memcpy from its mapping of the owner's file), once the owner's QP and MR
+// allow it (fabric/fabric.h), and sends one packet, answered, that takes the
+// READ's PSNs at the responder. Only when nothing before it on the send queue
+// is still to be answered (MayPlaceLocked): an earlier WRITE's data is in the
+// owner's memory by then, as the responder would have placed it before
+// reading. And only when the owner's ring takes that packet now: one that
+// waited in a backlog could be dropped, and the READ would be complete at
+// this end only.
+bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
+  if (type() != IBV_QPT_RC || !Fabric::Get().attached()) return false;
+  Device* dst = Engine::Get().Route(av);
+  if (!dst || dst->FindQp(dst_qpn) || !Fabric::Get().PushesNow(dst->index(), dst_qpn)) return false;
+  place_iov_.clear();
+  for (const ibv_sge& sge : wqe.sges) {
+    if (sge.length == 0) continue;
+    // Checked for local write by ExecuteLocked, under the same lock.
+    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+    place_iov_.push_back(iovec{mr->Translate(sge.addr, sge.length), sge.length});
+  }
+  if (!Fabric::Get().PlaceRead(dst->index(), dst_qpn, wqe.rkey, wqe.remote_addr, wqe.length, place_iov_.data(),
+                               place_iov_.size())) {
+    return false;
+  }
+  Packet p = NewPacket(av, dst_qpn);
+  p.op = IBV_WR_RDMA_READ;
+  p.psn = next_psn_;
+  p.placed = true;
+  p.answered = true;
+  p.psn_count = RequestPsns(wqe, mtu);
+  next_psn_ = (next_psn_ + p.psn_count) & kPsnMask;
+  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  p.remote_addr = wqe.remote_addr;
+  p.rkey = wqe.rkey;
+  p.dma_length = wqe.length;
+  wqe.placed = true;
+  wqe.acked = true;
+  TransmitToPeerLocked(std::move(p));
   return true;
 }
 

@@ -39,7 +39,7 @@ namespace simverbs {
 namespace {
 
 // The low byte is the version of the layout of the segment and of its rings' packets.
-constexpr uint64_t kMagic = 0x53494d4641425244;  // "SIMFABRD"
+constexpr uint64_t kMagic = 0x53494d4641425245;  // "SIMFABRE"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -76,11 +76,11 @@ namespace {
 struct DirEntry {
   std::atomic<uint32_t> qpn;  // 0: free
   std::atomic<int32_t> slot;
-  std::atomic<uint32_t> write_type;  // Fabric::PublishQpLocked
+  std::atomic<uint32_t> accepts;  // Fabric::PublishQpLocked
   std::atomic<uint64_t> pd;
 };
 
-// An MR peers may write into (Fabric::PublishKey), at its key index. The
+// An MR peers may write into or read from (Fabric::PublishKey), at its key index. The
 // fields are atomics so that a reader takes each value once.
 struct KeyEntry {
   // The rkey while published; 0 free; ClaimMark(slot) while being filled in.
@@ -424,7 +424,7 @@ void Fabric::ForgetQpnsLocked(int slot) {
   for (auto& dev : segment_->devices) {
     for (auto& e : dev.dir) {
       if (e.qpn.load() != 0 && e.slot.load() == slot) {
-        e.write_type.store(0);
+        e.accepts.store(0);
         e.slot.store(-1);
         e.qpn.store(0);
       }
@@ -486,7 +486,7 @@ uint32_t Fabric::AllocQpn(int device_index) {
     // Claim first, then publish the owner: an entry in use keeps its slot.
     // (A sender that sees the number before the slot finds slot -1 and retries.)
     if (e.qpn.compare_exchange_strong(expected, qpn)) {
-      e.write_type.store(0);
+      e.accepts.store(0);
       e.slot.store(slot_);
       return qpn;
     }
@@ -499,7 +499,7 @@ bool Fabric::ClaimQpn(int device_index, uint32_t qpn) {
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   uint32_t expected = 0;
   if (!e.qpn.compare_exchange_strong(expected, qpn)) return false;
-  e.write_type.store(0);
+  e.accepts.store(0);
   e.slot.store(slot_);
   return true;
 }
@@ -508,7 +508,7 @@ void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {
   if (!segment_ || device_index >= kMaxDevices) return;
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   if (e.qpn.load() == qpn) {
-    e.write_type.store(0);
+    e.accepts.store(0);
     e.slot.store(-1);
     e.qpn.store(0);
   }
@@ -586,12 +586,12 @@ void Fabric::WaitKeyUnused(int device_index, uint32_t rkey) {
   }
 }
 
-void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t write_type) {
+void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts) {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   if (e.qpn.load() != qpn || e.slot.load() != slot_) return;
   e.pd.store(pd);
-  e.write_type.store(write_type);
+  e.accepts.store(accepts);
 }
 
 int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
@@ -611,7 +611,18 @@ bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_fd_, slot); }
 
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
                         uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
+  return Place(kAcceptsWrites, device_index, dst_qpn, type, rkey, va, length, local, local_count, one_packet);
+}
+
+bool Fabric::PlaceRead(int device_index, uint32_t dst_qpn, uint32_t rkey, uint64_t va, uint64_t length,
+                       const iovec* local, size_t local_count) {
+  return Place(kAcceptsReads, device_index, dst_qpn, IBV_QPT_RC, rkey, va, length, local, local_count, false);
+}
+
+bool Fabric::Place(uint32_t direction, int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey,
+                   uint64_t va, uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
   if (length == 0 || pid_namespace_ == 0) return false;
+  const bool write = direction == kAcceptsWrites;
   int slot = -1;
   Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
   if (!peer || peer->placement_denied) return false;
@@ -621,7 +632,10 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   if (pid <= 0 || owner.pid_namespace.load() != pid_namespace_) return false;
   DeviceState& d = segment_->devices[device_index];
   const DirEntry& e = d.dir[dst_qpn % kDirSize];
-  if (e.write_type.load() != static_cast<uint32_t>(type) + 1) return false;
+  // Of that type, and takes this kind of access now.
+  if ((e.accepts.load() & (kAcceptsTypeMask | direction)) != ((static_cast<uint32_t>(type) + 1) | direction)) {
+    return false;
+  }
   const uint64_t pd = e.pd.load();
   // Still the QP OwnerSlot found: an entry freed and taken by another QP
   // meanwhile would lend us that QP's type and PD.
@@ -648,19 +662,24 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
   const uint32_t key_after = k.key.load(std::memory_order_relaxed);
   if (!peer->windows.empty()) DropStaleWindows(slot, *peer);
   if (key == rkey && key_after == rkey && key_slot == slot && generation == peer->generation && key_pd == pd &&
-      (access & IBV_ACCESS_REMOTE_WRITE) && va >= iova && length <= key_length && va - iova <= key_length - length &&
+      (access & (write ? IBV_ACCESS_REMOTE_WRITE : IBV_ACCESS_REMOTE_READ)) && va >= iova && length <= key_length &&
+      va - iova <= key_length - length &&
       addr + key_length >= addr) {
     if (file.fd >= 0) {
-      // The program mapped the MR's pages from a file: write into our own
+      // The program mapped the MR's pages from a file: copy through our own
       // mapping of it (no system call once mapped).
       const FileWindow* window = nullptr;
       try {
         window = &WindowFor(*peer, pid, file);
       } catch (const std::bad_alloc&) {
-        // No room for the window: process_vm_writev below.
+        // No room for the window: process_vm_writev (or _readv) below.
       }
       if (window && window->usable()) {
-        window->Write(va - iova, length, local, local_count);
+        if (write) {
+          window->Write(va - iova, length, local, local_count);
+        } else {
+          window->Read(va - iova, length, local, local_count);
+        }
         placing.store(0, std::memory_order_release);
         return true;
       }
@@ -675,10 +694,11 @@ bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, ui
       return false;
     }
     const iovec remote{reinterpret_cast<void*>(addr + (va - iova)), length};
-    const ssize_t n = process_vm_writev(pid, local, local_count, &remote, 1, 0);
+    const ssize_t n = write ? process_vm_writev(pid, local, local_count, &remote, 1, 0)
+                            : process_vm_readv(pid, local, local_count, &remote, 1, 0);
     if (n < 0 && (errno == EPERM || errno == ENOSYS)) peer->placement_denied = true;
     // A short write (the owner unmapped registered memory) is written again,
-    // whole, by the copying path.
+    // whole, by the copying path; a short read is read again by it.
     placed = n == static_cast<ssize_t>(length);
   }
   placing.store(0, std::memory_order_release);

@@ -70,6 +70,16 @@ void FileWindow::Write(uint64_t at, uint64_t length, const iovec* local, size_t 
   }
 }
 
+void FileWindow::Read(uint64_t at, uint64_t length, const iovec* local, size_t local_count) const {
+  const uint8_t* in = mr_ + at;
+  for (size_t i = 0; i < local_count && length > 0; ++i) {
+    const size_t n = local[i].iov_len < length ? local[i].iov_len : length;
+    CopyBytes(local[i].iov_base, in, n);
+    in += n;
+    length -= n;
+  }
+}
+
 void FileWindow::Close() {
   if (map_) munmap(map_, map_length_);
   Forget();

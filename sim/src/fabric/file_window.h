@@ -1,8 +1,9 @@
 #pragma once
 
-// A writer's mapping of part of a peer's file (fabric/shared_file.h): the
-// pages of one of the peer's MRs, mapped here, so that an RDMA WRITE into
-// that MR is placed with a memcpy and no system call.
+// A writer's (or reader's) mapping of part of a peer's file
+// (fabric/shared_file.h): the pages of one of the peer's MRs, mapped here, so
+// that an RDMA WRITE into that MR, or a READ from it, is placed with a memcpy
+// and no system call.
 //
 // The file is opened through /proc/<pid>/fd/<fd> of the owner, and mapped
 // only when it is the file the owner published (st_dev, st_ino), a regular
@@ -57,6 +58,9 @@ class FileWindow {
   // Copies `local` (our memory) to the MR's bytes [at, at + length).
   // Requires: usable(), and the range within the MR.
   void Write(uint64_t at, uint64_t length, const iovec* local, size_t local_count) const;
+  // Copies the MR's bytes [at, at + length) to `local`.
+  // Requires: usable(), and the range within the MR.
+  void Read(uint64_t at, uint64_t length, const iovec* local, size_t local_count) const;
   // Unmaps.
   void Close();
   // Forgets the mapping without unmapping it: in a child of fork(), which
