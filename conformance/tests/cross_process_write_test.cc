@@ -42,6 +42,9 @@ namespace {
 
 // Several path MTUs: the message is segmented on the wire.
 constexpr size_t kLength = 65536;
+// A READ long enough that simverbs has the requester read it itself, where it may
+// (sim/src/qp.h, kMinPlacedReadBytes).
+constexpr size_t kLargeRead = size_t{1} << 20;
 
 // What the child tells the parent: its QP and the buffer to write into.
 struct Target {
@@ -405,26 +408,31 @@ class CrossProcessWriteTest : public QpTest {
   }
 
   // The child's buffer holds a pattern, its MR registered with `access` and its QP with
-  // `qp_access`; the parent's READ of 64 bytes, and then one of kLength (several packets; on the
-  // simulator, one the requester reads itself when allowed: Qp::PlaceReadLocked), each with a child
-  // of its own, complete with `status`, and the parent's buffer keeps what it held.
+  // `qp_access`; the parent's READ of 64 bytes, and then one of kLargeRead (on the simulator, one
+  // the requester reads itself when allowed: Qp::PlaceReadLocked), each with a child of its own,
+  // complete with `status`, and the parent's buffer keeps what it held.
   void ExpectReadRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
-    for (const size_t length : {size_t{64}, kLength}) {
+    Buffer sink;
+    ASSERT_TRUE(sink.Register(pd(), kLargeRead));
+    ChildSetup setup;
+    setup.length = kLargeRead;
+    for (const size_t length : {size_t{64}, kLargeRead}) {
       SCOPED_TRACE("a READ of " + std::to_string(length) + " bytes");
-      RunWithChild(access, qp_access, ServePattern(6, kLength),
-                   [&](const Target& target, int to_child, int from_child) {
-                     ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-                     src_.FillPattern(7);
-                     ibv_sge sge = src_.Sge(0, length);
-                     ibv_wc wc = {};
-                     ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
-                     EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2))
-                         << "the READ did not complete";
-                     EXPECT_EQ(wc.status, status) << DescribeWc(wc);
-                     EXPECT_EQ(Read(src_.data(), length), Pattern(7, length))
-                         << "the refused READ wrote into the parent's buffer";
-                     EXPECT_EQ(write(to_child, "x", 1), 1);
-                   });
+      RunWithChild(
+          access, qp_access, ServePattern(6, kLargeRead),
+          [&](const Target& target, int to_child, int from_child) {
+            ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+            sink.FillPattern(7);
+            ibv_sge sge = sink.Sge(0, length);
+            ibv_wc wc = {};
+            ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
+            EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the READ did not complete";
+            EXPECT_EQ(wc.status, status) << DescribeWc(wc);
+            EXPECT_EQ(Read(sink.data(), length), Pattern(7, length))
+                << "the refused READ wrote into the parent's buffer";
+            EXPECT_EQ(write(to_child, "x", 1), 1);
+          },
+          setup);
       a_.reset();  // the next child connects to a new QP
       if (HasFailure()) return;
     }
@@ -660,7 +668,7 @@ TEST_F(CrossProcessWriteTest, WriteToQpWithoutRemoteWriteFails) {
 //   IBV_ACCESS_REMOTE_READ is a remote access error; the requester's WR completes with
 //   IBV_WC_REM_ACCESS_ERR and its buffer is not written.
 // Checks: the child's MR allows local and remote write only; the parent's READ of 64 bytes, and
-//   one of 64 KiB, complete with IBV_WC_REM_ACCESS_ERR and the parent's buffer keeps its pattern.
+//   one of 1 MiB, complete with IBV_WC_REM_ACCESS_ERR and the parent's buffer keeps its pattern.
 TEST_F(CrossProcessWriteTest, ReadWithoutRemoteReadAccessFails) {
   ExpectReadRefused(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, kRcRemoteAccess, IBV_WC_REM_ACCESS_ERR);
 }
@@ -669,7 +677,7 @@ TEST_F(CrossProcessWriteTest, ReadWithoutRemoteReadAccessFails) {
 //   READs; IBTA 9.7.5.2.3: such a request is an invalid request, and the requester's WR completes
 //   with IBV_WC_REM_INV_REQ_ERR.
 // Checks: the child's MR allows remote read but its QP only remote write; the parent's READ of 64
-//   bytes, and one of 64 KiB, complete with IBV_WC_REM_INV_REQ_ERR and the parent's buffer keeps
+//   bytes, and one of 1 MiB, complete with IBV_WC_REM_INV_REQ_ERR and the parent's buffer keeps
 //   its pattern.
 TEST_F(CrossProcessWriteTest, ReadFromQpWithoutRemoteReadFails) {
   ExpectReadRefused(kFullMrAccess, IBV_ACCESS_REMOTE_WRITE, IBV_WC_REM_INV_REQ_ERR);
@@ -680,43 +688,48 @@ TEST_F(CrossProcessWriteTest, ReadFromQpWithoutRemoteReadFails) {
 //   registered.
 //   IBTA 9.7.1: a READ takes one PSN per response packet, and the responder expects the next
 //   request at the PSN after them.
-// Checks: the child's buffer (of each kind) holds a pattern; the parent's READ of all 64 KiB of it
-//   completes with success, with byte_len 64 KiB, and the parent's buffer holds the pattern; a
+// Checks: the child's buffer (of each kind) holds a pattern; the parent's READ of all 1 MiB of it
+//   completes with success, with byte_len 1 MiB, and the parent's buffer holds the pattern; a
 //   16-byte SEND posted after it reaches the child's receive (the PSNs stayed in step).
 TEST_P(CrossProcessWriteMemoryTest, LargeReadReturnsTheChildsBytes) {
+  Buffer sink;
+  ASSERT_TRUE(sink.Register(pd(), kLargeRead));
+  ChildSetup setup = WithMemory();
+  setup.length = kLargeRead;
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [](const Child& c) {
-        const std::vector<uint8_t> pattern = Pattern(8, kLength);
+        const std::vector<uint8_t> pattern = Pattern(8, kLargeRead);
         std::memcpy(c.buf, pattern.data(), pattern.size());
         ASSERT_EQ(write(c.to_parent, "p", 1), 1);
         ibv_wc wc = {};
         ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2)) << "the SEND after the READ did not come";
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
         EXPECT_EQ(wc.byte_len, 16u);
-        EXPECT_EQ(Read(c.buf, 16), std::vector<uint8_t>(pattern.begin(), pattern.begin() + 16));
+        EXPECT_EQ(Read(c.buf, 16), Pattern(3, 16));
       },
       [&](const Target& target, int, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-        ibv_sge sge = src_.Sge(0, kLength);
+        ibv_sge sge = sink.Sge(0, kLargeRead);
         ibv_wc wc = {};
         ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, target.addr, target.rkey)), 0);
         EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the READ did not complete";
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
-        EXPECT_EQ(wc.byte_len, kLength);
-        EXPECT_EQ(Read(src_.data(), kLength), Pattern(8, kLength));
+        EXPECT_EQ(wc.byte_len, kLargeRead);
+        EXPECT_TRUE(Read(sink.data(), kLargeRead) == Pattern(8, kLargeRead)) << "the READ returned other bytes";
         ExpectWriterMapsTheChildsFile(target);
+        src_.FillPattern(3);
         const ibv_wc send_wc = Send(2);
         EXPECT_EQ(send_wc.status, IBV_WC_SUCCESS) << DescribeWc(send_wc);
       },
-      WithMemory());
+      setup);
 }
 
 // Rule: IBTA Vol 1 ch. 9 (responder): an RC responder executes the requests of a QP in PSN order,
 //   so a READ posted after an atomic operation on the same memory reads what the atomic left
 //   (ibv_post_send(3): the WRs of a send queue are processed in order).
 // Checks: the child's buffer holds a pattern; the parent posts, in one list, a FETCH_AND_ADD of 5
-//   to the child's first 8 bytes and a READ of all 64 KiB of the buffer; both complete with
+//   to the child's first 8 bytes and a READ of all 1 MiB of the buffer; both complete with
 //   success, in order; the atomic fetched the pattern's first 8 bytes, and the READ returned them
 //   plus 5, followed by the rest of the pattern.
 TEST_F(CrossProcessWriteTest, ReadBehindAnAtomicReadsItsResult) {
@@ -724,17 +737,18 @@ TEST_F(CrossProcessWriteTest, ReadBehindAnAtomicReadsItsResult) {
   const int outstanding = std::min({device_attr().max_qp_rd_atom, device_attr().max_qp_init_rd_atom, 2});
   SKIP_IF(outstanding < 1) << "(the device takes no outstanding READ)";
   Buffer sink;
-  ASSERT_TRUE(sink.Register(pd(), kLength));
+  ASSERT_TRUE(sink.Register(pd(), kLargeRead));
   ChildSetup setup;
+  setup.length = kLargeRead;
   setup.rd_atomic = static_cast<uint8_t>(outstanding);
   RunWithChild(
-      kFullMrAccess, kRcRemoteAccess, ServePattern(10, kLength),
+      kFullMrAccess, kRcRemoteAccess, ServePattern(10, kLargeRead),
       [&](const Target& target, int to_child, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-        const std::vector<uint8_t> pattern = Pattern(10, kLength);
+        const std::vector<uint8_t> pattern = Pattern(10, kLargeRead);
         uint64_t before = 0;
         std::memcpy(&before, pattern.data(), sizeof before);
-        std::vector<ibv_sge> sges = {src_.Sge(0, 8), sink.Sge(0, kLength)};
+        std::vector<ibv_sge> sges = {src_.Sge(0, 8), sink.Sge(0, kLargeRead)};
         std::vector<ibv_send_wr> wrs = {
             AtomicWr(1, IBV_WR_ATOMIC_FETCH_AND_ADD, &sges[0], target.addr, target.rkey, 5, 0),
             RdmaWr(2, IBV_WR_RDMA_READ, &sges[1], 1, target.addr, target.rkey)};
@@ -746,10 +760,10 @@ TEST_F(CrossProcessWriteTest, ReadBehindAnAtomicReadsItsResult) {
         std::vector<uint8_t> want = pattern;
         const uint64_t after = before + 5;
         std::memcpy(want.data(), &after, sizeof after);
-        const std::vector<uint8_t> got = Read(sink.data(), kLength);
+        const std::vector<uint8_t> got = Read(sink.data(), kLargeRead);
         EXPECT_EQ(std::vector<uint8_t>(got.begin(), got.begin() + 8), std::vector<uint8_t>(want.begin(), want.begin() + 8))
             << "the READ did not see the atomic's result";
-        EXPECT_EQ(got, want);
+        EXPECT_TRUE(got == want) << "the READ returned other bytes than the child's after the first 8";
         EXPECT_EQ(write(to_child, "x", 1), 1);
       },
       setup);
@@ -879,7 +893,7 @@ TEST_F(CrossProcessWriteTest, UcWritesLandInOrder) {
         const Second second{reinterpret_cast<uintptr_t>(heap.data() + 16), mr->rkey};
         ASSERT_EQ(write(c.to_parent, &second, sizeof second), static_cast<ssize_t>(sizeof second));
         ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
-        const std::vector<uint8_t> pattern = Pattern(10, kLength);
+        const std::vector<uint8_t> pattern = Pattern(10, kLargeRead);
         EXPECT_TRUE(HoldsWithin(heap.data() + 16, std::vector<uint8_t>(pattern.begin(), pattern.begin() + 64),
                                 kChildTimeout / 2))
             << "the first WRITE never landed";
@@ -896,7 +910,7 @@ TEST_F(CrossProcessWriteTest, UcWritesLandInOrder) {
           GTEST_SKIP() << "skipped: process_vm_readv of the child is refused here";
         }
         src_.FillPattern(10);
-        const std::vector<uint8_t> pattern = Pattern(10, kLength);
+        const std::vector<uint8_t> pattern = Pattern(10, kLargeRead);
         ibv_sge sges[2] = {src_.Sge(0, 64), src_.Sge(4096, 4096)};
         ibv_send_wr wrs[2] = {
             RdmaWr(1, IBV_WR_RDMA_WRITE, &sges[0], 1, second.addr, second.rkey),
@@ -1046,65 +1060,70 @@ TEST_F(CrossProcessWriteTest, DeregistrationDoesNotWaitForAStalledWriter) {
 //   responder); IBTA 9.4.3 / 9.7.5.1.6: the responder answers each READ with its data in MTU-sized
 //   response packets, one PSN each, and the link's flow control holds packets back rather than
 //   losing them: however many response packets are in flight, none counts as lost.
-// Checks: the child's 8 MiB buffer holds a pattern; the parent posts 48 READs of 1 MiB (chunk k % 8
-//   into slice k of its own 48 MiB buffer) with as many outstanding as the device allows (up to
-//   64), in one list; every one completes with success, in posting order, and every slice holds
-//   the child's bytes.
+// Checks: for READs of 192 KiB and of 1 MiB in turn (on the simulator, the first are answered
+//   through the rings, the others read by the requester itself: sim/src/qp.h,
+//   kMinPlacedReadBytes), each with a child of its own: the child's buffer of 8 such chunks holds a
+//   pattern; the parent posts 48 READs (chunk k % 8 into slice k of its own buffer) with as many
+//   outstanding as the device allows (up to 64), in one list; every one completes with success, in
+//   posting order, and every slice holds the child's bytes.
 TEST_F(CrossProcessWriteTest, ManyOutstandingLargeReadsReturnTheirBytes) {
-  constexpr size_t kChunk = 1 << 20;
   constexpr size_t kChunks = 8;
   constexpr int kReads = 48;
   const int outstanding = std::min({device_attr().max_qp_rd_atom, device_attr().max_qp_init_rd_atom, 64});
   SKIP_IF(outstanding < 1) << "(the device takes no outstanding READ)";
   Buffer sink;
-  ASSERT_TRUE(sink.Register(pd(), kChunk * kReads));
-  ChildSetup setup;
-  setup.length = kChunk * kChunks;
-  setup.rd_atomic = static_cast<uint8_t>(outstanding);
-  setup.max_send_wr = kReads;
-  RunWithChild(
-      kFullMrAccess, kRcRemoteAccess,
-      ServePattern(9, kChunk * kChunks),
-      [&](const Target& target, int to_child, int from_child) {
-        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
-        std::vector<ibv_sge> sges(kReads);
-        std::vector<ibv_send_wr> wrs(kReads);
-        for (int k = 0; k < kReads; ++k) {
-          sges[k] = sink.Sge(k * kChunk, kChunk);
-          wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + (k % kChunks) * kChunk, target.rkey);
-        }
-        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
-        std::vector<ibv_wc> wcs;
-        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kReads, &wcs, kChildTimeout - 2000ms));
-        for (size_t k = 0; k < wcs.size(); ++k) {
-          EXPECT_EQ(wcs[k].wr_id, k);
-          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
-        }
-        const std::vector<uint8_t> pattern = Pattern(9, kChunk * kChunks);
-        int wrong = 0;
-        std::string first_wrong;
-        for (int k = 0; k < static_cast<int>(wcs.size()); ++k) {
-          const uint8_t* got = sink.data() + k * kChunk;
-          const uint8_t* want = pattern.data() + (k % kChunks) * kChunk;
-          if (std::memcmp(got, want, kChunk) == 0) continue;
-          if (wrong++ == 0) {
-            size_t at = 0;
-            while (got[at] == want[at]) ++at;
-            first_wrong = "READ " + std::to_string(k) + " differs from byte " + std::to_string(at) + " (" +
-                          std::to_string(got[at]) + " instead of " + std::to_string(want[at]) + ")";
-            size_t n = 0;
-            for (size_t i = 0; i < kChunk; ++i) n += got[i] != want[i];
-            first_wrong += ", " + std::to_string(n) + " bytes differ; got";
-            for (int i = 0; i < 8; ++i) first_wrong += " " + std::to_string(got[i]);
-            first_wrong += ", want";
-            for (int i = 0; i < 8; ++i) first_wrong += " " + std::to_string(want[i]);
+  ASSERT_TRUE(sink.Register(pd(), kLargeRead * kReads));
+  for (const size_t chunk : {size_t{192} << 10, kLargeRead}) {
+    SCOPED_TRACE("READs of " + std::to_string(chunk) + " bytes");
+    ChildSetup setup;
+    setup.length = chunk * kChunks;
+    setup.rd_atomic = static_cast<uint8_t>(outstanding);
+    setup.max_send_wr = kReads;
+    RunWithChild(
+        kFullMrAccess, kRcRemoteAccess, ServePattern(9, chunk * kChunks),
+        [&](const Target& target, int to_child, int from_child) {
+          ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+          std::vector<ibv_sge> sges(kReads);
+          std::vector<ibv_send_wr> wrs(kReads);
+          for (int k = 0; k < kReads; ++k) {
+            sges[k] = sink.Sge(k * chunk, chunk);
+            wrs[k] = RdmaWr(k, IBV_WR_RDMA_READ, &sges[k], 1, target.addr + (k % kChunks) * chunk, target.rkey);
           }
-        }
-        EXPECT_EQ(wrong, 0) << wrong << " of " << wcs.size() << " READs returned other bytes than the child's; "
-                            << first_wrong;
-        EXPECT_EQ(write(to_child, "e", 1), 1);
-      },
-      setup);
+          ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+          std::vector<ibv_wc> wcs;
+          EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kReads, &wcs, kChildTimeout - 2000ms));
+          for (size_t k = 0; k < wcs.size(); ++k) {
+            EXPECT_EQ(wcs[k].wr_id, k);
+            EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          }
+          const std::vector<uint8_t> pattern = Pattern(9, chunk * kChunks);
+          int wrong = 0;
+          std::string first_wrong;
+          for (int k = 0; k < static_cast<int>(wcs.size()); ++k) {
+            const uint8_t* got = sink.data() + k * chunk;
+            const uint8_t* want = pattern.data() + (k % kChunks) * chunk;
+            if (std::memcmp(got, want, chunk) == 0) continue;
+            if (wrong++ == 0) {
+              size_t at = 0;
+              while (got[at] == want[at]) ++at;
+              first_wrong = "READ " + std::to_string(k) + " differs from byte " + std::to_string(at) + " (" +
+                            std::to_string(got[at]) + " instead of " + std::to_string(want[at]) + ")";
+              size_t n = 0;
+              for (size_t i = 0; i < chunk; ++i) n += got[i] != want[i];
+              first_wrong += ", " + std::to_string(n) + " bytes differ; got";
+              for (int i = 0; i < 8; ++i) first_wrong += " " + std::to_string(got[i]);
+              first_wrong += ", want";
+              for (int i = 0; i < 8; ++i) first_wrong += " " + std::to_string(want[i]);
+            }
+          }
+          EXPECT_EQ(wrong, 0) << wrong << " of " << wcs.size() << " READs returned other bytes than the child's; "
+                              << first_wrong;
+          EXPECT_EQ(write(to_child, "e", 1), 1);
+        },
+        setup);
+    a_.reset();  // the next child connects to a new QP
+    if (HasFailure()) return;
+  }
 }
 
 // Rule: ibv_post_send(3): an RDMA READ reads length bytes at remote_addr of the remote MR into the

@@ -106,8 +106,8 @@
 // (Qp::PlaceReadLocked): the responder would have read after executing those
 // (an atomic, a WRITE through the ring) in PSN order. It replaces two copies
 // per path-MTU packet through the rings (ib_read_bw 1 MiB: 4.9 GB/s through
-// the rings, 9.6 GB/s placed, here) with one; a shorter READ keeps the rings
-// (a system call costs about as much as its copies there).
+// the rings, 9.6 GB/s placed, here) with one; a shorter READ keeps the rings,
+// which cost no system call.
 //
 // No daemon: the first process creates the segment and fixes the profile;
 // the last one to leave removes it.
