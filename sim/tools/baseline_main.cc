@@ -15,6 +15,10 @@
 //                    bandwidth of process_vm_writev(2) into another
 //                    process's private memory in MB/s: what a WRITE into
 //                    memory not mapped from a file costs at least
+//   process-vm-readv <bytes>
+//                    bandwidth of process_vm_readv(2) from another process's
+//                    private memory in MB/s: what a READ the requester reads
+//                    itself (256 KiB or more) costs at least
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -189,7 +193,8 @@ double CrossProcessCopyMBps(size_t bytes) {
   return mbps;
 }
 
-double ProcessVmWritevMBps(size_t bytes) {
+// process_vm_writev into a child's private memory, or (`from_child`) process_vm_readv from it.
+double ProcessVmMBps(size_t bytes, bool from_child) {
   // The target cycles through 8 MiB (or one message), as perftest's buffers.
   const size_t span = std::max<size_t>(bytes, size_t{8} << 20);
   auto* target = static_cast<char*>(mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -224,7 +229,8 @@ double ProcessVmWritevMBps(size_t bytes) {
         for (size_t i = 0; i < reps; ++i) {
           iovec local{src.data(), bytes};
           iovec remote{target + (i % slots) * bytes, bytes};
-          const ssize_t n = process_vm_writev(child, &local, 1, &remote, 1, 0);
+          const ssize_t n = from_child ? process_vm_readv(child, &local, 1, &remote, 1, 0)
+                                       : process_vm_writev(child, &local, 1, &remote, 1, 0);
           if (n <= 0) break;
           moved += static_cast<size_t>(n);
         }
@@ -258,7 +264,8 @@ bool ParseBytes(const char* text, size_t* bytes) {
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   size_t bytes = 0;
-  const bool sized = what == "memcpy" || what == "process-vm-writev" || what == "cross-process-copy";
+  const bool sized = what == "memcpy" || what == "process-vm-writev" || what == "process-vm-readv" ||
+                     what == "cross-process-copy";
   if (sized && argc == 3 && !ParseBytes(argv[2], &bytes)) {
     std::fprintf(stderr, "%s %s: BYTES must be a positive number of bytes (e.g. 65536), not \"%s\"\n", argv[0],
                  what.c_str(), argv[2]);
@@ -275,7 +282,10 @@ int main(int argc, char** argv) {
   };
   if (what == "memcpy" && argc == 3) return report(MemcpyMBps(bytes), "memcpy could not be timed");
   if (what == "process-vm-writev" && argc == 3) {
-    return report(ProcessVmWritevMBps(bytes), "process_vm_writev into a child failed (ptrace restricted here?)");
+    return report(ProcessVmMBps(bytes, false), "process_vm_writev into a child failed (ptrace restricted here?)");
+  }
+  if (what == "process-vm-readv" && argc == 3) {
+    return report(ProcessVmMBps(bytes, true), "process_vm_readv from a child failed (ptrace restricted here?)");
   }
   if (what == "cross-process-copy" && argc == 3) {
     return report(CrossProcessCopyMBps(bytes),
@@ -284,7 +294,9 @@ int main(int argc, char** argv) {
   if (what == "handoff" && argc == 2) {
     return report(HandoffNs(), "the hand-off child did not answer within 30 s (or could not be started)");
   }
-  std::fprintf(stderr, "usage: %s memcpy BYTES | handoff | cross-process-copy BYTES | process-vm-writev BYTES\n",
+  std::fprintf(stderr,
+               "usage: %s memcpy BYTES | handoff | cross-process-copy BYTES | process-vm-writev BYTES |"
+               " process-vm-readv BYTES\n",
                argv[0]);
   return 2;
 }
