@@ -482,7 +482,7 @@ class CrossProcessWriteMemoryTest : public CrossProcessWriteTest, public ::testi
     return setup;
   }
 
-  // On the simulator, a WRITE into a file the child maps shared (or a READ of 16 KiB or more from
+  // On the simulator, a WRITE into a file the child maps shared (or a READ of 256 KiB or more from
   // it) is placed through the parent's own mapping of that file (sim/src/fabric/file_window.h),
   // unless the kernel does not let this process at the child's memory at all (then the copying path
   // takes it).
