@@ -212,6 +212,9 @@ class Qp {
   // ReceiveResponse's end: completes and retires what is answered, and stops
   // the transport timer or (`progressed`: the oldest unanswered message was
   // answered) starts it again for the rest.
+  // The index of the oldest transmitted WQE not yet answered (acked), or
+  // next_to_send_ when there is none: the one a response answers.
+  size_t OldestUnansweredLocked() const;
   void AnsweredLocked(bool progressed);
   void ReceiveResponse(const Packet& pkt);  // ACK, NAK, READ response, atomic ACK
   void CompleteAckedLocked();               // CQEs for acked WQEs, in order
@@ -232,6 +235,13 @@ class Qp {
   // A READ of at least kMinPlacedReadBytes from a QP of another process, read
   // by the requester itself: true when it was (then it is complete).
   bool PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
+  // What PlaceWriteLocked and PlaceReadLocked share: where the message's
+  // bytes are in our memory (the inline copy, or each SGE, which
+  // ExecuteLocked checked for `access` under the same lock), into place_iov_;
+  // and the placed packet that stands for the whole message, taking its
+  // `psn_count` PSNs.
+  void PlaceIovLocked(const SendWqe& wqe, unsigned access);
+  Packet PlacedPacketLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t psn_count);
   // Whether sq_[index] may be placed now: only when no earlier message can
   // still be refused or is still to be processed by the responder (see
   // qp_requester.cc). Requires: engine lock.
@@ -316,7 +326,7 @@ class Qp {
   uint32_t fail_countdown_ = 0;  // FailNthSend: posts until the failing one; 0 = none
   ibv_wc_status fail_status_ = IBV_WC_SUCCESS;
 
-  std::vector<iovec> place_iov_;  // PlaceWriteLocked's, kept for its capacity
+  std::vector<iovec> place_iov_;  // PlaceIovLocked's, kept for its capacity
   RingQueue<SendWqe> sq_;  // posted, not yet retired
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN

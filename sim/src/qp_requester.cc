@@ -291,6 +291,12 @@ Packet Qp::NewPacket(const AddressVector& av, uint32_t dst_qpn) const {
   return p;
 }
 
+size_t Qp::OldestUnansweredLocked() const {
+  size_t i = 0;
+  while (i < next_to_send_ && sq_[i].acked) ++i;
+  return i;
+}
+
 bool Qp::AwaitingAckLocked() const {
   for (size_t i = 0; i < next_to_send_ && i < sq_.size(); ++i) {
     if (!sq_[i].acked) return true;
@@ -608,72 +614,63 @@ bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn
   if (type() != IBV_QPT_RC || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn) || !Fabric::Get().PushesNow(dst->index(), dst_qpn)) return false;
-  place_iov_.clear();
-  for (const ibv_sge& sge : wqe.sges) {
-    if (sge.length == 0) continue;
-    // Checked for local write by ExecuteLocked, under the same lock.
-    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
-    place_iov_.push_back(iovec{mr->Translate(sge.addr, sge.length), sge.length});
-  }
+  PlaceIovLocked(wqe, IBV_ACCESS_LOCAL_WRITE);
   if (!Fabric::Get().PlaceRead(dst->index(), dst_qpn, wqe.rkey, wqe.remote_addr, wqe.length, place_iov_.data(),
                                place_iov_.size())) {
     return false;
   }
+  Packet p = PlacedPacketLocked(wqe, av, dst_qpn, RequestPsns(wqe, mtu));
+  p.answered = true;
+  wqe.acked = true;
+  TransmitToPeerLocked(std::move(p));
+  return true;
+}
+
+void Qp::PlaceIovLocked(const SendWqe& wqe, unsigned access) {
+  place_iov_.clear();
+  if (wqe.is_inline) {
+    place_iov_.push_back(iovec{const_cast<uint8_t*>(wqe.inline_data.data()), wqe.inline_data.size()});
+    return;
+  }
+  for (const ibv_sge& sge : wqe.sges) {
+    if (sge.length == 0) continue;
+    const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, access);
+    place_iov_.push_back(iovec{mr->Translate(sge.addr, sge.length), sge.length});
+  }
+}
+
+Packet Qp::PlacedPacketLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t psn_count) {
   Packet p = NewPacket(av, dst_qpn);
-  p.op = IBV_WR_RDMA_READ;
+  p.op = wqe.opcode;
   p.psn = next_psn_;
   p.placed = true;
-  p.answered = true;
-  p.psn_count = RequestPsns(wqe, mtu);
-  next_psn_ = (next_psn_ + p.psn_count) & kPsnMask;
+  p.psn_count = psn_count;
+  next_psn_ = (next_psn_ + psn_count) & kPsnMask;
   wqe.last_psn = (next_psn_ - 1) & kPsnMask;
   p.remote_addr = wqe.remote_addr;
   p.rkey = wqe.rkey;
   p.dma_length = wqe.length;
   wqe.placed = true;
-  wqe.acked = true;
-  TransmitToPeerLocked(std::move(p));
-  return true;
+  return p;
 }
 
 bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
-  // Where the message's bytes are in our memory: the inline copy, or each SGE
-  // (checked by ExecuteLocked, under the same lock).
-  place_iov_.clear();
-  if (wqe.is_inline) {
-    place_iov_.push_back(iovec{const_cast<uint8_t*>(wqe.inline_data.data()), wqe.inline_data.size()});
-  } else {
-    for (const ibv_sge& sge : wqe.sges) {
-      if (sge.length == 0) continue;
-      const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, 0);
-      place_iov_.push_back(iovec{mr->Translate(sge.addr, sge.length), sge.length});
-    }
-  }
+  PlaceIovLocked(wqe, 0);
   if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length,
                                 place_iov_.data(), place_iov_.size(), wqe.length <= mtu)) {
     return false;
   }
-  Packet p = NewPacket(av, dst_qpn);
-  p.op = wqe.opcode;
-  p.psn = next_psn_;
-  p.placed = true;
-  p.psn_count = static_cast<uint32_t>((wqe.length + mtu - 1) / mtu);
-  next_psn_ = (next_psn_ + p.psn_count) & kPsnMask;
-  wqe.last_psn = (next_psn_ - 1) & kPsnMask;
+  Packet p = PlacedPacketLocked(wqe, av, dst_qpn, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu));
   p.solicited = wqe.solicited;
-  p.remote_addr = wqe.remote_addr;
-  p.rkey = wqe.rkey;
-  p.dma_length = wqe.length;
   p.imm_data = wqe.imm_data;
   // A WRITE without immediate that the peer can take now (no backlog to wait
   // in, where it could be dropped) has nothing left to be answered: complete
   // it here, and spare the peer's CPU the ACK (Packet::answered).
   const bool answered = wqe.opcode == IBV_WR_RDMA_WRITE && Fabric::Get().PushesNow(dst->index(), dst_qpn);
   p.answered = answered;
-  wqe.placed = true;
   TransmitToPeerLocked(std::move(p));
   // Unreliable transports complete a WR once it is on the wire.
   if (!Reliable() || answered) wqe.acked = true;
@@ -737,8 +734,7 @@ bool Qp::ScatterLocked(const SendWqe& wqe, uint64_t offset, const uint8_t* bytes
 void Qp::ReceiveResponse(const Packet& pkt) {
   if (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) return;
   // The oldest transmitted WQE not yet acknowledged is the one being answered.
-  size_t i = 0;
-  while (i < next_to_send_ && sq_[i].acked) ++i;
+  size_t i = OldestUnansweredLocked();
   if (i >= next_to_send_) return;  // a duplicate answer
   const size_t oldest = i;
   if (pkt.kind == Packet::Kind::kReadResponse || pkt.kind == Packet::Kind::kAtomicAck) {
@@ -869,8 +865,7 @@ bool Qp::ReceiveWholeReadResponseLocked(ibv_qp_type transport, uint32_t psn, con
   // before it is acknowledged on the way.
   if (destroying_ || type() != IBV_QPT_RC || transport != IBV_QPT_RC) return false;
   if (state() != IBV_QPS_RTS && state() != IBV_QPS_SQD) return false;
-  size_t i = 0;
-  while (i < next_to_send_ && sq_[i].acked) ++i;
+  const size_t i = OldestUnansweredLocked();
   if (i >= next_to_send_) return false;
   SendWqe& wqe = sq_[i];
   if (wqe.opcode != IBV_WR_RDMA_READ || wqe.read_packets != 0 || psn != wqe.first_psn ||
