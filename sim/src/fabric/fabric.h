@@ -57,8 +57,9 @@
 // poller whose peer waits for its CPU would hold it for a whole time slice.
 //
 // One-copy WRITE (and READ). An MR that allows REMOTE_WRITE or REMOTE_READ
-// is published in the segment's key table (indexed by the key index): owner slot and generation,
-// the owner's address of its first byte, iova range, access and PD. Neither
+// is published in the segment's key table (indexed by the key index): owner
+// slot and generation, the owner's address of its first byte, iova range,
+// access and PD. Neither
 // the memory's content nor its mappings change at registration (an earlier
 // design re-backed the pages with shared memory, and stores that other
 // threads made while the content moved were lost). The QP directory publishes what a writer needs of
@@ -101,10 +102,9 @@
 // allows REMOTE_READ, and sends one packet, placed and answered, that takes
 // the READ's PSNs at the responder; the READ is then complete. It announces
 // the key as a writer does, so nothing is read through a key after its
-// ibv_dereg_mr returns. Only when
-// nothing before it on the send queue is still to be answered
-// (Qp::PlaceReadLocked): the responder would have read after executing those
-// (an atomic, a WRITE through the ring) in PSN order. It replaces two copies
+// ibv_dereg_mr returns. Only when nothing before it on the send queue is
+// still to be answered (Qp::PlaceReadLocked): the responder would have read
+// after executing those (an atomic, a WRITE through the ring) in PSN order. It replaces two copies
 // per path-MTU packet through the rings (ib_read_bw 1 MiB: 4.9 GB/s through
 // the rings, 9.6 GB/s placed, here) with one; a shorter READ keeps the rings,
 // which cost no system call.
