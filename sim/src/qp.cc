@@ -275,6 +275,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     rnr_wait_ = false;
     comm_established_ = false;
     sent_sequence_nak_ = false;
+    pulls_refused_ = false;  // it may be connected to another requester next
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
     if (context()->device()->behaviour().reset_discards_completions) {
       if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
@@ -372,18 +373,49 @@ int Qp::InjectStateLocked(ibv_qp_state next) {
   return EINVAL;
 }
 
+namespace {
+
+// A pull epoch no QP of this process had before (0 is none). It starts
+// where the clock says: a QP number that another process takes over must not
+// find its old owner's epoch again.
+uint32_t NextPullEpoch() {
+  static std::atomic<uint32_t> next{static_cast<uint32_t>(MonotonicNs() ^ (MonotonicNs() >> 32))};
+  uint32_t epoch = next.fetch_add(1, std::memory_order_relaxed);
+  while (epoch == 0) epoch = next.fetch_add(1, std::memory_order_relaxed);
+  return epoch;
+}
+
+}  // namespace
+
 void Qp::SetStateLocked(ibv_qp_state next) {
   Trace::Get().QpState(qp_num(), attr_.qp_state, next);
   attr_.qp_state = attr_.cur_qp_state = next;
-  // What a peer's one-copy WRITE or READ checks of this QP (fabric/fabric.h).
+  PublishAcceptsLocked();
+  // Our responder may pull our SENDs' bytes while we send. Withdrawn when we
+  // stop, before a flush reports them (EnterErrorLocked) and the program may
+  // free their buffers: RevokePullsLocked waits for a pull under way.
+  const bool sends = type() == IBV_QPT_RC && (next == IBV_QPS_RTS || next == IBV_QPS_SQD);
+  if (sends && pull_epoch_ == 0) {
+    pull_epoch_ = NextPullEpoch();
+    Fabric::Get().GrantPullsLocked(device()->index(), qp_num(), pull_epoch_);
+  } else if (!sends && pull_epoch_ != 0) {
+    pull_epoch_ = 0;
+    Fabric::Get().RevokePullsLocked(device()->index(), qp_num());
+  }
+}
+
+void Qp::PublishAcceptsLocked() {
+  // What a peer's one-copy WRITE, READ or SEND checks of this QP (fabric/fabric.h).
+  const ibv_qp_state next = state();
   const bool responds = (type() == IBV_QPT_RC || type() == IBV_QPT_UC) &&
                         (next == IBV_QPS_RTR || next == IBV_QPS_RTS || next == IBV_QPS_SQD || next == IBV_QPS_SQE);
   const bool takes_writes = responds && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
   const bool takes_reads = responds && type() == IBV_QPT_RC && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ);
+  const bool pulls = responds && type() == IBV_QPT_RC && !pulls_refused_;
   uint32_t accepts = 0;
-  if (takes_writes || takes_reads) {
+  if (takes_writes || takes_reads || pulls) {
     accepts = (static_cast<uint32_t>(type()) + 1) | (takes_writes ? Fabric::kAcceptsWrites : 0) |
-              (takes_reads ? Fabric::kAcceptsReads : 0);
+              (takes_reads ? Fabric::kAcceptsReads : 0) | (pulls ? Fabric::kAcceptsPulls : 0);
   }
   Fabric::Get().PublishQpLocked(device()->index(), qp_num(), reinterpret_cast<uintptr_t>(pd_), accepts);
 }

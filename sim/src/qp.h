@@ -59,6 +59,11 @@ class Qp {
   // the ring does not; from 256 KiB on it was 1.6-2x as fast, and the call is
   // under 1% of its copy.
   static constexpr uint64_t kMinPlacedReadBytes = 256 * 1024;
+  // An RC SEND this long to a QP of another process is pulled by the
+  // responder when it can (SendPulledLocked, PullSendLocked): one system call
+  // that copies the bytes from our buffer into the receive, instead of two
+  // copies through the ring per path-MTU packet.
+  static constexpr uint64_t kMinPulledSendBytes = 16 * 1024;
 
   static Result<Qp*> Create(Pd* pd, const ibv_qp_init_attr_ex& attr);
   int Destroy();
@@ -167,6 +172,8 @@ class Qp {
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
   // Every state change goes through here (traced). Requires: engine lock.
   void SetStateLocked(ibv_qp_state next);
+  // Publishes what peers check of this QP in its state (Fabric::PublishQpLocked).
+  void PublishAcceptsLocked();
 
   // qp_requester.cc
   int CheckSendWr(const ibv_send_wr& wr) const;
@@ -235,6 +242,13 @@ class Qp {
   // A READ of at least kMinPlacedReadBytes from a QP of another process, read
   // by the requester itself: true when it was (then it is complete).
   bool PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
+  // An RC SEND of at least kMinPulledSendBytes in one piece of our memory
+  // (`whole`), to a QP of another process that pulls SENDs: sent as one
+  // packet that tells the responder where to read it. False: nothing was
+  // sent, take the copying path. Requires: engine lock.
+  bool SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu);
+  // The QP we send to pulls SENDs now.
+  bool PeerPullsSendsLocked() const;
   // What PlaceWriteLocked and PlaceReadLocked share: where the message's
   // bytes are in our memory (the inline copy, or each SGE, which
   // ExecuteLocked checked for `access` under the same lock), into place_iov_;
@@ -268,9 +282,14 @@ class Qp {
   void ReceiveRequest(const Packet& pkt);
   void ReceiveUd(const Packet& pkt);
   bool TakeRecvWqe(RecvWqe* out);
-  // UC drops the message being received (a lost packet, an R_Key violation):
+  // The message being received is dropped (UC: a lost packet, an R_Key
+  // violation; RC: a pulled SEND that was withdrawn or could not be read):
   // its receive WQE was not consumed and goes back. Requires: engine lock.
-  void DropUcMessageLocked();
+  void PutBackRecvLocked();
+  // A pulled SEND (Packet::placed on a SEND) that is the next in order, its
+  // receive WQE taken: reads its bytes from the requester's buffer into that
+  // receive (fabric/fabric.h). False: it was dropped, NAKed or failed here.
+  bool PullSendLocked(const Packet& pkt);
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
   // The positive ACK of an accepted message: held back while the engine
   // delivers a burst (Engine::DeferAck), sent at once otherwise.
@@ -326,7 +345,13 @@ class Qp {
   uint32_t fail_countdown_ = 0;  // FailNthSend: posts until the failing one; 0 = none
   ibv_wc_status fail_status_ = IBV_WC_SUCCESS;
 
-  std::vector<iovec> place_iov_;  // PlaceIovLocked's, kept for its capacity
+  std::vector<iovec> place_iov_;  // PlaceIovLocked's and PullSendLocked's, kept for their capacity
+  // The epoch under which our responder may pull our SENDs' bytes while we
+  // send (Fabric::GrantPullsLocked); 0: none.
+  uint32_t pull_epoch_ = 0;
+  // Responder: a pull from our requester failed (the kernel refused it):
+  // its SENDs come through the rings from then on.
+  bool pulls_refused_ = false;
   RingQueue<SendWqe> sq_;  // posted, not yet retired
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN

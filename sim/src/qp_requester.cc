@@ -425,6 +425,7 @@ void Qp::ExecuteLocked(size_t index) {
   wqe.first_psn = next_psn_;
   wqe.transmitted = true;
   wqe.placed = false;
+  wqe.pulled = false;
   if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && MayPlaceLocked(index) &&
       PlaceWriteLocked(wqe, DestinationOf(wqe), DestinationQpnOf(wqe), mtu)) {
     return;
@@ -442,6 +443,8 @@ void Qp::ExecuteLocked(size_t index) {
   // inline data): found once, and each packet borrows its bytes from there.
   const uint64_t total = wqe.length;
   const uint8_t* whole = one_sge ? one_sge : ContiguousLocked(wqe, 0, total);
+  if (total >= kMinPulledSendBytes && SendPulledLocked(wqe, whole, mtu)) return;
+  wqe.sent_in_packets = true;
   // A one-packet SEND to a QP of another process, while the line of an
   // earlier one holds: written from that line (fabric/wire_line.h).
   const bool one_packet_send = (wqe.opcode == IBV_WR_SEND || wqe.opcode == IBV_WR_SEND_WITH_IMM ||
@@ -677,6 +680,37 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   return true;
 }
 
+// The responder reads the SEND's bytes itself, in PSN order, when it takes
+// the packet (Qp::PullSendLocked; fabric/fabric.h), so nothing in front of it
+// needs to be answered first. Our buffer must stay as it is until then: the
+// program may not touch it before the SEND completes (ibv_post_send(3)), and
+// a flush withdraws the epoch the packet carries first (SetStateLocked). Not
+// a SEND that went out in packets before: its responder may hold part of it.
+bool Qp::SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu) {
+  if ((wqe.opcode != IBV_WR_SEND && wqe.opcode != IBV_WR_SEND_WITH_IMM) || type() != IBV_QPT_RC || wqe.is_inline ||
+      !whole || pull_epoch_ == 0 || wqe.sent_in_packets || !PeerPullsSendsLocked()) {
+    return false;
+  }
+  const AddressVector av = DestinationOf(wqe);
+  Packet p = PlacedPacketLocked(wqe, av, attr_.dest_qp_num, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu));
+  // Not placed: its bytes are still ours to read (MayPlaceLocked).
+  wqe.placed = false;
+  wqe.pulled = true;
+  // Where to read it, and under which epoch (a SEND has no RETH of its own).
+  p.remote_addr = reinterpret_cast<uintptr_t>(whole);
+  p.rkey = pull_epoch_;
+  p.solicited = wqe.solicited;
+  p.imm_data = wqe.imm_data;
+  TransmitToPeerLocked(std::move(p));
+  return true;
+}
+
+bool Qp::PeerPullsSendsLocked() const {
+  if (!Fabric::Get().attached()) return false;
+  Device* dst = Engine::Get().Route(AddressVector::From(attr_.ah_attr));
+  return dst && !dst->FindQp(attr_.dest_qp_num) && Fabric::Get().PullsSends(dst->index(), attr_.dest_qp_num);
+}
+
 void Qp::GatherLocked(const SendWqe& wqe, uint64_t offset, uint64_t length, uint8_t* out) const {
   if (length == 0) return;
   if (wqe.is_inline) {
@@ -814,6 +848,15 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           FailSendLocked(wqe, IBV_WC_RNR_RETRY_EXC_ERR);
           return;
         case Packet::Nak::kSequence:
+          // A pulled SEND whose responder could not read it (the kernel
+          // refused: fabric/fabric.h) is sent again through the rings, not
+          // counted as a retry: the responder stopped taking pulls before it NAKed.
+          if (wqe.pulled && !PeerPullsSendsLocked()) {
+            RewindLocked(i);
+            Engine::Get().CancelTimer(this);
+            ProgressLocked();
+            return;
+          }
           // IBTA ch. 9: the requester resends from the NAKed PSN, counting a
           // retry (as rxe's completer does): PSNs the responder never expects
           // end in RETRY_EXC_ERR instead of being resent forever.

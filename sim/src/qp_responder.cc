@@ -91,7 +91,7 @@ bool Qp::TakeRecvWqe(RecvWqe* out) {
 }
 
 // rxe's responder keeps the WQE of a dropped UC message for the next one.
-void Qp::DropUcMessageLocked() {
+void Qp::PutBackRecvLocked() {
   if (!recv_in_progress_) return;
   recv_in_progress_ = false;
   if (srq_) {
@@ -148,10 +148,10 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     const bool continues = uc_message_;
     uc_message_ = false;
     if (pkt.first) {
-      DropUcMessageLocked();  // the rest of the previous message was lost
+      PutBackRecvLocked();  // the rest of the previous message was lost
       epsn_ = pkt.psn;        // UC resynchronises on every first packet
     } else if (pkt.psn != epsn_ || !continues || (ConsumesRecv(pkt.op) && !recv_in_progress_)) {
-      DropUcMessageLocked();  // a lost or refused packet: UC drops the rest of the message
+      PutBackRecvLocked();  // a lost or refused packet: UC drops the rest of the message
       return;
     }
   }
@@ -169,7 +169,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   const unsigned need = RemoteAccessFor(pkt.op);
   if (need && !(attr_.qp_access_flags & need)) {
     if (!rc) {
-      DropUcMessageLocked();
+      PutBackRecvLocked();
       return;
     }
     ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
@@ -198,6 +198,11 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_SEND_WITH_INV: {
+      if (pkt.placed) {
+        if (!rc || pkt.op == IBV_WR_SEND_WITH_INV || !PullSendLocked(pkt)) return;
+        recv_offset_ = pkt.dma_length;
+        break;
+      }
       const ibv_wc_status st = Scatter(device(), pd_, recv_wqe_, recv_offset_, pkt.payload.data(), pkt.payload.size());
       if (st != IBV_WC_SUCCESS) {
         if (!rc) {
@@ -223,7 +228,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                                 IBV_ACCESS_REMOTE_WRITE, qp_num());
           if (!write_mr_) {
             if (!rc) {
-              DropUcMessageLocked();  // IBTA class E: silently dropped
+              PutBackRecvLocked();  // IBTA class E: silently dropped
               return;
             }
             ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
@@ -239,7 +244,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         Mr* mr = Mr::Check(device(), pkt.rkey, true, pd_, write_va_, len, IBV_ACCESS_REMOTE_WRITE, qp_num());
         if (!mr) {
           if (!rc) {
-            DropUcMessageLocked();
+            PutBackRecvLocked();
             return;
           }
           ResponderFatal(pkt, has_recv ? IBV_WC_REM_ACCESS_ERR : IBV_WC_SUCCESS, Packet::Nak::kRemoteAccess,
@@ -361,6 +366,49 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   if (rc && pkt.last && state() != IBV_QPS_ERR && !pkt.answered) {
     AcknowledgeLocked(pkt.op, (pkt.psn + pkt.psn_count - 1) & 0xffffff);
   }
+}
+
+bool Qp::PullSendLocked(const Packet& pkt) {
+  // The receive's SGEs that the message fills, checked as Scatter checks them.
+  if (pkt.dma_length > recv_wqe_.length) {
+    ResponderFatal(pkt, IBV_WC_LOC_LEN_ERR, Packet::Nak::kInvalidRequest, -1);
+    return false;
+  }
+  place_iov_.clear();
+  uint64_t left = pkt.dma_length;
+  for (const ibv_sge& sge : recv_wqe_.sges) {
+    if (left == 0) break;
+    if (sge.length == 0) continue;
+    Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) {
+      ResponderFatal(pkt, IBV_WC_LOC_PROT_ERR, Packet::Nak::kRemoteOperational, -1);
+      return false;
+    }
+    const uint64_t n = std::min<uint64_t>(left, sge.length);
+    place_iov_.push_back(iovec{mr->Translate(sge.addr, n), n});
+    left -= n;
+  }
+  const int src_device = pkt.src_device ? pkt.src_device->index() : -1;
+  switch (Fabric::Get().PullSend(src_device, pkt.src_qpn, pkt.rkey, pkt.remote_addr, pkt.dma_length,
+                                 place_iov_.data(), place_iov_.size())) {
+    case Fabric::PullResult::kPulled:
+      return true;
+    case Fabric::PullResult::kWithdrawn:
+      // The requester flushed it (or is gone): as a packet lost on the wire.
+      PutBackRecvLocked();
+      return false;
+    case Fabric::PullResult::kFailed:
+      break;
+  }
+  // The kernel did not let us read the requester's memory: we take no more
+  // pulls, and the NAK has the SEND sent again through the rings (the
+  // requester sees that we stopped taking them: Qp::ReceiveResponse).
+  PutBackRecvLocked();
+  pulls_refused_ = true;
+  PublishAcceptsLocked();
+  sent_sequence_nak_ = true;
+  Respond(pkt, Packet::Kind::kNak, Packet::Nak::kSequence);
+  return false;
 }
 
 // Receive and ReceiveRequest for the packet they would take this way, the

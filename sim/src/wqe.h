@@ -64,6 +64,12 @@ struct SendWqeValues {
   // Its whole data was put in the peer's memory by the requester itself
   // (one-copy WRITE, Qp::PlaceWriteLocked) in its latest transmission.
   bool placed = false;
+  // A SEND whose latest transmission asked the responder to pull its bytes
+  // (Qp::SendPulledLocked); and one that went out in packets through the
+  // rings at least once, whose responder may hold part of it: it is never
+  // pulled after that.
+  bool pulled = false;
+  bool sent_in_packets = false;
   bool acked = false;      // done on the wire (ACKed, answered, or failed)
   bool completed = false;  // its CQE (if any) has been generated
   bool before_sqd = false; // sent before RTS→SQD: may still be resent while draining

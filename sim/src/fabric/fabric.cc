@@ -39,7 +39,7 @@ namespace simverbs {
 namespace {
 
 // The low byte is the version of the layout of the segment and of its rings' packets.
-constexpr uint64_t kMagic = 0x53494d4641425245;  // "SIMFABRE"
+constexpr uint64_t kMagic = 0x53494d4641425246;  // "SIMFABRF"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -58,8 +58,9 @@ struct ProcSlot {
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> pid_namespace;
   std::atomic<uint32_t> generation;
-  // The key this process is writing through right now (KeyTag), or 0: a
-  // process writes into one peer MR at a time, under its engine lock.
+  // The key this process is writing through right now (KeyTag), or the QP
+  // whose SEND it is pulling (PullTag), or 0: a process places or pulls one
+  // message at a time, under its engine lock.
   std::atomic<uint64_t> placing;
   // 1 while its application polls in a loop (as its progress thread sees it):
   // counted against the CPUs (Fabric::LookForOversubscription).
@@ -78,6 +79,9 @@ struct DirEntry {
   std::atomic<int32_t> slot;
   std::atomic<uint32_t> accepts;  // Fabric::PublishQpLocked
   std::atomic<uint64_t> pd;
+  // The epoch under which the QP's responder may pull the bytes of its SENDs
+  // (Fabric::GrantPullsLocked); 0: none.
+  std::atomic<uint32_t> pulls;
 };
 
 // An MR peers may write into or read from (Fabric::PublishKey), at its key index. The
@@ -128,6 +132,11 @@ FileWindowKey PublishedFile(const KeyEntry& k, int device_index, uint32_t rkey, 
 
 uint64_t KeyTag(int device_index, uint32_t rkey) {
   return (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
+}
+
+// Never a KeyTag: an rkey's low byte is 0x01.
+uint64_t PullTag(int device_index, uint32_t qpn) {
+  return (static_cast<uint64_t>(device_index + 1) << 32) | ((qpn & 0xffffff) << 8) | 0x02;
 }
 
 // The segment file's bytes locked (fabric/file_lock.h): byte 0 is the
@@ -425,6 +434,7 @@ void Fabric::ForgetQpnsLocked(int slot) {
     for (auto& e : dev.dir) {
       if (e.qpn.load() != 0 && e.slot.load() == slot) {
         e.accepts.store(0);
+        e.pulls.store(0);
         e.slot.store(-1);
         e.qpn.store(0);
       }
@@ -487,6 +497,7 @@ uint32_t Fabric::AllocQpn(int device_index) {
     // (A sender that sees the number before the slot finds slot -1 and retries.)
     if (e.qpn.compare_exchange_strong(expected, qpn)) {
       e.accepts.store(0);
+      e.pulls.store(0);
       e.slot.store(slot_);
       return qpn;
     }
@@ -500,6 +511,7 @@ bool Fabric::ClaimQpn(int device_index, uint32_t qpn) {
   uint32_t expected = 0;
   if (!e.qpn.compare_exchange_strong(expected, qpn)) return false;
   e.accepts.store(0);
+  e.pulls.store(0);
   e.slot.store(slot_);
   return true;
 }
@@ -509,8 +521,12 @@ void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   if (e.qpn.load() == qpn) {
     e.accepts.store(0);
+    // Its SENDs are withdrawn (as ibv_modify_qp to ERR does): none is pulled
+    // from its buffers once ibv_destroy_qp returns.
+    const bool granted = e.pulls.exchange(0, std::memory_order_seq_cst) != 0;
     e.slot.store(-1);
     e.qpn.store(0);
+    if (granted) WaitUnannounced(PullTag(device_index, qpn), "ibv_destroy_qp", "reading a SEND of this QP");
   }
 }
 
@@ -564,26 +580,79 @@ bool Fabric::RevokeKey(int device_index, uint32_t rkey) {
 void Fabric::WaitKeyUnused(int device_index, uint32_t rkey) {
   if (!segment_) return;
   // Dekker with PlaceWrite: a writer announces the key, then looks at it; we
-  // withdrew it, now look at the announcements. A writer that got in first
-  // finishes its copy; a dead one never will, and a stopped one is waited for
-  // only so long.
-  const uint64_t tag = KeyTag(device_index, rkey);
+  // withdrew it, now look at the announcements.
+  WaitUnannounced(KeyTag(device_index, rkey), "ibv_dereg_mr", "writing into this MR");
+}
+
+void Fabric::WaitUnannounced(uint64_t tag, const char* verb, const char* doing) {
+  // A process that got in first finishes its copy; a dead one never will,
+  // and a stopped one is waited for only so long.
   const uint64_t deadline = MonotonicNs() + kRevokeWaitNs;
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
     for (uint64_t spins = 1; proc.placing.load(std::memory_order_seq_cst) == tag; ++spins) {
       if (spins % 1024 == 0 && (!SlotAlive(segment_fd_, i) || MonotonicNs() > deadline)) {
         if (MonotonicNs() > deadline) {
-          std::fprintf(stderr,
-                       "simverbs: ibv_dereg_mr: process %d has been writing into this MR for %llu ms (stopped?); "
-                       "deregistering it anyway\n",
-                       proc.pid.load(), static_cast<unsigned long long>(kRevokeWaitNs / 1'000'000));
+          std::fprintf(stderr, "simverbs: %s: process %d has been %s for %llu ms (stopped?); going on anyway\n", verb,
+                       proc.pid.load(), doing, static_cast<unsigned long long>(kRevokeWaitNs / 1'000'000));
         }
         break;
       }
       if (spins > 64) sched_yield();
     }
   }
+}
+
+void Fabric::GrantPullsLocked(int device_index, uint32_t qpn, uint32_t epoch) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
+  DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  if (e.qpn.load() != qpn || e.slot.load() != slot_) return;
+  e.pulls.store(epoch, std::memory_order_seq_cst);
+}
+
+void Fabric::RevokePullsLocked(int device_index, uint32_t qpn) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
+  DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
+  if (e.qpn.load() != qpn || e.slot.load() != slot_) return;
+  // Dekker with PullSend: a puller announces the QP, then looks at the epoch.
+  if (e.pulls.exchange(0, std::memory_order_seq_cst) == 0) return;
+  WaitUnannounced(PullTag(device_index, qpn), "ibv_modify_qp", "reading a SEND of this QP");
+}
+
+bool Fabric::PullsSends(int device_index, uint32_t dst_qpn) {
+  if (pid_namespace_ == 0) return false;
+  int slot = -1;
+  Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
+  if (!peer) return false;
+  // It reads our memory by our pid, which names us only in its own PID namespace.
+  if (segment_->procs[slot].pid_namespace.load(std::memory_order_relaxed) != pid_namespace_) return false;
+  const DirEntry& e = segment_->devices[device_index].dir[dst_qpn % kDirSize];
+  constexpr uint32_t kRcPulls = (static_cast<uint32_t>(IBV_QPT_RC) + 1) | kAcceptsPulls;
+  return (e.accepts.load(std::memory_order_relaxed) & (kAcceptsTypeMask | kAcceptsPulls)) == kRcPulls;
+}
+
+Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t epoch, uint64_t addr,
+                                    uint64_t length, const iovec* local, size_t local_count) {
+  if (!segment_ || device_index < 0 || device_index >= kMaxDevices || epoch == 0) return PullResult::kWithdrawn;
+  const int slot = OwnerSlot(device_index, src_qpn);
+  // The requester's QP is gone (or is ours: a SEND within a process is never pulled).
+  if (slot < 0 || slot == slot_) return PullResult::kWithdrawn;
+  const ProcSlot& owner = segment_->procs[slot];
+  const int32_t pid = owner.pid.load();
+  if (pid <= 0 || pid_namespace_ == 0 || owner.pid_namespace.load() != pid_namespace_) return PullResult::kFailed;
+  const DirEntry& e = segment_->devices[device_index].dir[src_qpn % kDirSize];
+  std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
+  placing.store(PullTag(device_index, src_qpn), std::memory_order_seq_cst);
+  // While we announce the QP, its owner cannot withdraw the epoch and report
+  // the SEND flushed (RevokePullsLocked waits for us).
+  PullResult result = PullResult::kWithdrawn;
+  if (e.pulls.load(std::memory_order_seq_cst) == epoch && e.qpn.load() == src_qpn && e.slot.load() == slot) {
+    const iovec remote{reinterpret_cast<void*>(addr), length};
+    const ssize_t n = process_vm_readv(pid, local, local_count, &remote, 1, 0);
+    result = n == static_cast<ssize_t>(length) ? PullResult::kPulled : PullResult::kFailed;
+  }
+  placing.store(0, std::memory_order_release);
+  return result;
 }
 
 void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts) {
