@@ -11,7 +11,10 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -45,6 +48,11 @@ constexpr size_t kLength = 65536;
 // A READ long enough that simverbs has the requester read it itself, where it may
 // (sim/src/qp.h, kMinPlacedReadBytes).
 constexpr size_t kLargeRead = size_t{1} << 20;
+// SENDs long enough that simverbs has the responder read them from the requester's buffer, where
+// it may (sim/src/qp.h, kMinPulledSendBytes: 16 KiB): one of exactly that, one of 64 KiB + 5 into a
+// receive of three SGEs, one of 1 MiB with immediate data.
+constexpr size_t kLargeSends[] = {16384, 65536 + 5, size_t{1} << 20};
+constexpr size_t kLargeSendBytes = 16384 + 65536 + 5 + (size_t{1} << 20);
 
 // What the child tells the parent: its QP and the buffer to write into.
 struct Target {
@@ -201,6 +209,7 @@ struct ChildSetup {
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
   uint32_t max_send_wr = 16;   // of both QPs
   uint32_t max_send_sge = 1;   // of both QPs
+  uint32_t max_recv_sge = 1;   // of both QPs
   uint32_t max_inline_data = 0;  // asked for both QPs (the QP may give more)
   uint8_t retry_cnt = 7;       // of a_
   uint8_t rnr_retry = 7;       // of a_
@@ -248,6 +257,7 @@ class CrossProcessWriteTest : public QpTest {
     config.type = setup.type;
     config.caps.max_send_wr = setup.max_send_wr;
     config.caps.max_send_sge = setup.max_send_sge;
+    config.caps.max_recv_sge = setup.max_recv_sge;
     config.caps.max_inline_data = setup.max_inline_data;
     config.send_cqe = static_cast<int>(std::max<uint32_t>(64, setup.max_send_wr));
     Pipe to_parent;
@@ -1543,29 +1553,269 @@ TEST_F(CrossProcessWriteTest, SendsWithAndWithoutImmediateCompleteTheirReceives)
       });
 }
 
-// Rule: as QpErrorTest.RecvFails_BufferTooSmall and SendFails_RemoteRecvTooSmall, across processes:
-//   a SEND longer than the receive WQE's buffers completes that receive with IBV_WC_LOC_LEN_ERR,
-//   and the requester's SEND with IBV_WC_REM_INV_REQ_ERR (NAK Invalid Request).
-// Checks: the parent sends 128 bytes into the child's 64-byte receive: both completions as above.
-TEST_F(CrossProcessWriteTest, SendLongerThanTheReceiveFailsOnBothSides) {
+// Rule: ibv_post_send(3): a SEND's message is its gather list, delivered into the receive WQE's
+//   scatter list, end to end; ibv_poll_cq(3): the receive completes with byte_len the SEND's
+//   length (and IBV_WC_WITH_IMM and the immediate data for a SEND with immediate); IBTA 9.5:
+//   messages complete in order, and a message takes one PSN per path MTU.
+// Checks: the parent sends kLargeSends (16 KiB, 64 KiB + 5 into a receive of three SGEs, 1 MiB
+//   with immediate data), then 16 bytes, in one list: all four complete with success, in order;
+//   the child's four receives complete in order with those lengths and bytes.
+TEST_F(CrossProcessWriteTest, LargeSendsLandInTheChildsReceives) {
+  constexpr uint32_t kImm = 0x0badcafe;
+  Buffer source;
+  ASSERT_TRUE(source.Register(pd(), kLargeSendBytes + 16));
+  ChildSetup setup;
+  setup.length = kLargeSendBytes + 64;
+  setup.post_recv = false;
+  setup.max_recv_sge = 3;
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [](const Child& c) {
-        ibv_wc wc = {};
-        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
-        EXPECT_EQ(wc.wr_id, 7u);
-        EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << DescribeWc(wc);
-        // Stay until the parent has its completion.
-        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        const uintptr_t base = reinterpret_cast<uintptr_t>(c.buf);
+        size_t at = 0;
+        for (size_t k = 0; k < std::size(kLargeSends); ++k) {
+          const uint32_t length = static_cast<uint32_t>(kLargeSends[k]);
+          if (k == 1) {
+            ibv_sge three[3] = {{base + at, 1000, c.mr->lkey},
+                                {base + at + 1000, 30000, c.mr->lkey},
+                                {base + at + 31000, length - 31000, c.mr->lkey}};
+            ASSERT_EQ(PostRecv(c.qp, 7 + k, three, 3), 0);
+          } else {
+            ibv_sge one = {base + at, length, c.mr->lkey};
+            ASSERT_EQ(PostRecv(c.qp, 7 + k, &one, 1), 0);
+          }
+          at += length;
+        }
+        ibv_sge tail = {base + at, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 10, &tail, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 4, &wcs, kChildTimeout / 2)) << "the child did not receive all four";
+        const std::vector<uint8_t> sent = Pattern(5, kLargeSendBytes + 16);
+        at = 0;
+        for (size_t k = 0; k < 4; ++k) {
+          const size_t length = k < 3 ? kLargeSends[k] : 16;
+          SCOPED_TRACE("receive " + std::to_string(7 + k) + " (" + std::to_string(length) + " bytes)");
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].opcode, IBV_WC_RECV);
+          EXPECT_EQ(wcs[k].byte_len, length);
+          EXPECT_EQ(static_cast<bool>(wcs[k].wc_flags & IBV_WC_WITH_IMM), k == 2) << DescribeWc(wcs[k]);
+          if (k == 2) {
+            EXPECT_EQ(wcs[k].imm_data, htonl(kImm));
+          }
+          EXPECT_TRUE(Read(c.buf + at, length) ==
+                      std::vector<uint8_t>(sent.begin() + static_cast<long>(at),
+                                           sent.begin() + static_cast<long>(at + length)))
+              << "the receive holds other bytes than the SEND's";
+          at += length;
+        }
       },
-      [&](const Target&, int to_child, int) {
-        ibv_sge sge = src_.Sge(0, 128);
+      [&](const Target&, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        source.FillPattern(5);
+        std::vector<ibv_sge> sges;
+        size_t at = 0;
+        for (const size_t length : kLargeSends) {
+          sges.push_back(source.Sge(at, static_cast<uint32_t>(length)));
+          at += length;
+        }
+        sges.push_back(source.Sge(at, 16));
+        std::vector<ibv_send_wr> wrs;
+        for (size_t k = 0; k < sges.size(); ++k) wrs.push_back(SendWr(k + 1, &sges[k], 1, IBV_SEND_SIGNALED));
+        wrs[2].opcode = IBV_WR_SEND_WITH_IMM;
+        wrs[2].imm_data = htonl(kImm);
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 4, &wcs, kChildTimeout / 2)) << "the SENDs did not complete";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, k + 1);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+      },
+      setup);
+}
+
+// Rule: ibv_post_send(3): the buffers of a WR may be reused once its completion has been polled;
+//   ibv_modify_qp(3) to IBV_QPS_ERR flushes the outstanding WRs (IBV_WC_WR_FLUSH_ERR). A SEND that
+//   completed flushed is not delivered, least of all with bytes written into its buffer after that.
+// Checks: (simulator only) the parent stops the child (its receives of 1 MiB and 64 bytes posted),
+//   posts a 1 MiB SEND of pattern A, moves its QP to ERR and polls the SEND's completion
+//   (IBV_WC_WR_FLUSH_ERR), writes pattern B into the buffer and lets the child run: no receive
+//   completes within kBlockWindow. Then the parent connects its QP to the child again from RESET
+//   (same PSNs) and sends 16 bytes from another buffer: the child's first receive holds them.
+TEST_F(CrossProcessWriteTest, FlushedLargeSendIsNotReadAfterItsCompletion) {
+  SKIP_IF(!Sim()) << "(a kernel or hardware responder does not stop with its process: the SEND is answered "
+                     "while the child is stopped)";
+  constexpr size_t kSend = size_t{1} << 20;
+  Buffer source;
+  ASSERT_TRUE(source.Register(pd(), kSend));
+  Buffer marker;
+  ASSERT_TRUE(marker.Register(pd(), 16));
+  ChildSetup setup;
+  setup.length = kSend + 64;
+  setup.post_recv = false;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ibv_sge large = {reinterpret_cast<uintptr_t>(c.buf), static_cast<uint32_t>(kSend), c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 7, &large, 1), 0);
+        ibv_sge small = {reinterpret_cast<uintptr_t>(c.buf) + kSend, 64, c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 8, &small, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        // Resumed after the parent's flush, with pattern B in the SEND's buffer.
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        const bool quiet = NoCompletionWithin(c.recv_cq, kBlockWindow);
+        ASSERT_EQ(write(c.to_parent, "q", 1), 1);
         ibv_wc wc = {};
-        ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
-        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
-        EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
-        EXPECT_EQ(write(to_child, "x", 1), 1);
-      });
+        if (quiet) {
+          ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2)) << "nothing was received";
+        } else {
+          ASSERT_EQ(ibv_poll_cq(c.recv_cq, 1, &wc), 1);
+        }
+        EXPECT_TRUE(quiet) << "a receive completed after the SEND was flushed: " << DescribeWc(wc) << ", "
+                           << (Read(c.buf, 16) == Pattern(12, 16) ? "with the bytes written after the flush"
+                                                                  : "with other bytes");
+        EXPECT_EQ(wc.wr_id, 7u);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(wc.byte_len, 16u);
+        EXPECT_EQ(Read(c.buf, 16), Pattern(13, 16));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        source.FillPattern(11);
+        ibv_sge sge = source.Sge(0, kSend);
+        ASSERT_EQ(kill(target.pid, SIGSTOP), 0) << std::strerror(errno);
+        const bool stopped = StoppedWithin(target.pid, kReturnWindow);
+        const int sent = PostOne(a_.get(), SendWr(1, &sge, 1));
+        const bool in_error = ModifyToState(a_.get(), IBV_QPS_ERR);
+        ibv_wc wc = {};
+        const bool completed = PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 4);
+        source.FillPattern(12);
+        EXPECT_EQ(kill(target.pid, SIGCONT), 0);
+        ASSERT_TRUE(stopped) << "the child did not stop";
+        ASSERT_EQ(sent, 0);
+        ASSERT_TRUE(in_error);
+        ASSERT_TRUE(completed) << "the SEND did not complete after ibv_modify_qp to ERR";
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "f", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ASSERT_TRUE(ModifyToState(a_.get(), IBV_QPS_RESET));
+        ASSERT_TRUE(BringUp(a_.get(), port(), target.qpn, LocalAddress(), ConnectParams{}));
+        marker.FillPattern(13);
+        ibv_sge small = marker.Sge(0, 16);
+        ASSERT_EQ(PostOne(a_.get(), SendWr(2, &small, 1)), 0);
+        ibv_wc small_wc = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &small_wc, kChildTimeout / 2));
+        EXPECT_EQ(small_wc.status, IBV_WC_SUCCESS) << DescribeWc(small_wc);
+      },
+      setup);
+}
+
+namespace {
+
+// Gives up CAP_SYS_PTRACE (effective and permitted; a process without it has nothing to give up):
+// the kernel then lets this process read another's memory only as ptrace rules allow.
+bool DropPtraceCapability() {
+  __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return false;
+  data[0].effective &= ~(1u << CAP_SYS_PTRACE);
+  data[0].permitted &= ~(1u << CAP_SYS_PTRACE);
+  return syscall(SYS_capset, &header, data) == 0;
+}
+
+// Something of the parent's memory for the child to try to read (the same address in both after fork).
+const uint64_t kProbe = 0x5eed;
+
+}  // namespace
+
+// Rule: IBTA 9.7.5.1 (RC is reliable): a SEND to a responder with a receive posted is delivered
+//   and completes with success, on a path that loses nothing, with retry_cnt 0 (no retry needed),
+//   whatever the processes may do to each other's memory (ptrace rules do not apply to RDMA).
+// Checks: the parent makes itself not dumpable (prctl PR_SET_DUMPABLE 0) and the child gives up
+//   CAP_SYS_PTRACE, so the kernel refuses the child's process_vm_readv of the parent. The parent,
+//   with retry_cnt 0, then sends 64 KiB: it completes with success, and the child's 64 KiB receive
+//   holds its bytes with byte_len 64 KiB. The child tells whether its own process_vm_readv of the
+//   parent was refused; if it was not, the test is skipped (nothing refused).
+TEST_F(CrossProcessWriteTest, LargeSendArrivesWhenTheResponderMayNotReadTheRequester) {
+  ChildSetup setup;
+  setup.post_recv = false;
+  setup.retry_cnt = 0;
+  char refused = 0;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(DropPtraceCapability()) << std::strerror(errno);
+        ibv_sge all = {reinterpret_cast<uintptr_t>(c.buf), static_cast<uint32_t>(kLength), c.mr->lkey};
+        ASSERT_EQ(PostRecv(c.qp, 7, &all, 1), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);  // the parent is not dumpable now
+        uint64_t probe = 0;
+        iovec local = {&probe, sizeof probe};
+        iovec remote = {const_cast<uint64_t*>(&kProbe), sizeof kProbe};
+        const bool read_refused = process_vm_readv(getppid(), &local, 1, &remote, 1, 0) < 0;
+        ASSERT_EQ(write(c.to_parent, read_refused ? "y" : "n", 1), 1);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2)) << "the SEND did not arrive";
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(wc.byte_len, kLength);
+        EXPECT_TRUE(Read(c.buf, kLength) == Pattern(14, kLength)) << "the receive holds other bytes than the SEND's";
+      },
+      [&](const Target&, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ASSERT_EQ(prctl(PR_SET_DUMPABLE, 0), 0) << std::strerror(errno);
+        EXPECT_EQ(write(to_child, "d", 1), 1);
+        const bool told = WaitReadable(from_child, kChildTimeout / 2) && read(from_child, &refused, 1) == 1;
+        src_.FillPattern(14);
+        ibv_sge sge = src_.Sge(0, kLength);
+        ibv_wc wc = {};
+        const int posted = PostOne(a_.get(), SendWr(1, &sge, 1));
+        const bool completed = posted == 0 && PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2);
+        EXPECT_EQ(prctl(PR_SET_DUMPABLE, 1), 0) << std::strerror(errno);
+        ASSERT_TRUE(told) << "the child did not say whether it may read the parent";
+        ASSERT_EQ(posted, 0);
+        ASSERT_TRUE(completed) << "the SEND did not complete";
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+      },
+      setup);
+  if (!HasFailure() && refused != 'y') GTEST_SKIP() << "skipped: the child could read the parent's memory here";
+}
+
+// Rule: as QpErrorTest.RecvFails_BufferTooSmall and SendFails_RemoteRecvTooSmall, across processes:
+//   a SEND longer than the receive WQE's buffers completes that receive with IBV_WC_LOC_LEN_ERR,
+//   and the requester's SEND with IBV_WC_REM_INV_REQ_ERR (NAK Invalid Request).
+// Checks: the parent sends 128 bytes into the child's 64-byte receive, then (another child) 64 KiB
+//   (on the simulator, a SEND its responder reads from the requester's buffer): both completions
+//   as above, each time.
+TEST_F(CrossProcessWriteTest, SendLongerThanTheReceiveFailsOnBothSides) {
+  for (const uint32_t length : {uint32_t{128}, static_cast<uint32_t>(kLength)}) {
+    SCOPED_TRACE("a SEND of " + std::to_string(length) + " bytes");
+    RunWithChild(
+        kFullMrAccess, kRcRemoteAccess,
+        [](const Child& c) {
+          ibv_wc wc = {};
+          ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2));
+          EXPECT_EQ(wc.wr_id, 7u);
+          EXPECT_EQ(wc.status, IBV_WC_LOC_LEN_ERR) << DescribeWc(wc);
+          // Stay until the parent has its completion.
+          EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        },
+        [&](const Target&, int to_child, int) {
+          ibv_sge sge = src_.Sge(0, length);
+          ibv_wc wc = {};
+          ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+          EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2));
+          EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+          EXPECT_EQ(write(to_child, "x", 1), 1);
+        });
+    a_.reset();  // the next child connects to a new QP
+    if (HasFailure()) return;
+  }
 }
 
 // Rule: as QpCommEstTest.RaisedByFirstPacketInRtr, with the requester in another process:
