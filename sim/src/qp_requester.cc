@@ -617,7 +617,7 @@ bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn
   if (type() != IBV_QPT_RC || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn) || !Fabric::Get().PushesNow(dst->index(), dst_qpn)) return false;
-  PlaceIovLocked(wqe, IBV_ACCESS_LOCAL_WRITE);
+  if (!PlaceIovLocked(wqe, IBV_ACCESS_LOCAL_WRITE)) return false;
   if (!Fabric::Get().PlaceRead(dst->index(), dst_qpn, wqe.rkey, wqe.remote_addr, wqe.length, place_iov_.data(),
                                place_iov_.size())) {
     return false;
@@ -629,17 +629,23 @@ bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn
   return true;
 }
 
-void Qp::PlaceIovLocked(const SendWqe& wqe, unsigned access) {
+bool Qp::PlaceIovLocked(const SendWqe& wqe, unsigned access) {
   place_iov_.clear();
+  try {
+    place_iov_.reserve(wqe.is_inline ? 1 : wqe.sges.size());
+  } catch (const std::bad_alloc&) {
+    return false;  // no room for the list: the copying path
+  }
   if (wqe.is_inline) {
     place_iov_.push_back(iovec{const_cast<uint8_t*>(wqe.inline_data.data()), wqe.inline_data.size()});
-    return;
+    return true;
   }
   for (const ibv_sge& sge : wqe.sges) {
     if (sge.length == 0) continue;
     const Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, access);
     place_iov_.push_back(iovec{mr->Translate(sge.addr, sge.length), sge.length});
   }
+  return true;
 }
 
 Packet Qp::PlacedPacketLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t psn_count) {
@@ -661,7 +667,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
-  PlaceIovLocked(wqe, 0);
+  if (!PlaceIovLocked(wqe, 0)) return false;
   if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length,
                                 place_iov_.data(), place_iov_.size(), wqe.length <= mtu)) {
     return false;

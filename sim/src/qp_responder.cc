@@ -375,6 +375,12 @@ bool Qp::PullSendLocked(const Packet& pkt) {
     return false;
   }
   place_iov_.clear();
+  try {
+    place_iov_.reserve(recv_wqe_.sges.size());
+  } catch (const std::bad_alloc&) {
+    PutBackRecvLocked();  // no memory for the list: as a packet lost, sent again
+    return false;
+  }
   uint64_t left = pkt.dma_length;
   for (const ibv_sge& sge : recv_wqe_.sges) {
     if (left == 0) break;
