@@ -7,8 +7,9 @@
 //                    bandwidth in MB/s of messages of <bytes> handed from one
 //                    process to another through a ring in shared memory, a
 //                    memcpy in on one side and a memcpy out on the other:
-//                    what a SEND or a READ's answer between two processes
-//                    does at least (each byte copied twice, and its cache
+//                    what a SEND under 16 KiB or a READ's answer under 256
+//                    KiB between two processes does at least (each byte
+//                    copied twice, and its cache
 //                    lines moved once between the two CPUs), copied as the
 //                    simulator copies packets (transport/copy_bytes.h)
 //   process-vm-writev <bytes>

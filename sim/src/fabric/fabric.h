@@ -30,7 +30,8 @@
 // registered memory (the packet borrows those bytes until then:
 // transport/payload.h), and the owner delivers it from the slot (borrowing
 // the slot's bytes while it holds the slot): a SEND's bytes are copied twice
-// in all, into the slot and out of it into the receive buffer. A slot's
+// in all, into the slot and out of it into the receive buffer (a SEND of 16
+// KiB or more once: one-copy SEND, below). A slot's
 // cache lines are laid out so that a packet moves as few of them between
 // CPUs as it can: an ACK one, a small SEND two (fabric/wire_packet.h). The
 // packets an owner drains at once are acknowledged once per QP
