@@ -398,10 +398,15 @@ void Qp::SetStateLocked(ibv_qp_state next) {
   if (sends && pull_epoch_ == 0) {
     pull_epoch_ = NextPullEpoch();
     Fabric::Get().GrantPullsLocked(device()->index(), qp_num(), pull_epoch_);
-  } else if (!sends && pull_epoch_ != 0) {
-    pull_epoch_ = 0;
-    Fabric::Get().RevokePullsLocked(device()->index(), qp_num());
+  } else if (!sends) {
+    WithdrawPullsLocked();
   }
+}
+
+void Qp::WithdrawPullsLocked() {
+  if (pull_epoch_ == 0) return;
+  pull_epoch_ = 0;
+  Fabric::Get().RevokePullsLocked(device()->index(), qp_num());
 }
 
 void Qp::PublishAcceptsLocked() {

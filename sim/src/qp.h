@@ -64,6 +64,9 @@ class Qp {
   // that copies the bytes from our buffer into the receive, instead of two
   // copies through the ring per path-MTU packet.
   static constexpr uint64_t kMinPulledSendBytes = 16 * 1024;
+  // The most one process_vm_readv reads (Linux's MAX_RW_COUNT): a longer
+  // SEND goes through the ring.
+  static constexpr uint64_t kMaxPulledSendBytes = 0x7ffff000;
 
   static Result<Qp*> Create(Pd* pd, const ibv_qp_init_attr_ex& attr);
   int Destroy();
@@ -174,6 +177,9 @@ class Qp {
   void SetStateLocked(ibv_qp_state next);
   // Publishes what peers check of this QP in its state (Fabric::PublishQpLocked).
   void PublishAcceptsLocked();
+  // Our responder may pull no more of our SENDs (Fabric::RevokePullsLocked):
+  // before the program may see any of them fail or flush. Requires: engine lock.
+  void WithdrawPullsLocked();
 
   // qp_requester.cc
   int CheckSendWr(const ibv_send_wr& wr) const;

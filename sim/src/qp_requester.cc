@@ -694,7 +694,8 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
 // a SEND that went out in packets before: its responder may hold part of it.
 bool Qp::SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu) {
   if ((wqe.opcode != IBV_WR_SEND && wqe.opcode != IBV_WR_SEND_WITH_IMM) || type() != IBV_QPT_RC || wqe.is_inline ||
-      !whole || pull_epoch_ == 0 || wqe.sent_in_packets || !PeerPullsSendsLocked()) {
+      !whole || wqe.length > kMaxPulledSendBytes || pull_epoch_ == 0 || wqe.sent_in_packets ||
+      !PeerPullsSendsLocked()) {
     return false;
   }
   const AddressVector av = DestinationOf(wqe);
@@ -1041,6 +1042,9 @@ void Qp::FailSendHeldLocked(SendWqe& wqe, ibv_wc_status status) {
   wc.wr_id = wqe.wr_id;
   wc.status = status;
   wc.qp_num = qp_num();
+  // The program may reuse the buffers of every SEND once it polls this
+  // error (the QP goes to ERR next): none may be pulled from then on.
+  WithdrawPullsLocked();
   if (!PushCompletion(send_cq_, wc, false)) return;
   Engine::Get().CancelTimer(this);
   if (status == IBV_WC_WR_FLUSH_ERR) return;

@@ -199,7 +199,11 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_SEND_WITH_INV: {
       if (pkt.placed) {
-        if (!rc || pkt.op == IBV_WR_SEND_WITH_INV || !PullSendLocked(pkt)) return;
+        if (!rc || pkt.op == IBV_WR_SEND_WITH_INV) {
+          PutBackRecvLocked();  // no requester pulls such a SEND: dropped
+          return;
+        }
+        if (!PullSendLocked(pkt)) return;
         recv_offset_ = pkt.dma_length;
         break;
       }
@@ -369,6 +373,13 @@ void Qp::ReceiveRequest(const Packet& pkt) {
 }
 
 bool Qp::PullSendLocked(const Packet& pkt) {
+  // Only from the QP we are connected to: a packet that names another (a
+  // stale one from before ibv_modify_qp, or a forged one) is dropped.
+  const int src_device = pkt.src_device ? pkt.src_device->index() : -1;
+  if (pkt.src_qpn != attr_.dest_qp_num || src_device < 0 || src_device != RemoteDeviceIndex()) {
+    PutBackRecvLocked();
+    return false;
+  }
   // The receive's SGEs that the message fills, checked as Scatter checks them.
   if (pkt.dma_length > recv_wqe_.length) {
     ResponderFatal(pkt, IBV_WC_LOC_LEN_ERR, Packet::Nak::kInvalidRequest, -1);
@@ -394,7 +405,6 @@ bool Qp::PullSendLocked(const Packet& pkt) {
     place_iov_.push_back(iovec{mr->Translate(sge.addr, n), n});
     left -= n;
   }
-  const int src_device = pkt.src_device ? pkt.src_device->index() : -1;
   switch (Fabric::Get().PullSend(src_device, pkt.src_qpn, pkt.rkey, pkt.remote_addr, pkt.dma_length,
                                  place_iov_.data(), place_iov_.size())) {
     case Fabric::PullResult::kPulled:
@@ -404,6 +414,11 @@ bool Qp::PullSendLocked(const Packet& pkt) {
       PutBackRecvLocked();
       return false;
     case Fabric::PullResult::kFailed:
+      // Its buffer could not be read (unmapped, or the process is gone): as
+      // a packet lost; the requester's retries end it.
+      PutBackRecvLocked();
+      return false;
+    case Fabric::PullResult::kRefused:
       break;
   }
   // The kernel did not let us read the requester's memory: we take no more

@@ -639,7 +639,7 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   if (slot < 0 || slot == slot_) return PullResult::kWithdrawn;
   const ProcSlot& owner = segment_->procs[slot];
   const int32_t pid = owner.pid.load();
-  if (pid <= 0 || pid_namespace_ == 0 || owner.pid_namespace.load() != pid_namespace_) return PullResult::kFailed;
+  if (pid <= 0 || pid_namespace_ == 0 || owner.pid_namespace.load() != pid_namespace_) return PullResult::kRefused;
   const DirEntry& e = segment_->devices[device_index].dir[src_qpn % kDirSize];
   std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
   placing.store(PullTag(device_index, src_qpn), std::memory_order_seq_cst);
@@ -649,7 +649,11 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   if (e.pulls.load(std::memory_order_seq_cst) == epoch && e.qpn.load() == src_qpn && e.slot.load() == slot) {
     const iovec remote{reinterpret_cast<void*>(addr), length};
     const ssize_t n = process_vm_readv(pid, local, local_count, &remote, 1, 0);
-    result = n == static_cast<ssize_t>(length) ? PullResult::kPulled : PullResult::kFailed;
+    if (n == static_cast<ssize_t>(length)) {
+      result = PullResult::kPulled;
+    } else {
+      result = n < 0 && (errno == EPERM || errno == ENOSYS) ? PullResult::kRefused : PullResult::kFailed;
+    }
   }
   placing.store(0, std::memory_order_release);
   return result;

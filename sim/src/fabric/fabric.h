@@ -126,10 +126,15 @@
 // and reads only while the epoch is still there. Entering ERR or RESET, or
 // ibv_destroy_qp, withdraws the epoch and waits for a pull under way
 // (RevokePullsLocked, ReleaseQpn) before the flush completions are made; a
-// packet of an older epoch is dropped as lost. A responder the kernel does
-// not let read the requester (ptrace rules, as for a WRITE) stops taking
-// pulls and NAKs the SEND's PSN; the requester, seeing that, sends it again
-// through the rings without counting a retry. A SEND that went out in
+// packet of an older epoch is dropped as lost; so is one from another QP
+// than the one the responder is connected to, and one whose read fails
+// otherwise (the requester's retries end it). A SEND that fails at the
+// requester withdraws the epoch before its error completion is made. A
+// responder the kernel does not let read the requester (ptrace rules, as for
+// a WRITE) stops taking pulls and NAKs the SEND's PSN; the requester, seeing
+// that, sends it again through the rings without counting a retry. A SEND
+// longer than one process_vm_readv reads (Qp::kMaxPulledSendBytes) takes the
+// rings. A SEND that went out in
 // packets once is never pulled afterwards (its responder may hold part of
 // it). It replaces two copies per path-MTU packet with one (ib_send_bw 64 KiB:
 // 4.7-5.0 GB/s through the rings, 10.2-11.7 GB/s pulled, here), at the cost
@@ -308,10 +313,12 @@ class Fabric {
   // The responder's pull: copies the `length` bytes at `addr` in the memory
   // of the process that owns the QP (device, src_qpn) to `local` (our
   // memory), if that QP still grants `epoch`. kWithdrawn: it does not (the
-  // SEND was flushed, or the QP is gone): nothing was read. kFailed: the
-  // kernel did not let us read all of it; the SEND must go through the rings.
+  // SEND was flushed, or the QP is gone): nothing was read. kRefused: the
+  // kernel does not let us read that process (ptrace rules); the SEND must go
+  // through the rings. kFailed: the read failed or fell short otherwise (the
+  // requester unmapped the buffer, or is gone): as a packet lost.
   // Requires: engine lock.
-  enum class PullResult { kPulled, kWithdrawn, kFailed };
+  enum class PullResult { kPulled, kWithdrawn, kRefused, kFailed };
   PullResult PullSend(int device_index, uint32_t src_qpn, uint32_t epoch, uint64_t addr, uint64_t length,
                       const iovec* local, size_t local_count);
 
