@@ -259,8 +259,9 @@ class Qp {
   // bytes are in our memory (the inline copy, or each SGE, which
   // ExecuteLocked checked for `access` under the same lock), into place_iov_;
   // and the placed packet that stands for the whole message, taking its
-  // `psn_count` PSNs. PlaceIovLocked is false when there was no memory for
-  // the list (nothing placed: the copying path).
+  // `psn_count` PSNs (SendPulledLocked's too; the caller marks the WQE placed
+  // or pulled). PlaceIovLocked is false when there was no memory for the list
+  // (nothing placed: the copying path).
   bool PlaceIovLocked(const SendWqe& wqe, unsigned access);
   Packet PlacedPacketLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t psn_count);
   // Whether sq_[index] may be placed now: only when no earlier message can

@@ -624,6 +624,7 @@ bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn
   }
   Packet p = PlacedPacketLocked(wqe, av, dst_qpn, RequestPsns(wqe, mtu));
   p.answered = true;
+  wqe.placed = true;
   wqe.acked = true;
   TransmitToPeerLocked(std::move(p));
   return true;
@@ -659,7 +660,6 @@ Packet Qp::PlacedPacketLocked(SendWqe& wqe, const AddressVector& av, uint32_t ds
   p.remote_addr = wqe.remote_addr;
   p.rkey = wqe.rkey;
   p.dma_length = wqe.length;
-  wqe.placed = true;
   return p;
 }
 
@@ -673,6 +673,7 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
     return false;
   }
   Packet p = PlacedPacketLocked(wqe, av, dst_qpn, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu));
+  wqe.placed = true;
   p.solicited = wqe.solicited;
   p.imm_data = wqe.imm_data;
   // A WRITE without immediate that the peer can take now (no backlog to wait
@@ -699,9 +700,8 @@ bool Qp::SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu) {
     return false;
   }
   const AddressVector av = DestinationOf(wqe);
+  // Not placed (MayPlaceLocked): its bytes are still ours to read.
   Packet p = PlacedPacketLocked(wqe, av, attr_.dest_qp_num, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu));
-  // Not placed: its bytes are still ours to read (MayPlaceLocked).
-  wqe.placed = false;
   wqe.pulled = true;
   // Where to read it, and under which epoch (a SEND has no RETH of its own).
   p.remote_addr = reinterpret_cast<uintptr_t>(whole);
@@ -855,23 +855,19 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           FailSendLocked(wqe, IBV_WC_RNR_RETRY_EXC_ERR);
           return;
         case Packet::Nak::kSequence:
-          // A pulled SEND whose responder could not read it (the kernel
-          // refused: fabric/fabric.h) is sent again through the rings, not
-          // counted as a retry: the responder stopped taking pulls before it NAKed.
-          if (wqe.pulled && !PeerPullsSendsLocked()) {
-            RewindLocked(i);
-            Engine::Get().CancelTimer(this);
-            ProgressLocked();
-            return;
-          }
           // IBTA ch. 9: the requester resends from the NAKed PSN, counting a
           // retry (as rxe's completer does): PSNs the responder never expects
-          // end in RETRY_EXC_ERR instead of being resent forever.
-          if (retries_left_ <= 0) {
-            FailSendLocked(wqe, IBV_WC_RETRY_EXC_ERR);
-            return;
+          // end in RETRY_EXC_ERR instead of being resent forever. Not a pulled
+          // SEND whose responder could not read it (the kernel refused:
+          // fabric/fabric.h), which it stopped taking pulls for before it
+          // NAKed: that one is sent again through the rings.
+          if (!wqe.pulled || PeerPullsSendsLocked()) {
+            if (retries_left_ <= 0) {
+              FailSendLocked(wqe, IBV_WC_RETRY_EXC_ERR);
+              return;
+            }
+            --retries_left_;
           }
-          --retries_left_;
           RewindLocked(i);
           Engine::Get().CancelTimer(this);  // the resend starts the timer afresh
           ProgressLocked();

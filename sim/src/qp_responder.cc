@@ -149,7 +149,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     uc_message_ = false;
     if (pkt.first) {
       PutBackRecvLocked();  // the rest of the previous message was lost
-      epsn_ = pkt.psn;        // UC resynchronises on every first packet
+      epsn_ = pkt.psn;      // UC resynchronises on every first packet
     } else if (pkt.psn != epsn_ || !continues || (ConsumesRecv(pkt.op) && !recv_in_progress_)) {
       PutBackRecvLocked();  // a lost or refused packet: UC drops the rest of the message
       return;
@@ -405,26 +405,17 @@ bool Qp::PullSendLocked(const Packet& pkt) {
     place_iov_.push_back(iovec{mr->Translate(sge.addr, n), n});
     left -= n;
   }
-  switch (Fabric::Get().PullSend(src_device, pkt.src_qpn, pkt.rkey, pkt.remote_addr, pkt.dma_length,
-                                 place_iov_.data(), place_iov_.size())) {
-    case Fabric::PullResult::kPulled:
-      return true;
-    case Fabric::PullResult::kWithdrawn:
-      // The requester flushed it (or is gone): as a packet lost on the wire.
-      PutBackRecvLocked();
-      return false;
-    case Fabric::PullResult::kFailed:
-      // Its buffer could not be read (unmapped, or the process is gone): as
-      // a packet lost; the requester's retries end it.
-      PutBackRecvLocked();
-      return false;
-    case Fabric::PullResult::kRefused:
-      break;
-  }
+  const Fabric::PullResult result = Fabric::Get().PullSend(src_device, pkt.src_qpn, pkt.rkey, pkt.remote_addr,
+                                                           pkt.dma_length, place_iov_.data(), place_iov_.size());
+  if (result == Fabric::PullResult::kPulled) return true;
+  // Not read: the receive goes back. Withdrawn (the requester flushed it, or
+  // is gone), or failed otherwise (its buffer unmapped): as a packet lost on
+  // the wire, which the requester's retries end.
+  PutBackRecvLocked();
+  if (result != Fabric::PullResult::kRefused) return false;
   // The kernel did not let us read the requester's memory: we take no more
   // pulls, and the NAK has the SEND sent again through the rings (the
   // requester sees that we stopped taking them: Qp::ReceiveResponse).
-  PutBackRecvLocked();
   pulls_refused_ = true;
   PublishAcceptsLocked();
   sent_sequence_nak_ = true;
