@@ -91,6 +91,7 @@ bool Qp::TakeRecvWqe(RecvWqe* out) {
 }
 
 // rxe's responder keeps the WQE of a dropped UC message for the next one.
+// Onto rq_ this takes no memory: PostRecv keeps a slot spare for it.
 void Qp::PutBackRecvLocked() {
   if (!recv_in_progress_) return;
   recv_in_progress_ = false;
@@ -656,6 +657,9 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
         continue;
       }
+      // One slot more than the entries: the receive the responder holds can
+      // go back to the front (PutBackRecvLocked) without memory.
+      rq_.reserve(rq_.size() + 2);
       // Filled in place: the slot keeps the SGE buffer of its last entry.
       rq_.push_back_filled([&](RecvWqe& slot) {
         slot.wr_id = wr->wr_id;

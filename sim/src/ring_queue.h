@@ -17,6 +17,7 @@ class RingQueue {
  public:
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
+  size_t capacity() const { return slots_.size(); }
   T& operator[](size_t i) { return slots_[(head_ + i) & mask_]; }
   const T& operator[](size_t i) const { return slots_[(head_ + i) & mask_]; }
   T& front() { return (*this)[0]; }
@@ -41,6 +42,11 @@ class RingQueue {
       pop_back();
       throw;
     }
+  }
+  // Grows now, if need be, to hold `n` entries: pushes up to that size then
+  // need no memory. May throw std::bad_alloc (then the queue is unchanged).
+  void reserve(size_t n) {
+    while (slots_.size() < n) Grow();
   }
   // A slot at the front, as push_back_slot gives one at the back (an entry put back).
   T& push_front_slot() {

@@ -67,6 +67,32 @@ TEST(RingQueueTest, PutBackEntryLeavesFirst) {
   EXPECT_EQ(Ids(q), (std::vector<int>{10, 2, 3}));
 }
 
+// Rule: (simulator) putting a receive back takes no memory: ibv_post_recv(3) keeps a slot spare
+//   (reserve), and an allocation that fails there fails the post with ENOMEM, not a later put-back.
+// Checks: reserve on a queue that has wrapped keeps its entries in order and gives at least the
+//   capacity asked for; pushes at either end up to that size leave the capacity as it was.
+TEST(RingQueueTest, ReservedRoomTakesPushesWithoutGrowing) {
+  RingQueue<Entry> q;
+  for (int id = 0; id < 12; ++id) Push(&q, id);
+  for (int k = 0; k < 10; ++k) q.pop_front();
+  for (int id = 12; id < 26; ++id) Push(&q, id);  // 16 entries, the head at slot 10
+  ASSERT_EQ(q.capacity(), 16u);
+  q.reserve(q.size() + 2);
+  const size_t reserved = q.capacity();
+  EXPECT_GE(reserved, 18u);
+  std::vector<int> want;
+  for (int id = 10; id < 26; ++id) want.push_back(id);
+  EXPECT_EQ(Ids(q), want);
+  Push(&q, 26);
+  q.push_front_slot().id = 9;
+  EXPECT_EQ(q.capacity(), reserved);
+  want.insert(want.begin(), 9);
+  want.push_back(26);
+  EXPECT_EQ(Ids(q), want);
+  q.reserve(4);  // less than it has: nothing changes
+  EXPECT_EQ(q.capacity(), reserved);
+}
+
 // Rule: (simulator) posting allocates nothing in steady state: a slot is reused with its buffer.
 // Checks: after an entry with a 4-element buffer leaves and the array comes round, the slot handed
 //   out for a new entry at the same place still has that buffer's capacity; a slot whose filling
