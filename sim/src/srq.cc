@@ -1,5 +1,6 @@
 #include "srq.h"
 
+#include <algorithm>
 #include <atomic>
 #include <new>
 #include <unordered_map>
@@ -187,7 +188,13 @@ int Srq::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
       return err;
     }
     try {
-      wqes_.push_back(Wqe{wr->wr_id, std::vector<ibv_sge>(wr->sg_list, wr->sg_list + wr->num_sge)});
+      // Room for every receive the QPs hold (at most one each) to come back
+      // (PutBackLocked) without memory.
+      wqes_.reserve(wqes_.size() + 1 + static_cast<size_t>(std::max(users_.load(), 0)));
+      wqes_.push_back_filled([&](Wqe& slot) {
+        slot.wr_id = wr->wr_id;
+        slot.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+      });
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue.
       if (bad_wr) *bad_wr = wr;
@@ -215,7 +222,9 @@ bool Srq::TakeLocked(Wqe* out) {
   size_t index = 0;
   if (ctx_->device()->behaviour().srq_any_order) index = Scheduler::Get().Choose(wqes_.size());
   *out = std::move(wqes_[index]);
-  wqes_.erase(wqes_.begin() + static_cast<std::ptrdiff_t>(index));
+  // Those in front of it move up one, in order (moves: no memory).
+  for (size_t i = index; i > 0; --i) wqes_[i] = std::move(wqes_[i - 1]);
+  wqes_.pop_front();
   // ibv_modify_srq(3): the event fires once the number of WQEs drops below
   // srq_limit; the SRQ is then disarmed (query reports 0).
   if (limit_ != 0 && wqes_.size() < limit_) {
@@ -227,7 +236,7 @@ bool Srq::TakeLocked(Wqe* out) {
 
 void Srq::PutBackLocked(Wqe wqe) {
   std::lock_guard<std::mutex> lock(mu_);
-  wqes_.push_front(std::move(wqe));
+  wqes_.push_front_slot() = std::move(wqe);  // (room kept by PostRecv: no memory)
 }
 
 void Srq::RaiseAsync(ibv_event_type type) {

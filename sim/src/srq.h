@@ -11,13 +11,13 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
-#include <deque>
 #include <mutex>
 #include <vector>
 
 #include "affiliated_events.h"
 #include "handle.h"
 #include "result.h"
+#include "ring_queue.h"
 
 namespace simverbs {
 
@@ -73,7 +73,8 @@ class Srq {
   // fewer than srq_limit WQEs remain, then disarms. Requires: engine lock.
   bool TakeLocked(Wqe* out);
   // A WQE taken for a message that was then dropped (UC) goes back to the
-  // head, unconsumed. Requires: engine lock.
+  // head, unconsumed, without memory: PostRecv keeps room for one per QP
+  // that uses the SRQ. Requires: engine lock.
   void PutBackLocked(Wqe wqe);
 
  private:
@@ -95,7 +96,7 @@ class Srq {
   uint32_t max_wr_;
   uint32_t max_sge_;
   uint32_t limit_ = 0;  // 0 = not armed
-  std::deque<Wqe> wqes_;
+  RingQueue<Wqe> wqes_;
   bool destroying_ = false;
 };
 
