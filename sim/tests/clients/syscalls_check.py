@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Busy-polling perftest pairs make no system call per message on the simulator.
+"""Busy-polling perftest pairs make no system call per message on the simulator, but the copy of a
+one-copy SEND.
 
 usage: syscalls_check.py SIMVERBS_CLI FABRIC BASE_PORT
 
-Each perftest (64-byte messages; polling mode) runs as server and client, each under its own
+Each perftest (64-byte messages unless said; polling mode) runs as server and client, each under its own
 `strace -f -c` (every thread: the application's, the progress thread, the timer thread), once with
 SHORT iterations (start-up and teardown, next to nothing else) and once with N. The difference
 between the two runs divided by N - SHORT is that process's system calls per message. (Not runs of
@@ -20,6 +21,11 @@ Two kinds are taken off:
     messages are in flight (up to TIMED_LOOKS_PER_MS per millisecond the longer run took in addition).
 Each side must stay under 0.05 per message; a system call on every message (or on every tenth)
 would show as 1 (0.1).
+
+ib_send_bw with 64 KiB SENDs is the one-copy SEND (sim/src/fabric/fabric.h): its server reads each
+SEND from the client's buffer with one process_vm_readv, and its client makes none. That call is
+counted on its own and must come once per message (0.95 to 1.05): a SEND that went through the
+rings instead (no read) or was read twice shows. The other calls stay under the bound.
 """
 import os
 import sys
@@ -32,19 +38,24 @@ cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 BOUND = 0.05
 TIMED_LOOKS_PER_MS = 1.5  # the progress thread's 1 ms and the timer thread's 2 ms
 PLACEMENT = "process_vm_writev"
+PULL = "process_vm_readv"
+PULLS_PER_MESSAGE = (0.95, 1.05)
 SHORT = 100
-# (program, N): N large enough that a cost on one message in ten would show in the thousands.
-# mmap: each side's buffer is a file in /dev/shm it maps shared.
-CASES = [("ib_send_lat", 20000, False), ("ib_write_lat", 10000, False), ("ib_read_lat", 20000, False),
-         ("ib_send_bw", 100000, False), ("ib_write_bw", 50000, False), ("ib_read_bw", 50000, False),
-         ("ib_write_lat", 10000, True), ("ib_write_bw", 50000, True)]
+# (program, message size, N, mmap, side whose PULL is the copy): N large enough that a cost on one
+# message in ten would show in the thousands. mmap: each side's buffer is a file in /dev/shm it maps
+# shared.
+CASES = [("ib_send_lat", 64, 20000, False, None), ("ib_write_lat", 64, 10000, False, None),
+         ("ib_read_lat", 64, 20000, False, None), ("ib_send_bw", 64, 100000, False, None),
+         ("ib_write_bw", 64, 50000, False, None), ("ib_read_bw", 64, 50000, False, None),
+         ("ib_write_lat", 64, 10000, True, None), ("ib_write_bw", 64, 50000, True, None),
+         ("ib_send_bw", 65536, 20000, False, "server")]
 MMAP_FILE_BYTES = 64 << 20  # sparse; more than a 64-byte run's buffers
 env = dict(os.environ, SIMVERBS_FABRIC=fabric)
 tally = Tally()
 port = [base_port]
 
 
-def run_pair(prog, n, mmap, tmp, shm):
+def run_pair(prog, size, n, mmap, tmp, shm):
     """Runs one pair, each side under its own strace (and with a buffer file of its own in `shm` when
     `mmap`); returns {side: {syscall: calls}, "ms": the client's run time}, or an error string."""
     port[0] += 1
@@ -59,7 +70,7 @@ def run_pair(prog, n, mmap, tmp, shm):
         traced = "all" if mmap else f"!{PLACEMENT}"
         return ["strace", "-f", "-c", "--seccomp-bpf", "-e", f"trace={traced}", "-o", paths[side]]
 
-    result = perftest_pair.run_pair(cli, env, [prog, "-s", "64", "-n", str(n)], port[0], wrap=strace,
+    result = perftest_pair.run_pair(cli, env, [prog, "-s", str(size), "-n", str(n)], port[0], wrap=strace,
                                     args=lambda side: [f"--mmap={buffers[side]}"] if mmap else [])
     if isinstance(result, str):
         return result
@@ -67,16 +78,22 @@ def run_pair(prog, n, mmap, tmp, shm):
 
 
 with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
-    for prog, n, mmap in CASES:
-        name = prog + (" --mmap" if mmap else "")
-        once = run_pair(prog, SHORT, mmap, tmp, shm)
-        twice = run_pair(prog, n, mmap, tmp, shm) if isinstance(once, dict) else once
+    for prog, size, n, mmap, puller in CASES:
+        name = prog + (f" {size} B" if size != 64 else "") + (" --mmap" if mmap else "")
+        once = run_pair(prog, size, SHORT, mmap, tmp, shm)
+        twice = run_pair(prog, size, n, mmap, tmp, shm) if isinstance(once, dict) else once
         if not tally.expect(f"{name} ran", isinstance(twice, dict), twice if isinstance(twice, str) else ""):
             continue
         timed_looks = TIMED_LOOKS_PER_MS * max(0.0, twice["ms"] - once["ms"])
         for side in ("server", "client"):
             more = {call: twice[side].get(call, 0) - once[side].get(call, 0)
                     for call in set(twice[side]) | set(once[side]) if mmap or call != PLACEMENT}
+            if puller:
+                pulls = more.pop(PULL, 0) / (n - SHORT)
+                low, high = PULLS_PER_MESSAGE if side == puller else (0, BOUND)
+                print(f"{name:20} {side:6}: {pulls:.3f} {PULL} per message")
+                tally.expect(f"{name} {side} {PULL}", low <= pulls < high,
+                             f"{pulls:.3f} {PULL} per message; expected {low} to {high}")
             per_message = (sum(more.values()) - timed_looks) / (n - SHORT)
             top = ", ".join(f"{call} {count:+d}" for call, count in
                             sorted(more.items(), key=lambda item: -abs(item[1]))[:4])
