@@ -110,6 +110,17 @@
 // the rings, 9.6 GB/s placed, here) with one; a shorter READ keeps the rings,
 // which cost no system call.
 //
+// Why one kernel copy, by one thread. A message placed in private memory
+// goes no faster than one process_vm_writev (or _readv), about a quarter of
+// memcpy here. Two threads copying at once gain only into pages of
+// different page tables: the kernel pins each page of the other process
+// under the lock of its page table, which covers 2 MiB. Two threads writing
+// 64 KiB pieces into the same 64 KiB of another process (ib_write_bw's
+// pattern) made 6.1-6.9 GB/s together against 9.3-9.8 for one; halves of one
+// 1 MiB READ copied by a helper thread and the poster spent a third of their
+// time spinning on that lock, and gained 0-17% (WRITEs lost). Memory the
+// program maps shared from a file has no such limit (a plain memcpy).
+//
 // One-copy SEND. An RC SEND of Qp::kMinPulledSendBytes or more, in one piece
 // of the requester's memory, to a QP of another process whose directory
 // entry says it pulls SENDs (kAcceptsPulls: RC, RTR or later), goes as one
