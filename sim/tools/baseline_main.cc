@@ -20,6 +20,13 @@
 //                    bandwidth of process_vm_readv(2) from another process's
 //                    private memory in MB/s: what a READ the requester reads
 //                    itself (256 KiB or more) costs at least
+//   process-vm-writev-pair <bytes>
+//                    bandwidth in MB/s of two threads at once, each writing
+//                    the same <bytes> of another process's private memory
+//                    with process_vm_writev(2) (as two writers of
+//                    ib_write_bw's messages would: perftest writes every
+//                    message of 64 KiB to the same place): what a second
+//                    copying thread would add to a WRITE stream
 
 #include <sched.h>
 #include <sys/mman.h>
@@ -37,6 +44,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "transport/copy_bytes.h"
 
@@ -194,8 +202,9 @@ double CrossProcessCopyMBps(size_t bytes) {
   return mbps;
 }
 
-// process_vm_writev into a child's private memory, or (`from_child`) process_vm_readv from it.
-double ProcessVmMBps(size_t bytes, bool from_child) {
+// process_vm_writev into a child's private memory, or (`from_child`) process_vm_readv from it. With
+// `pair`, two threads write at once, both into the target's first `bytes`.
+double ProcessVmMBps(size_t bytes, bool from_child, bool pair = false) {
   // The target cycles through 8 MiB (or one message), as perftest's buffers.
   const size_t span = std::max<size_t>(bytes, size_t{8} << 20);
   auto* target = static_cast<char*>(mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -221,19 +230,34 @@ double ProcessVmMBps(size_t bytes, bool from_child) {
     ready[1] = done[0] = -1;
     char c;
     const PageBuffer src(bytes, 2);
-    if (src.data() && read(ready[0], &c, 1) == 1) {
-      const size_t slots = span / bytes;
+    const PageBuffer second_src(pair ? bytes : 1, 3);
+    if (src.data() && second_src.data() && read(ready[0], &c, 1) == 1) {
+      const size_t slots = pair ? 1 : span / bytes;
       const size_t reps = std::max<size_t>(1, (size_t{1} << 30) / bytes / 10);
-      for (int run = 0; run < 5; ++run) {
-        const auto t0 = Clock::now();
+      // The bytes one thread moves in `reps` copies (fewer when a copy fails).
+      const auto copies = [&](char* from) {
         size_t moved = 0;
         for (size_t i = 0; i < reps; ++i) {
-          iovec local{src.data(), bytes};
+          iovec local{from, bytes};
           iovec remote{target + (i % slots) * bytes, bytes};
           const ssize_t n = from_child ? process_vm_readv(child, &local, 1, &remote, 1, 0)
                                        : process_vm_writev(child, &local, 1, &remote, 1, 0);
           if (n <= 0) break;
           moved += static_cast<size_t>(n);
+        }
+        return moved;
+      };
+      for (int run = 0; run < 5; ++run) {
+        const auto t0 = Clock::now();
+        size_t second_moved = 0;
+        std::thread second;
+        if (pair) second = std::thread([&] { second_moved = copies(second_src.data()); });
+        size_t moved = copies(src.data());
+        if (pair) {
+          second.join();
+          // Both must have made all their copies: a failure is no figure.
+          if (moved < reps * bytes || second_moved < reps * bytes) break;
+          moved += second_moved;
         }
         const double s = std::chrono::duration<double>(Clock::now() - t0).count();
         best = std::max(best, moved / s / 1e6);
@@ -266,7 +290,7 @@ int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "";
   size_t bytes = 0;
   const bool sized = what == "memcpy" || what == "process-vm-writev" || what == "process-vm-readv" ||
-                     what == "cross-process-copy";
+                     what == "process-vm-writev-pair" || what == "cross-process-copy";
   if (sized && argc == 3 && !ParseBytes(argv[2], &bytes)) {
     std::fprintf(stderr, "%s %s: BYTES must be a positive number of bytes (e.g. 65536), not \"%s\"\n", argv[0],
                  what.c_str(), argv[2]);
@@ -288,6 +312,10 @@ int main(int argc, char** argv) {
   if (what == "process-vm-readv" && argc == 3) {
     return report(ProcessVmMBps(bytes, true), "process_vm_readv from a child failed (ptrace restricted here?)");
   }
+  if (what == "process-vm-writev-pair" && argc == 3) {
+    return report(ProcessVmMBps(bytes, false, true),
+                  "process_vm_writev into a child failed (ptrace restricted here?)");
+  }
   if (what == "cross-process-copy" && argc == 3) {
     return report(CrossProcessCopyMBps(bytes),
                   "the copying child did not answer within 30 s (or could not be started)");
@@ -297,7 +325,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr,
                "usage: %s memcpy BYTES | handoff | cross-process-copy BYTES | process-vm-writev BYTES |"
-               " process-vm-readv BYTES\n",
+               " process-vm-readv BYTES | process-vm-writev-pair BYTES\n",
                argv[0]);
   return 2;
 }
