@@ -74,7 +74,8 @@ class Srq {
   bool TakeLocked(Wqe* out);
   // A WQE taken for a message that was then dropped (UC) goes back to the
   // head, unconsumed, without memory: PostRecv keeps room for one per QP
-  // that uses the SRQ. Requires: engine lock.
+  // that uses the SRQ (users_). XRC target QPs are not counted: only an RC
+  // or UC responder gives a receive back. Requires: engine lock.
   void PutBackLocked(Wqe wqe);
 
  private:
