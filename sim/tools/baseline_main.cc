@@ -207,7 +207,8 @@ double CrossProcessCopyMBps(size_t bytes) {
 // `pair`, two threads write at once, both into the target's first `bytes`. 0 when a copy failed (no
 // figure; *refused when the kernel's ptrace rules refused it).
 double ProcessVmMBps(size_t bytes, bool from_child, bool pair, bool* refused) {
-  // The target cycles through 8 MiB (or one message), as perftest's buffers.
+  // One thread writes (or reads) pieces that cycle through 8 MiB of the
+  // target (or one message); a pair writes its first `bytes` only.
   const size_t span = std::max<size_t>(bytes, size_t{8} << 20);
   auto* target = static_cast<char*>(mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   if (target == MAP_FAILED) return 0;
