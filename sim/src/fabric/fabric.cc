@@ -639,7 +639,12 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   if (slot < 0 || slot == slot_) return PullResult::kWithdrawn;
   const ProcSlot& owner = segment_->procs[slot];
   const int32_t pid = owner.pid.load();
-  if (pid <= 0 || pid_namespace_ == 0 || owner.pid_namespace.load() != pid_namespace_) return PullResult::kRefused;
+  // Its owner left (LeaveLocked and CleanDeadLocked forget its QPs first,
+  // so only a race gets here): as the QP gone, not as a refusal, which
+  // would end pulls on our QP until RESET.
+  if (pid <= 0) return PullResult::kWithdrawn;
+  // Its pid names it only in our own PID namespace.
+  if (pid_namespace_ == 0 || owner.pid_namespace.load() != pid_namespace_) return PullResult::kRefused;
   const DirEntry& e = segment_->devices[device_index].dir[src_qpn % kDirSize];
   std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
   placing.store(PullTag(device_index, src_qpn), std::memory_order_seq_cst);
