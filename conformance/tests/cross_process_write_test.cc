@@ -1510,6 +1510,41 @@ TEST_F(CrossProcessWriteTest, AckOfABurstReachesRequesterBeforeItsRnrNak) {
       setup);
 }
 
+// Rule: IBTA 9.7.5.2.8 (RNR NAK): an RDMA WRITE with immediate needs a receive WQE, and a
+//   responder without one answers it with an RNR NAK and executes none of it; IBTA 9.7.5.1: the
+//   requests behind it are executed only once it has been, in PSN order; ibv_modify_qp(3): with
+//   rnr_retry 0 the first RNR NAK completes that WR with IBV_WC_RNR_RETRY_EXC_ERR, and the QP
+//   then flushes the rest.
+// Checks: the child posts no receive; the parent posts, in one list, a 64-byte WRITE with
+//   immediate to the child's buffer at 0 and a 64-byte WRITE at 1024. They complete with
+//   IBV_WC_RNR_RETRY_EXC_ERR and IBV_WC_WR_FLUSH_ERR, and neither range of the child's buffer
+//   changed. (On the simulator, a requester that copied either WRITE into the child's memory before
+//   the child's side had accepted the first leaves its bytes there.)
+TEST_F(CrossProcessWriteTest, WritesBehindAnRnrNakedWriteWithImmediateDoNotLand) {
+  ChildSetup setup;
+  setup.post_recv = false;
+  setup.rnr_retry = 0;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_EQ(Read(c.buf, 64), std::vector<uint8_t>(64, 0)) << "the refused WRITE with immediate landed";
+        EXPECT_EQ(Read(c.buf + 1024, 64), std::vector<uint8_t>(64, 0)) << "the WRITE behind it landed";
+      },
+      [&](const Target& target, int to_child, int) {
+        src_.FillPattern(8);
+        ibv_sge sges[2] = {src_.Sge(0, 64), src_.Sge(64, 64)};
+        std::vector<ibv_send_wr> wrs = {
+            RdmaWr(1, IBV_WR_RDMA_WRITE_WITH_IMM, &sges[0], 1, target.addr, target.rkey),
+            RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, target.addr + 1024, target.rkey)};
+        wrs[0].imm_data = htonl(0x5eed);
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        ExpectTwoCompletions(IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_WR_FLUSH_ERR);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      setup);
+}
+
 // Rule: ibv_poll_cq(3): a receive that a SEND took completes with IBV_WC_RECV and byte_len the
 //   SEND's length; one that a SEND with immediate took has IBV_WC_WITH_IMM in wc_flags and the
 //   immediate data as the sender posted it (network order); IBTA 9.5: messages complete in order.

@@ -426,7 +426,10 @@ void Qp::ExecuteLocked(size_t index) {
   wqe.transmitted = true;
   wqe.placed = false;
   wqe.pulled = false;
-  if ((wqe.opcode == IBV_WR_RDMA_WRITE || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && MayPlaceLocked(index) &&
+  // (Not a WRITE with immediate: it needs a receive, and a responder that has
+  // none refuses it with an RNR NAK before any of its data may land, which
+  // the requester cannot know before placing it.)
+  if (wqe.opcode == IBV_WR_RDMA_WRITE && MayPlaceLocked(index) &&
       PlaceWriteLocked(wqe, DestinationOf(wqe), DestinationQpnOf(wqe), mtu)) {
     return;
   }
@@ -584,7 +587,8 @@ void Qp::SendMessageLocked(SendWqe& wqe, uint32_t mtu, const uint8_t* whole, boo
 // requester places it only when nothing in front of it can still be refused
 // or is still unprocessed: every earlier WQE of the send queue is acked (RC:
 // answered by the responder), or was itself placed whole (its data is in for
-// the same reason). Otherwise the WRITE takes the copying path, behind the
+// the same reason; only a WRITE without immediate is placed, which needs no
+// receive, so no RNR NAK refuses it). Otherwise the WRITE takes the copying path, behind the
 // rest, where the responder checks it in order: after a NAK or an RNR NAK it
 // is dropped or resent with the messages before it, and never lands ahead of
 // them.
@@ -674,12 +678,10 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   }
   Packet p = PlacedPacketLocked(wqe, av, dst_qpn, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu));
   wqe.placed = true;
-  p.solicited = wqe.solicited;
-  p.imm_data = wqe.imm_data;
-  // A WRITE without immediate that the peer can take now (no backlog to wait
-  // in, where it could be dropped) has nothing left to be answered: complete
-  // it here, and spare the peer's CPU the ACK (Packet::answered).
-  const bool answered = wqe.opcode == IBV_WR_RDMA_WRITE && Fabric::Get().PushesNow(dst->index(), dst_qpn);
+  // A WRITE that the peer can take now (no backlog to wait in, where it
+  // could be dropped) has nothing left to be answered: complete it here, and
+  // spare the peer's CPU the ACK (Packet::answered).
+  const bool answered = Fabric::Get().PushesNow(dst->index(), dst_qpn);
   p.answered = answered;
   TransmitToPeerLocked(std::move(p));
   // Unreliable transports complete a WR once it is on the wire.

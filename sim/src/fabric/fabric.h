@@ -65,7 +65,10 @@
 // design re-backed the pages with shared memory, and stores that other
 // threads made while the content moved were lost). The QP directory publishes what a writer needs of
 // the destination QP: its PD, and whether it takes WRITEs now (RC/UC, RTR or
-// later, REMOTE_WRITE). A requester whose WRITE passes those checks copies the
+// later, REMOTE_WRITE). A requester whose WRITE (without immediate: one with
+// immediate needs a receive, and a responder without one refuses it with an
+// RNR NAK before any of its data lands, so it takes the copying path) passes
+// those checks copies the
 // data from its own SGEs straight into the owner's pages with one
 // process_vm_writev (one copy, by the kernel, with no help from the owner's
 // CPU) — or, when the program mapped the MR's pages shared from a file (a
@@ -76,8 +79,8 @@
 // and answer as before, minus the copy. (A WRITE that fits in one packet, to
 // an owner whose progress thread spins on its ring at that moment, a stream
 // to a program that does not poll (PacketRing::owner_looking), goes through
-// the ring instead: no system call on either side.) A placed RDMA WRITE without
-// immediate that goes straight into the owner's ring is also completed by
+// the ring instead: no system call on either side.) A placed RDMA WRITE
+// that goes straight into the owner's ring is also completed by
 // the requester (Packet::answered): it consumes no receive, and the requester
 // has made the responder's checks, so the responder takes its PSNs but sends
 // no ACK, and the owner is not woken for it — ib_write_lat's peers spin on
