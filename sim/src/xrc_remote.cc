@@ -18,18 +18,42 @@
 namespace simverbs {
 namespace {
 
-// A message being delivered into one of our SRQs for a target QP elsewhere.
+// A message being delivered into one of our SRQs for a target QP elsewhere:
+// kept from its first packet until it completes or fails, so that the map
+// holds the messages in progress only (each target QP number that ever sent
+// one, or that any process names in a packet, would stay otherwise).
 struct Delivery {
-  bool in_progress = false;
   const Srq* srq = nullptr;
   RecvWqe wqe;
   uint64_t offset = 0;
 };
 
 // By (device index, target QP number). Engine lock.
-std::map<std::pair<int, uint32_t>, Delivery>& Deliveries() {
-  static auto* deliveries = new std::map<std::pair<int, uint32_t>, Delivery>();
+using DeliveryMap = std::map<std::pair<int, uint32_t>, Delivery>;
+DeliveryMap& Deliveries() {
+  static auto* deliveries = new DeliveryMap();
   return *deliveries;
+}
+
+// The node of the last message that ended, for the next one to start: a
+// message allocates nothing once a first one has ended. Engine lock.
+DeliveryMap::node_type& SpareNode() {
+  static auto* spare = new DeliveryMap::node_type();
+  return *spare;
+}
+
+DeliveryMap::iterator StartDelivery(const std::pair<int, uint32_t>& key) {
+  DeliveryMap& deliveries = Deliveries();
+  DeliveryMap::node_type& spare = SpareNode();
+  if (spare.empty()) return deliveries.try_emplace(key).first;  // may throw bad_alloc
+  spare.key() = key;
+  return deliveries.insert(std::move(spare)).position;
+}
+
+void EndDelivery(DeliveryMap::iterator it) {
+  DeliveryMap::node_type node = Deliveries().extract(it);
+  node.mapped().srq = nullptr;
+  SpareNode() = std::move(node);
 }
 
 void Answer(const Packet& req, Packet::Nak nak) {
@@ -82,44 +106,58 @@ ibv_wc_status Scatter(Device* dev, const Srq* srq, Delivery& d, const Packet& pk
 
 void Deliver(const Packet& pkt) {
   Device* dev = pkt.src_device;  // the target QP's device: ours too
-  Delivery& d = Deliveries()[{dev->index(), pkt.src_qpn}];
+  auto& deliveries = Deliveries();
+  const std::pair<int, uint32_t> key{dev->index(), pkt.src_qpn};
   Srq* srq = Srq::FindXrcLocked(dev, pkt.dst_qpn);
   const XrcDomain* domain = srq ? srq->xrcd()->domain() : nullptr;
   // The same domain: the same file (a private domain never matches another process's).
   const bool same_domain = domain && domain->has_inode &&
                            static_cast<uint64_t>(domain->st_dev) == pkt.xrc_domain_dev &&
                            static_cast<uint64_t>(domain->st_ino) == pkt.xrc_domain_ino;
+  auto found = deliveries.find(key);
   if (pkt.first) {
-    d.in_progress = false;
+    // (A message in progress from that target QP lost its rest: its receive
+    // is dropped, as before.)
+    if (found != deliveries.end()) EndDelivery(found);
     if (!same_domain) {
       Answer(pkt, Packet::Nak::kInvalidRequest);
       return;
     }
-    Srq::Wqe w;
-    if (!srq->TakeLocked(&w)) {
+    try {
+      found = StartDelivery(key);
+    } catch (const std::bad_alloc&) {
+      // No memory to follow the message: as no receive posted, the target
+      // QP sends it again.
       Answer(pkt, Packet::Nak::kRnr);
       return;
     }
-    d.in_progress = true;
-    d.srq = srq;
-    d.wqe.wr_id = w.wr_id;
-    d.wqe.sges = std::move(w.sges);
-    d.wqe.length = 0;
-    for (const ibv_sge& sge : d.wqe.sges) d.wqe.length += sge.length;
-    d.offset = 0;
-  } else if (!d.in_progress || d.srq != srq) {
+    Srq::Wqe w;
+    if (!srq->TakeLocked(&w)) {
+      EndDelivery(found);
+      Answer(pkt, Packet::Nak::kRnr);
+      return;
+    }
+    Delivery& fresh = found->second;
+    fresh.srq = srq;
+    fresh.wqe.wr_id = w.wr_id;
+    fresh.wqe.sges = std::move(w.sges);
+    fresh.wqe.length = 0;
+    for (const ibv_sge& sge : fresh.wqe.sges) fresh.wqe.length += sge.length;
+    fresh.offset = 0;
+  } else if (found == deliveries.end() || found->second.srq != srq) {
     return;  // the rest of a message that already failed
   }
+  Delivery& d = found->second;
   const ibv_wc_status st = Scatter(dev, srq, d, pkt);
   if (st != IBV_WC_SUCCESS) {
-    d.in_progress = false;
     Complete(srq, d, pkt, st);
+    EndDelivery(found);
     Answer(pkt, st == IBV_WC_LOC_LEN_ERR ? Packet::Nak::kInvalidRequest : Packet::Nak::kRemoteOperational);
     return;
   }
   if (pkt.last) {
-    d.in_progress = false;
     Complete(srq, d, pkt, IBV_WC_SUCCESS);
+    EndDelivery(found);
     Answer(pkt, Packet::Nak::kNone);
   }
 }
@@ -137,12 +175,7 @@ void XrcRemoteLocked(const Packet& pkt) {
 }
 
 void XrcForgetSrqLocked(const Srq* srq) {
-  for (auto& [key, d] : Deliveries()) {
-    if (d.srq == srq) {
-      d.in_progress = false;
-      d.srq = nullptr;
-    }
-  }
+  std::erase_if(Deliveries(), [srq](const auto& entry) { return entry.second.srq == srq; });
 }
 
 }  // namespace simverbs
