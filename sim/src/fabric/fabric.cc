@@ -637,6 +637,9 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   const int slot = OwnerSlot(device_index, src_qpn);
   // The requester's QP is gone (or is ours: a SEND within a process is never pulled).
   if (slot < 0 || slot == slot_) return PullResult::kWithdrawn;
+  // Its pid names it only while it is there (StillThere): not gone, nor another program.
+  Peer* peer = ReachPeer(slot);
+  if (!peer || !StillThere(slot, *peer)) return PullResult::kWithdrawn;
   const ProcSlot& owner = segment_->procs[slot];
   const int32_t pid = owner.pid.load();
   // Its owner left (LeaveLocked and CleanDeadLocked forget its QPs first,
@@ -687,6 +690,14 @@ inline Fabric::Peer* Fabric::ReachOwner(int device_index, uint32_t qpn, int* slo
 
 bool Fabric::PeerAlive(int slot) const { return SlotAlive(segment_fd_, slot); }
 
+bool Fabric::StillThere(int slot, Peer& peer) {
+  const uint64_t now = CoarseMonotonicNs();
+  if (peer.alive_asked_ns != 0 && now - peer.alive_asked_ns < kAliveReaskNs) return true;
+  if (!PeerAlive(slot)) return false;
+  peer.alive_asked_ns = now;
+  return true;
+}
+
 bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
                         uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
   return Place(kAcceptsWrites, device_index, dst_qpn, type, rkey, va, length, local, local_count, one_packet);
@@ -703,7 +714,7 @@ bool Fabric::Place(uint32_t direction, int device_index, uint32_t dst_qpn, ibv_q
   const bool write = direction == kAcceptsWrites;
   int slot = -1;
   Peer* peer = ReachOwner(device_index, dst_qpn, &slot);
-  if (!peer || peer->placement_denied) return false;
+  if (!peer || peer->placement_denied || !StillThere(slot, *peer)) return false;
   const ProcSlot& owner = segment_->procs[slot];
   // Its pid names it only in our own PID namespace.
   const int32_t pid = owner.pid.load();
@@ -861,6 +872,7 @@ Fabric::Peer* Fabric::ReachPeer(int slot) {
     peer->ring = nullptr;
     peer->pushed = false;
     peer->placement_denied = false;
+    peer->alive_asked_ns = 0;
     peer->windows.clear();
     peer->files_revoked_seen = 0;
     peer->ring_refused = false;

@@ -446,6 +446,7 @@ class Fabric {
     // NAK (PushNow); none yet: a count work_taken_ never reaches.
     uint64_t work_taken_at_push = ~uint64_t{0};
     bool placement_denied = false;  // the kernel does not let us write into it
+    uint64_t alive_asked_ns = 0;    // StillThere: when the kernel last said it is (coarse clock)
     // Its files we mapped to write into its MRs (at most kMaxFileWindows, the
     // oldest goes first; those of withdrawn keys go at our next WRITE to it).
     std::vector<FileWindow> windows;
@@ -593,6 +594,15 @@ class Fabric {
   static constexpr uint32_t kOwedHearPolls = 256;
   static constexpr uint32_t kPollsPerOwedLook = 8;
   bool PeerAlive(int slot) const;
+  // Whether the process of `slot` still holds its liveness lock, asked at
+  // most once per kAliveReaskNs of the coarse clock: process_vm_writev and
+  // _readv name it by its pid, and a dead process's pid may name another
+  // one (its slot is cleaned only when a process joins or leaves), one that
+  // exec'd is another program. Those are caught within a few milliseconds
+  // (a tick of the coarse clock past kAliveReaskNs); a pid is not reused
+  // that soon. Requires: engine lock.
+  bool StillThere(int slot, Peer& peer);
+  static constexpr uint64_t kAliveReaskNs = 1'000'000;
   // The shared port_xmit_discards of (device, port), or nullptr when not
   // attached or out of range.
   std::atomic<uint64_t>* XmitDiscardsCounter(int device_index, int port) const;

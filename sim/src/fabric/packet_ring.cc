@@ -58,6 +58,12 @@ uint64_t MonotonicNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+uint64_t CoarseMonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 PacketRing* PacketRing::Init(void* memory) {
   auto* ring = static_cast<PacketRing*>(memory);
   ring->head_.store(0);

@@ -65,6 +65,9 @@
 namespace simverbs {
 
 uint64_t MonotonicNs();
+// CLOCK_MONOTONIC_COARSE (the last timer tick: no system call, whatever the
+// clock source).
+uint64_t CoarseMonotonicNs();
 
 class PacketRing {
  public:
