@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <malloc.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
@@ -590,6 +591,81 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
     ibv_wc wc = {};
     EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  }
+  EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
+  runner.join();
+  EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: (simulator) the process that owns an XRC SRQ keeps what it needs of a message from another
+//   process's target QP only while that message is in progress: a program whose peers make and drop
+//   target QPs (ibv_xsrq_pingpong's clients, reconnecting) does not grow for each QP number it has
+//   heard of.
+// Checks: a child owns an XRC SRQ of the domain; the parent sends it 400 messages, each from a new
+//   XRC_RECV target QP (a new QP number). Each arrives; the child's heap in use (mallinfo2) grows by
+//   less than 16 KiB from the 20th message to the last (about 150 bytes for each QP number kept would
+//   be some 55 KiB).
+TEST_F(XrcQpTest, SrqOwnerKeepsNothingPerTargetQp) {
+  SKIP_IF(!Sim()) << "(what a process keeps in memory is the simulator's own matter)";
+  constexpr int kMessages = 400;
+  constexpr int kWarmUp = 20;
+  constexpr size_t kMaxGrowth = 16 * 1024;
+  xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT));
+  ASSERT_NE(xrcd_, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  send_buf_.FillPattern(7);
+  Pipe to_parent;
+  Pipe to_child;
+  ASSERT_GE(to_parent.fds[0], 0);
+  ASSERT_GE(to_child.fds[0], 0);
+  const int domain_fd = file_.fd();
+
+  ChildResult result;
+  std::thread runner([&] {
+    result = RunChecksInChild(
+        [&] {
+          ChildXrcSrq child;
+          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
+          Buffer buf;
+          ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
+          ibv_sge sge = buf.Sge(0, 256);
+          uint32_t num = 0;
+          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
+          ASSERT_EQ(PostSrqRecv(child.srq.get(), 0, &sge, 1), 0);
+          ASSERT_EQ(write(to_parent.fds[1], &num, sizeof num), static_cast<ssize_t>(sizeof num));
+          size_t in_use_after_warm_up = 0;
+          for (int k = 0; k < kMessages; ++k) {
+            ibv_wc wc = {};
+            ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 4)) << "message " << k;
+            ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
+            ASSERT_EQ(PostSrqRecv(child.srq.get(), static_cast<uint64_t>(k + 1), &sge, 1), 0);
+            if (k + 1 == kWarmUp) in_use_after_warm_up = mallinfo2().uordblks;
+            ASSERT_EQ(write(to_parent.fds[1], "r", 1), 1);
+          }
+          const size_t in_use = mallinfo2().uordblks;
+          EXPECT_LT(in_use, in_use_after_warm_up + kMaxGrowth)
+              << "the SRQ owner's heap grew by " << (in_use - in_use_after_warm_up) << " bytes over "
+              << kMessages - kWarmUp << " messages from as many target QPs";
+          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
+        },
+        kChildTimeout, "an XRC SRQ owner hearing from many target QPs");
+  });
+  uint32_t srq_num = 0;
+  const bool got_number =
+      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], &srq_num, sizeof srq_num) == 4;
+  for (int k = 0; got_number && k < kMessages && !HasFailure(); ++k) {
+    target_.reset();
+    ASSERT_TRUE(ModifyToState(initiator_.get(), IBV_QPS_RESET));
+    ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+    ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+    EXPECT_EQ(SendTo(srq_num, static_cast<uint64_t>(k), /*fill=*/false), 0);
+    ibv_wc wc = {};
+    EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
+    char received = 0;
+    EXPECT_TRUE(WaitReadable(to_parent.fds[0], kChildTimeout / 4) && read(to_parent.fds[0], &received, 1) == 1)
+        << "the child did not receive message " << k;
   }
   EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
   runner.join();
