@@ -1510,6 +1510,42 @@ TEST_F(CrossProcessWriteTest, AckOfABurstReachesRequesterBeforeItsRnrNak) {
       setup);
 }
 
+// Rule: ibv_post_send(3): IBV_SEND_FENCE: "Set the fence indicator. Valid only for QPs with
+//   Transport Service Type IBV_QPT_RC": the WR is processed only after every RDMA READ and atomic
+//   posted before it has completed (IBTA 10.8.3.3), so a SEND fenced behind a READ into its own
+//   gather buffer sends what the READ brought.
+// Checks: the child's buffer holds a pattern; the parent posts, in one list, a 64-byte READ of the
+//   child's bytes at 1024 into its source buffer and a fenced SEND of that same source buffer. Both
+//   complete with success, and the child's receive holds the bytes the READ read (not what the
+//   source buffer held before).
+TEST_F(CrossProcessWriteTest, FencedSendWaitsForTheReadBeforeIt) {
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(6, 2048);
+        std::memcpy(c.buf, pattern.data(), pattern.size());
+        ASSERT_EQ(write(c.to_parent, "p", 1), 1);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.recv_cq, &wc, kChildTimeout / 2)) << "the fenced SEND did not arrive";
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(Read(c.buf, 64), std::vector<uint8_t>(pattern.begin() + 1024, pattern.begin() + 1088))
+            << "the fenced SEND did not carry what the READ before it read";
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        src_.FillPattern(3);
+        ibv_sge read_sge = src_.Sge(0, 64);
+        ibv_sge send_sge = src_.Sge(0, 64);
+        std::vector<ibv_send_wr> wrs = {
+            RdmaWr(1, IBV_WR_RDMA_READ, &read_sge, 1, target.addr + 1024, target.rkey),
+            SendWr(2, &send_sge, 1, IBV_SEND_SIGNALED | IBV_SEND_FENCE)};
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        ExpectTwoCompletions(IBV_WC_SUCCESS, IBV_WC_SUCCESS);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      });
+}
+
 // Rule: IBTA 9.7.5.2.8 (RNR NAK): an RDMA WRITE with immediate needs a receive WQE, and a
 //   responder without one answers it with an RNR NAK and executes none of it; IBTA 9.7.5.1: the
 //   requests behind it are executed only once it has been, in PSN order; ibv_modify_qp(3): with

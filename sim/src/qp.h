@@ -196,6 +196,9 @@ class Qp {
   // A UD or UC send WQE whose packets must wait: the link to the destination's
   // process holds packets back (Fabric::UnreliableMayGo, which resumes us).
   bool UnreliableWaitsLocked(const SendWqe& wqe);
+  // The send WQE at `index` has IBV_SEND_FENCE and an RDMA READ or atomic
+  // before it is not answered yet: it waits (ibv_post_send(3)).
+  bool FenceWaitsLocked(size_t index) const;
   // RC with messages awaiting their answer: arms the transport timer if it
   // is not running, or (`restart`) from now. Otherwise does nothing.
   void ArmTransportTimerLocked(bool restart);

@@ -314,7 +314,7 @@ void Qp::ProgressLocked() {
   while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
                                      sq_[next_to_send_].before_sqd)) &&
          !rnr_wait_ && next_to_send_ < sq_.size() && sq_[next_to_send_].deferred == IBV_WC_SUCCESS &&
-         !UnreliableWaitsLocked(sq_[next_to_send_])) {
+         !UnreliableWaitsLocked(sq_[next_to_send_]) && !FenceWaitsLocked(next_to_send_)) {
     const size_t index = next_to_send_++;
     try {
       ExecuteLocked(index);
@@ -329,6 +329,14 @@ void Qp::ProgressLocked() {
   CompleteAckedLocked();
   if (outer) RetireLocked();
   ArmTransportTimerLocked(false);
+}
+
+bool Qp::FenceWaitsLocked(size_t index) const {
+  if (!sq_[index].fence) return false;
+  for (size_t i = 0; i < index; ++i) {
+    if (!sq_[i].acked && (sq_[i].opcode == IBV_WR_RDMA_READ || IsAtomic(sq_[i].opcode))) return true;
+  }
+  return false;
 }
 
 bool Qp::UnreliableWaitsLocked(const SendWqe& wqe) {
@@ -905,6 +913,8 @@ void Qp::AnsweredLocked(bool progressed) {
   } else if (progressed) {
     ArmTransportTimerLocked(true);
   }
+  // A fenced WQE may have waited for this answer (FenceWaitsLocked).
+  if (!executing_ && !destroying_ && next_to_send_ < sq_.size() && sq_[next_to_send_].fence) ProgressLocked();
 }
 
 bool Qp::ReceiveWholeReadResponseLocked(ibv_qp_type transport, uint32_t psn, const uint8_t* bytes, uint32_t length) {
