@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "conformance/lib/errno_capture.h"
+#include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
 #include "conformance/lib/pipe.h"
 #include "conformance/lib/qp_pair.h"
@@ -102,13 +103,13 @@ class XrcTest : public QpTest {
     SrqPtr srq;
   };
   // Call from the child, with ASSERT_NO_FATAL_FAILURE.
-  void CreateXrcSrqInChild(int domain_fd, ChildXrcSrq* out) {
+  void CreateXrcSrqInChild(int domain_fd, ChildXrcSrq* out, int cq_entries = 16, uint32_t max_wr = 4) {
     out->context = OpenAnotherContext();
     ASSERT_NE(out->context, nullptr);
     ibv_context* ctx = out->context.get();
     out->pd.reset(ibv_alloc_pd(ctx));
     ASSERT_NE(out->pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
-    out->cq.reset(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
+    out->cq.reset(ibv_create_cq(ctx, cq_entries, nullptr, nullptr, 0));
     ASSERT_NE(out->cq, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
     ibv_xrcd_init_attr xattr = {};
     xattr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
@@ -117,7 +118,7 @@ class XrcTest : public QpTest {
     out->xrcd.reset(ibv_open_xrcd(ctx, &xattr));
     ASSERT_NE(out->xrcd, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
     ibv_srq_init_attr_ex sattr = {};
-    sattr.attr.max_wr = 4;
+    sattr.attr.max_wr = max_wr;
     sattr.attr.max_sge = 1;
     sattr.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
     sattr.srq_type = IBV_SRQT_XRC;
@@ -593,6 +594,83 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
     EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
   }
   EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
+  runner.join();
+  EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: (simulator, default profile) a CQ that overruns goes to error with IBV_EVENT_CQ_ERR and takes
+//   every QP that completes into it to error with IBV_EVENT_QP_FATAL (IBTA 11.6.2: CQ overrun is
+//   an affiliated error of the QPs associated with the CQ), also when the completion that overran
+//   it was an XRC SRQ's receive for a target QP of another process.
+// Checks: a child owns an XRC SRQ whose CQ also serves one of its RC QPs (in INIT); it posts one
+//   receive more than the CQ holds and does not poll. The parent sends that many messages to the
+//   SRQ; the child then gets IBV_EVENT_CQ_ERR for the CQ and IBV_EVENT_QP_FATAL for its RC QP, which
+//   is in ERR.
+TEST_F(XrcQpTest, SrqCqOverrunFromAnotherProcessFailsTheQpsOnIt) {
+  SKIP_IF(!Sim()) << "(the overrun cascade is the simulator's default profile)";
+  xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT));
+  ASSERT_NE(xrcd_, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  send_buf_.FillPattern(7);
+  Pipe to_parent;
+  Pipe to_child;
+  ASSERT_GE(to_parent.fds[0], 0);
+  ASSERT_GE(to_child.fds[0], 0);
+  const int domain_fd = file_.fd();
+
+  ChildResult result;
+  std::thread runner([&] {
+    result = RunChecksInChild(
+        [&] {
+          ChildXrcSrq child;
+          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child, 2, 16));
+          ibv_qp_init_attr init = {};
+          init.qp_type = IBV_QPT_RC;
+          init.send_cq = init.recv_cq = child.cq.get();
+          init.cap.max_send_wr = init.cap.max_recv_wr = 1;
+          init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+          QpPtr local(ibv_create_qp(child.pd.get(), &init));
+          ASSERT_NE(local, nullptr) << "ibv_create_qp: " << ErrnoName(errno);
+          ASSERT_TRUE(ModifyToInit(local.get(), port(), ConnectParams{}));
+          const uint32_t messages = static_cast<uint32_t>(child.cq->cqe) + 1;
+          ASSERT_LE(messages, 16u) << "the CQ holds " << child.cq->cqe;
+          Buffer buf;
+          ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
+          for (uint32_t k = 0; k < messages; ++k) {
+            ibv_sge sge = buf.Sge(64 * k, 64);
+            ASSERT_EQ(PostSrqRecv(child.srq.get(), k, &sge, 1), 0);
+          }
+          uint32_t said[2] = {0, messages};
+          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &said[0]), 0);
+          ASSERT_EQ(write(to_parent.fds[1], said, sizeof said), static_cast<ssize_t>(sizeof said));
+          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2)) << "the parent did not send";
+          ibv_async_event event = {};
+          ASSERT_TRUE(GetAsyncEventWithin(child.context.get(), &event, kReturnWindow)) << "no IBV_EVENT_CQ_ERR";
+          EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR) << ibv_event_type_str(event.event_type);
+          ibv_ack_async_event(&event);
+          ASSERT_TRUE(GetAsyncEventWithin(child.context.get(), &event, kReturnWindow))
+              << "no IBV_EVENT_QP_FATAL for the RC QP on the CQ that overran";
+          EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL) << ibv_event_type_str(event.event_type);
+          EXPECT_EQ(event.element.qp, local.get());
+          ibv_ack_async_event(&event);
+          ibv_qp_state state = IBV_QPS_RESET;
+          EXPECT_TRUE(QueryQpState(local.get(), &state));
+          EXPECT_EQ(state, IBV_QPS_ERR);
+        },
+        kChildTimeout, "an XRC SRQ owner whose CQ overruns");
+  });
+  uint32_t said[2] = {0, 0};
+  const bool got_number =
+      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], said, sizeof said) == sizeof said;
+  for (uint32_t k = 0; got_number && k < said[1]; ++k) {
+    EXPECT_EQ(SendTo(said[0], k, /*fill=*/false), 0);
+    ibv_wc wc = {};
+    EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
+  }
+  EXPECT_EQ(write(to_child.fds[1], "s", 1), 1);
   runner.join();
   EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
   EXPECT_TRUE(Passed(result));

@@ -81,7 +81,14 @@ void Complete(Srq* srq, const Delivery& d, const Packet& pkt, ibv_wc_status stat
       wc.wc_flags |= IBV_WC_WITH_IMM;
     }
   }
-  srq->cq()->Push(wc, status == IBV_WC_SUCCESS && pkt.solicited);
+  Cq* cq = srq->cq();
+  // An overrun fails the QPs on the CQ as Qp::PushCompletion does in the
+  // default mode. (The QP that completes is the target QP, in another
+  // process: the other modes fail that QP alone, which is not ours to fail.)
+  if (cq->Push(wc, status == IBV_WC_SUCCESS && pkt.solicited) == Cq::PushResult::kOverrun &&
+      pkt.src_device->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) {
+    cq->CascadeOverrunLocked();
+  }
 }
 
 // The payload into the receive's scatter list, checked against the SRQ's PD.
