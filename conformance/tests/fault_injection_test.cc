@@ -164,6 +164,36 @@ TEST_F(FaultInjectionTest, PacketLostForMemoryIsSentAgain) {
   }
 }
 
+// Rule: IBTA 9.7.5.1.3 (implicit acknowledgement): a NAK names the first PSN its responder did not
+//   take, so it acknowledges every message before that PSN; the WR of the NAKed PSN completes with
+//   the NAK's error (a remote access error: IBV_WC_REM_ACCESS_ERR), the rest are flushed.
+// Checks: with the second delivery made to run out of memory (fault point "deliver_packet": the
+//   ACK of the first SEND is lost), a SEND and then a WRITE through an R_Key that names no MR are
+//   posted in one list. The SEND is received and completes with IBV_WC_SUCCESS; the WRITE completes
+//   with IBV_WC_REM_ACCESS_ERR (not the SEND, whose ACK never came).
+TEST_F(FaultInjectionTest, NakAcknowledgesTheMessagesBeforeItsPsn) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 900, &rsge, 1), 0);
+  ibv_sge sges[2] = {local_.Sge(0, 16), local_.Sge(64, 16)};
+  std::vector<ibv_send_wr> wrs = {SendWr(1, &sges[0], 1),
+                                  RdmaWr(2, IBV_WR_RDMA_WRITE, &sges[1], 1, remote_.addr(1024),
+                                         remote_.rkey() ^ 0x5a5a00)};
+  wrs[0].next = &wrs[1];
+  ASSERT_EQ(sim().FailAfter("deliver_packet", 1, ENOMEM), 0);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 2, &wcs));
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << "the SEND, which its responder received: " << DescribeWc(wcs[0]);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_REM_ACCESS_ERR) << "the WRITE the NAK is for: " << DescribeWc(wcs[1]);
+  ibv_wc received = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &received));
+  EXPECT_EQ(received.status, IBV_WC_SUCCESS) << DescribeWc(received);
+}
+
 // One verb per fault point: creates the object and destroys it again; returns
 // 0 or the errno the creating call failed with.
 using FaultVerb = std::function<int(ibv_context*, ibv_pd*, const ibv_ah_attr&)>;

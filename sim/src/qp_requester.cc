@@ -788,15 +788,21 @@ void Qp::ReceiveResponse(const Packet& pkt) {
   size_t i = OldestUnansweredLocked();
   if (i >= next_to_send_) return;  // a duplicate answer
   const size_t oldest = i;
-  if (pkt.kind == Packet::Kind::kReadResponse || pkt.kind == Packet::Kind::kAtomicAck) {
-    // A response acknowledges, implicitly, the requests before it whose ACK
-    // has not come (IBTA 9.7.5.1.3): they are done.
+  if (pkt.kind == Packet::Kind::kReadResponse || pkt.kind == Packet::Kind::kAtomicAck ||
+      pkt.kind == Packet::Kind::kNak) {
+    // A response, or a NAK, acknowledges implicitly the requests before its
+    // PSN whose ACK has not come (IBTA 9.7.5.1.3; a NAK names the first PSN
+    // the responder did not take): they are done. The NAK is for the message
+    // of its PSN, not for one whose ACK was lost.
     while (i < next_to_send_ && sq_[i].opcode != IBV_WR_RDMA_READ && !IsAtomic(sq_[i].opcode) &&
            ((pkt.psn - sq_[i].last_psn - 1) & kPsnMask) < kPsnMask / 2) {
       sq_[i].acked = true;
       while (i < next_to_send_ && sq_[i].acked) ++i;
     }
-    if (i >= next_to_send_) return;
+    if (i >= next_to_send_) {
+      if (i > oldest) AnsweredLocked(true);
+      return;
+    }
   }
   SendWqe& wqe = sq_[i];
   // A NAK for a message completed already is stale: an answered WRITE
