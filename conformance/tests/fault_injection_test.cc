@@ -7,6 +7,7 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -192,6 +193,31 @@ TEST_F(FaultInjectionTest, NakAcknowledgesTheMessagesBeforeItsPsn) {
   ibv_wc received = {};
   ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &received));
   EXPECT_EQ(received.status, IBV_WC_SUCCESS) << DescribeWc(received);
+}
+
+// Rule: IBTA 9.7.5.1.4 (atomic responses): a responder answers a duplicate atomic request (the
+//   requester resends one whose response was lost) with the result it sent the first time, and does
+//   not execute it again; the requester's WR then completes with that original value.
+// Checks: the remote 8 bytes hold 5; with the second delivery made to run out of memory (fault point
+//   "deliver_packet": the atomic's response is lost), a FETCH_AND_ADD of 3 completes with
+//   IBV_WC_SUCCESS after the requester's retry, returns 5, and the remote value is 8 (added once).
+TEST_F(FaultInjectionTest, AtomicWhoseResponseWasLostIsAnsweredWithItsResult) {
+  ASSERT_TRUE(MakePair());
+  uint64_t start = 5;
+  std::memcpy(remote_.data(), &start, sizeof start);
+  ibv_sge sge = local_.Sge(0, 8);
+  ASSERT_EQ(sim().FailAfter("deliver_packet", 1, ENOMEM), 0);
+  ASSERT_EQ(PostOne(a_.get(), AtomicWr(7, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, remote_.addr(0), remote_.rkey(), 3, 0)),
+            0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc)) << "the atomic never completed";
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  uint64_t returned = 0;
+  uint64_t now = 0;
+  std::memcpy(&returned, local_.data(), sizeof returned);
+  std::memcpy(&now, remote_.data(), sizeof now);
+  EXPECT_EQ(returned, 5u) << "the value the atomic returned";
+  EXPECT_EQ(now, 8u) << "the remote value (5 + 3 once)";
 }
 
 // One verb per fault point: creates the object and destroys it again; returns

@@ -275,6 +275,7 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
     rnr_wait_ = false;
     comm_established_ = false;
     sent_sequence_nak_ = false;
+    atomic_results_ = {};
     pulls_refused_ = false;  // it may be connected to another requester next
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
     if (context()->device()->behaviour().reset_discards_completions) {

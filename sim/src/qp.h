@@ -24,6 +24,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <array>
 #include <atomic>
 #include <vector>
 
@@ -306,6 +307,9 @@ class Qp {
   // delivers a burst (Engine::DeferAck), sent at once otherwise.
   // `last_psn`: the PSN of its last packet.
   void AcknowledgeLocked(ibv_wr_opcode op, uint32_t last_psn);
+  // A duplicate atomic request: answered with the result of its execution,
+  // if it is among atomic_results_.
+  void ReplayAtomicLocked(const Packet& pkt);
   // What a receive completion says of the message that took the WQE.
   struct Arrival {
     ibv_wr_opcode op;
@@ -386,6 +390,17 @@ class Qp {
   // (rxe_resp.c check_psn: sent_psn_nak), so one gap costs the requester one
   // retry, not one per packet behind it.
   bool sent_sequence_nak_ = false;
+  // The results of the latest atomics executed (IBTA 9.7.5.1.4: a responder
+  // answers a duplicate atomic with the result it sent, without executing it
+  // again; the requester resends one whose answer was lost). More than any
+  // max_dest_rd_atomic a profile gives.
+  struct AtomicResult {
+    uint32_t psn = 0;
+    uint64_t orig = 0;
+    bool valid = false;
+  };
+  std::array<AtomicResult, 16> atomic_results_{};
+  size_t atomic_results_next_ = 0;
   bool ack_deferred_ = false;  // an ACK for deferred_ack_psn_ waits for the burst's end
   uint32_t deferred_ack_psn_ = 0;
   ibv_wr_opcode deferred_ack_op_ = IBV_WR_SEND;

@@ -812,9 +812,12 @@ void Qp::ReceiveResponse(const Packet& pkt) {
       ((pkt.psn - wqe.first_psn) & kPsnMask) > kPsnMask / 2) {
     return;
   }
-  // Any answer shows the path works, but a sequence NAK is itself a retry.
+  // An answer shows the path works, but a sequence NAK is itself a retry,
+  // and an ACK that acknowledges nothing new (a duplicate's) is no progress:
+  // a message it cannot complete (an atomic whose result was lost) would
+  // otherwise be resent for ever.
   const bool sequence_nak = pkt.kind == Packet::Kind::kNak && pkt.nak == Packet::Nak::kSequence;
-  if (!sequence_nak) retries_left_ = attr_.retry_cnt;
+  if (!sequence_nak && pkt.kind != Packet::Kind::kAck) retries_left_ = attr_.retry_cnt;
   switch (pkt.kind) {
     case Packet::Kind::kAck: {
       // A positive ACK covers every message up to its PSN (but not READs and
@@ -826,6 +829,7 @@ void Qp::ReceiveResponse(const Packet& pkt) {
         if (w.opcode == IBV_WR_RDMA_READ || IsAtomic(w.opcode)) break;
         if (((psn - w.last_psn) & kPsnMask) > kPsnMask / 2) break;  // w.last_psn is after psn
         w.acked = true;
+        retries_left_ = attr_.retry_cnt;
       }
       rnr_retries_left_ = attr_.rnr_retry;
       break;

@@ -129,8 +129,12 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     const uint32_t diff = (pkt.psn - epsn_) & 0xffffff;
     if (diff != 0) {
       if (diff > 0x800000) {
-        // A duplicate (the requester retried): acknowledge it again. READ and
-        // atomic replays are answered again as well.
+        // A duplicate (the requester retried): acknowledge it again. A READ
+        // is answered again, an atomic with the result it had.
+        if (pkt.op == IBV_WR_ATOMIC_CMP_AND_SWP || pkt.op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+          ReplayAtomicLocked(pkt);
+          return;
+        }
         if (pkt.op != IBV_WR_RDMA_READ) {
           Respond(pkt, Packet::Kind::kAck);
           return;
@@ -335,6 +339,8 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       } else if (orig == pkt.compare_add) {
         __atomic_store_n(target, pkt.swap, __ATOMIC_SEQ_CST);
       }
+      atomic_results_[atomic_results_next_] = AtomicResult{pkt.psn, orig, true};
+      atomic_results_next_ = (atomic_results_next_ + 1) % atomic_results_.size();
       Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
       r.kind = Packet::Kind::kAtomicAck;
       r.op = pkt.op;
@@ -465,6 +471,23 @@ bool Qp::ReceiveWholeReadLocked(const WholeRead& read) {
                             static_cast<uint32_t>(read.dma_length));
   epsn_ = (read.psn + 1) & 0xffffff;
   return true;
+}
+
+void Qp::ReplayAtomicLocked(const Packet& pkt) {
+  for (const AtomicResult& done : atomic_results_) {
+    if (!done.valid || done.psn != pkt.psn) continue;
+    Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+    r.kind = Packet::Kind::kAtomicAck;
+    r.op = pkt.op;
+    r.psn = pkt.psn;
+    r.atomic_orig = done.orig;
+    SendDeferredAckLocked();  // answers leave in the order they were made
+    TransmitToPeerLocked(std::move(r));
+    return;
+  }
+  // Older than the results kept: acknowledged only (its requester's
+  // retries end it if it still waits for the result).
+  Respond(pkt, Packet::Kind::kAck);
 }
 
 void Qp::AcknowledgeLocked(ibv_wr_opcode op, uint32_t last_psn) {
