@@ -220,6 +220,51 @@ TEST_F(FaultInjectionTest, AtomicWhoseResponseWasLostIsAnsweredWithItsResult) {
   EXPECT_EQ(now, 8u) << "the remote value (5 + 3 once)";
 }
 
+// Rule: IBTA 9.7.5.1 (RC is reliable) and ibv_post_send(3): after a lost packet the requester
+//   sends again from the first PSN its responder did not take; a local operation between (a bind
+//   of a type 2 window: IBV_WR_BIND_MW, no packet) was done once and completes once.
+// Checks: with the next delivery made to run out of memory (fault point "deliver_packet": the first
+//   SEND is lost), a SEND, a bind of a type 2 window and a second SEND are posted in one list. All
+//   three complete with IBV_WC_SUCCESS (the bind as IBV_WC_BIND_MW) and b_ receives both SENDs.
+TEST_F(FaultInjectionTest, ResendAfterALostSendDoesNotBindTheWindowAgain) {
+  ASSERT_TRUE(MakePair());
+  Buffer window_memory;
+  ASSERT_TRUE(window_memory.Register(pd(), 4096, kFullMrAccess | IBV_ACCESS_MW_BIND));
+  ibv_mw* mw = ibv_alloc_mw(pd(), IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr) << "ibv_alloc_mw: " << ErrnoName(errno);
+  for (uint64_t id : {11, 13}) {
+    ibv_sge rsge = remote_.Sge(64 * id, 64);
+    ASSERT_EQ(PostRecv(b_.get(), id, &rsge, 1), 0);
+  }
+  ibv_sge sges[2] = {local_.Sge(0, 16), local_.Sge(64, 16)};
+  std::vector<ibv_send_wr> wrs(3);
+  wrs[0] = SendWr(1, &sges[0], 1);
+  wrs[1].wr_id = 2;
+  wrs[1].opcode = IBV_WR_BIND_MW;
+  wrs[1].send_flags = IBV_SEND_SIGNALED;
+  wrs[1].bind_mw.mw = mw;
+  wrs[1].bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wrs[1].bind_mw.bind_info.mr = window_memory.mr();
+  wrs[1].bind_mw.bind_info.addr = window_memory.addr(0);
+  wrs[1].bind_mw.bind_info.length = 4096;
+  wrs[1].bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  wrs[2] = SendWr(3, &sges[1], 1);
+  wrs[0].next = &wrs[1];
+  wrs[1].next = &wrs[2];
+  ASSERT_EQ(sim().FailAfter("deliver_packet", 0, ENOMEM), 0);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+  std::vector<ibv_wc> wcs;
+  EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 3, &wcs)) << "completions: " << DescribeWcs(wcs);
+  for (size_t k = 0; k < wcs.size(); ++k) {
+    EXPECT_EQ(wcs[k].wr_id, k + 1);
+    EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+  }
+  std::vector<ibv_wc> received;
+  EXPECT_TRUE(PollCompletions(b_.recv_cq.get(), 2, &received)) << "receives: " << DescribeWcs(received);
+  ibv_dealloc_mw(mw);
+}
+
 // One verb per fault point: creates the object and destroys it again; returns
 // 0 or the errno the creating call failed with.
 using FaultVerb = std::function<int(ibv_context*, ibv_pd*, const ibv_ah_attr&)>;

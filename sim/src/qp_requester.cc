@@ -378,6 +378,10 @@ void Qp::ArmTransportTimerLocked(bool restart) {
 void Qp::ExecuteLocked(size_t index) {
   const ibv_qp_state sending_state = state();
   SendWqe& wqe = sq_[index];
+  // A local operation (no packet, no PSN) that a resend went back over was
+  // done once: done again, a bind fails on the window it bound, and its error
+  // would hold back every WQE after it.
+  if (wqe.acked && (wqe.opcode == IBV_WR_BIND_MW || wqe.opcode == IBV_WR_LOCAL_INV)) return;
   Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
   if (wqe.injected != IBV_WC_SUCCESS) {
     FailLocalLocked(index, wqe.injected);
