@@ -129,6 +129,30 @@ std::vector<uint8_t> ReadOf(pid_t pid, uint64_t addr, size_t length) {
   return bytes;
 }
 
+// As ReadOf, but read `piece` bytes at a time from the last piece to the first: in a stream whose
+// pieces land in order, a piece read here was there before every piece in front of it was read,
+// so a reader that is slow or preempted cannot see a later piece landed and an earlier one not
+// (read from the front, the earlier piece may land just after it was read, the later one before).
+std::vector<uint8_t> ReadBackwardsOf(pid_t pid, uint64_t addr, size_t length, size_t piece) {
+  std::vector<uint8_t> bytes(length);
+  std::vector<iovec> local;
+  std::vector<iovec> remote;
+  for (size_t end = length; end > 0;) {
+    const size_t start = end > piece ? end - piece : 0;
+    local.push_back({bytes.data() + start, end - start});
+    remote.push_back({reinterpret_cast<void*>(static_cast<uintptr_t>(addr + start)), end - start});
+    end = start;
+  }
+  constexpr size_t kIovMax = 1024;  // IOV_MAX: each call takes at most this many
+  for (size_t first = 0; first < local.size(); first += kIovMax) {
+    const size_t n = std::min(kIovMax, local.size() - first);
+    size_t want = 0;
+    for (size_t k = first; k < first + n; ++k) want += local[k].iov_len;
+    if (process_vm_readv(pid, &local[first], n, &remote[first], n, 0) != static_cast<ssize_t>(want)) return {};
+  }
+  return bytes;
+}
+
 // What the child's buffer is.
 enum class Memory {
   kAnonymous,  // private anonymous pages
@@ -637,7 +661,8 @@ TEST_P(CrossProcessWriteMemoryTest, StreamOfSmallWritesLandsInOrder) {
             ASSERT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
             ASSERT_EQ(wcs[k].wr_id, completed) << "completions out of posting order";
           }
-          const std::vector<uint8_t> stream = ReadOf(target.pid, target.addr + kStreamBase, posted * kStreamRecord);
+          const std::vector<uint8_t> stream =
+              ReadBackwardsOf(target.pid, target.addr + kStreamBase, posted * kStreamRecord, kStreamRecord);
           if (!stream.empty()) {
             ASSERT_GE(LandedPrefix(stream, posted), 0)
                 << "a WRITE's bytes are in the child's buffer while those of a WRITE posted before it are not ("
