@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +128,24 @@ class XrcTest : public QpTest {
     sattr.cq = out->cq.get();
     out->srq.reset(ibv_create_srq_ex(ctx, &sattr));
     ASSERT_NE(out->srq, nullptr) << "ibv_create_srq_ex: " << ErrnoName(errno);
+  }
+
+  // Runs `child` in a child process (RunChecksInChild; `what` names it in failures) and `parent`
+  // here, each with the pipe ends to hear from the other and to tell it; the child's checks count
+  // as the test's. `parent` must tell the child when it is done, even when it fails early.
+  void RunWithChildProcess(const char* what, const std::function<void(int from_parent, int to_parent)>& child,
+                           const std::function<void(int from_child, int to_child)>& parent) {
+    Pipe to_parent;
+    Pipe to_child;
+    ASSERT_GE(to_parent.fds[0], 0);
+    ASSERT_GE(to_child.fds[0], 0);
+    ChildResult result;
+    std::thread runner([&] {
+      result = RunChecksInChild([&] { child(to_child.fds[0], to_parent.fds[1]); }, kChildTimeout, what);
+    });
+    parent(to_parent.fds[0], to_child.fds[1]);
+    runner.join();
+    EXPECT_TRUE(Passed(result));
   }
 
   void CreateXrcSrq(ibv_xrcd* xrcd, ibv_cq* cq, SrqPtr* out) {
@@ -552,51 +571,43 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
   ASSERT_NO_FATAL_FAILURE(ConnectXrc());
   // Written before the fork: the parent does not touch its registered pages afterwards.
   send_buf_.FillPattern(7);
-  Pipe to_parent;
-  Pipe to_child;
-  ASSERT_GE(to_parent.fds[0], 0);
-  ASSERT_GE(to_child.fds[0], 0);
   const uint32_t target_qpn = target_->qp_num;
   const int domain_fd = file_.fd();
-
-  ChildResult result;
-  std::thread runner([&] {
-    result = RunChecksInChild(
-        [&] {
-          ChildXrcSrq child;
-          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
-          Buffer buf;
-          ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
-          ibv_sge sge = buf.Sge(0, 256);
-          ASSERT_EQ(PostSrqRecv(child.srq.get(), 51, &sge, 1), 0);
-          uint32_t num = 0;
-          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
-          ASSERT_EQ(write(to_parent.fds[1], &num, sizeof num), static_cast<ssize_t>(sizeof num));
+  RunWithChildProcess(
+      "an XRC SRQ in a child process",
+      [&](int from_parent, int to_parent) {
+        ChildXrcSrq child;
+        ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
+        Buffer buf;
+        ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
+        ibv_sge sge = buf.Sge(0, 256);
+        ASSERT_EQ(PostSrqRecv(child.srq.get(), 51, &sge, 1), 0);
+        uint32_t num = 0;
+        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
+        ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(wc.wr_id, 51u) << DescribeWc(wc);
+        EXPECT_EQ(wc.byte_len, 64u) << DescribeWc(wc);
+        EXPECT_EQ(wc.qp_num, target_qpn) << DescribeWc(wc);
+        EXPECT_EQ(buf.Bytes(0, 64), Pattern(7, 64));
+        // The SRQ stays until the parent has seen its send complete.
+        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
+      },
+      [&](int from_child, int to_child) {
+        uint32_t srq_num = 0;
+        const bool got_number =
+            WaitReadable(from_child, kChildTimeout) && read(from_child, &srq_num, sizeof srq_num) == 4;
+        if (got_number) {
+          EXPECT_EQ(SendTo(srq_num, 5, /*fill=*/false), 0);
           ibv_wc wc = {};
-          ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 2));
+          EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
           EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
-          EXPECT_EQ(wc.wr_id, 51u) << DescribeWc(wc);
-          EXPECT_EQ(wc.byte_len, 64u) << DescribeWc(wc);
-          EXPECT_EQ(wc.qp_num, target_qpn) << DescribeWc(wc);
-          EXPECT_EQ(buf.Bytes(0, 64), Pattern(7, 64));
-          // The SRQ stays until the parent has seen its send complete.
-          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
-        },
-        kChildTimeout, "an XRC SRQ in a child process");
-  });
-  uint32_t srq_num = 0;
-  const bool got_number =
-      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], &srq_num, sizeof srq_num) == 4;
-  if (got_number) {
-    EXPECT_EQ(SendTo(srq_num, 5, /*fill=*/false), 0);
-    ibv_wc wc = {};
-    EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
-    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
-  }
-  EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
-  runner.join();
-  EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
-  EXPECT_TRUE(Passed(result));
+        }
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+        EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+      });
 }
 
 // Rule: (simulator, default profile) a CQ that overruns goes to error with IBV_EVENT_CQ_ERR and takes
@@ -615,65 +626,57 @@ TEST_F(XrcQpTest, SrqCqOverrunFromAnotherProcessFailsTheQpsOnIt) {
   ASSERT_NO_FATAL_FAILURE(CreateInitiator());
   ASSERT_NO_FATAL_FAILURE(ConnectXrc());
   send_buf_.FillPattern(7);
-  Pipe to_parent;
-  Pipe to_child;
-  ASSERT_GE(to_parent.fds[0], 0);
-  ASSERT_GE(to_child.fds[0], 0);
   const int domain_fd = file_.fd();
-
-  ChildResult result;
-  std::thread runner([&] {
-    result = RunChecksInChild(
-        [&] {
-          ChildXrcSrq child;
-          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child, 2, 16));
-          ibv_qp_init_attr init = {};
-          init.qp_type = IBV_QPT_RC;
-          init.send_cq = init.recv_cq = child.cq.get();
-          init.cap.max_send_wr = init.cap.max_recv_wr = 1;
-          init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-          QpPtr local(ibv_create_qp(child.pd.get(), &init));
-          ASSERT_NE(local, nullptr) << "ibv_create_qp: " << ErrnoName(errno);
-          ASSERT_TRUE(ModifyToInit(local.get(), port(), ConnectParams{}));
-          const uint32_t messages = static_cast<uint32_t>(child.cq->cqe) + 1;
-          ASSERT_LE(messages, 16u) << "the CQ holds " << child.cq->cqe;
-          Buffer buf;
-          ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
-          for (uint32_t k = 0; k < messages; ++k) {
-            ibv_sge sge = buf.Sge(64 * k, 64);
-            ASSERT_EQ(PostSrqRecv(child.srq.get(), k, &sge, 1), 0);
-          }
-          uint32_t said[2] = {0, messages};
-          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &said[0]), 0);
-          ASSERT_EQ(write(to_parent.fds[1], said, sizeof said), static_cast<ssize_t>(sizeof said));
-          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2)) << "the parent did not send";
-          ibv_async_event event = {};
-          ASSERT_TRUE(GetAsyncEventWithin(child.context.get(), &event, kReturnWindow)) << "no IBV_EVENT_CQ_ERR";
-          EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR) << ibv_event_type_str(event.event_type);
-          ibv_ack_async_event(&event);
-          ASSERT_TRUE(GetAsyncEventWithin(child.context.get(), &event, kReturnWindow))
-              << "no IBV_EVENT_QP_FATAL for the RC QP on the CQ that overran";
-          EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL) << ibv_event_type_str(event.event_type);
-          EXPECT_EQ(event.element.qp, local.get());
-          ibv_ack_async_event(&event);
-          ibv_qp_state state = IBV_QPS_RESET;
-          EXPECT_TRUE(QueryQpState(local.get(), &state));
-          EXPECT_EQ(state, IBV_QPS_ERR);
-        },
-        kChildTimeout, "an XRC SRQ owner whose CQ overruns");
-  });
-  uint32_t said[2] = {0, 0};
-  const bool got_number =
-      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], said, sizeof said) == sizeof said;
-  for (uint32_t k = 0; got_number && k < said[1]; ++k) {
-    EXPECT_EQ(SendTo(said[0], k, /*fill=*/false), 0);
-    ibv_wc wc = {};
-    EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
-  }
-  EXPECT_EQ(write(to_child.fds[1], "s", 1), 1);
-  runner.join();
-  EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
-  EXPECT_TRUE(Passed(result));
+  RunWithChildProcess(
+      "an XRC SRQ owner whose CQ overruns",
+      [&](int from_parent, int to_parent) {
+        ChildXrcSrq child;
+        ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child, 2, 16));
+        ibv_qp_init_attr init = {};
+        init.qp_type = IBV_QPT_RC;
+        init.send_cq = init.recv_cq = child.cq.get();
+        init.cap.max_send_wr = init.cap.max_recv_wr = 1;
+        init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+        QpPtr local(ibv_create_qp(child.pd.get(), &init));
+        ASSERT_NE(local, nullptr) << "ibv_create_qp: " << ErrnoName(errno);
+        ASSERT_TRUE(ModifyToInit(local.get(), port(), ConnectParams{}));
+        const uint32_t messages = static_cast<uint32_t>(child.cq->cqe) + 1;
+        ASSERT_LE(messages, 16u) << "the CQ holds " << child.cq->cqe;
+        Buffer buf;
+        ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
+        for (uint32_t k = 0; k < messages; ++k) {
+          ibv_sge sge = buf.Sge(64 * k, 64);
+          ASSERT_EQ(PostSrqRecv(child.srq.get(), k, &sge, 1), 0);
+        }
+        uint32_t said[2] = {0, messages};
+        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &said[0]), 0);
+        ASSERT_EQ(write(to_parent, said, sizeof said), static_cast<ssize_t>(sizeof said));
+        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2)) << "the parent did not send";
+        ibv_async_event event = {};
+        ASSERT_TRUE(GetAsyncEventWithin(child.context.get(), &event, kReturnWindow)) << "no IBV_EVENT_CQ_ERR";
+        EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR) << ibv_event_type_str(event.event_type);
+        ibv_ack_async_event(&event);
+        ASSERT_TRUE(GetAsyncEventWithin(child.context.get(), &event, kReturnWindow))
+            << "no IBV_EVENT_QP_FATAL for the RC QP on the CQ that overran";
+        EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL) << ibv_event_type_str(event.event_type);
+        EXPECT_EQ(event.element.qp, local.get());
+        ibv_ack_async_event(&event);
+        ibv_qp_state state = IBV_QPS_RESET;
+        EXPECT_TRUE(QueryQpState(local.get(), &state));
+        EXPECT_EQ(state, IBV_QPS_ERR);
+      },
+      [&](int from_child, int to_child) {
+        uint32_t said[2] = {0, 0};
+        const bool got_number =
+            WaitReadable(from_child, kChildTimeout) && read(from_child, said, sizeof said) == sizeof said;
+        for (uint32_t k = 0; got_number && k < said[1]; ++k) {
+          EXPECT_EQ(SendTo(said[0], k, /*fill=*/false), 0);
+          ibv_wc wc = {};
+          EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
+        }
+        EXPECT_EQ(write(to_child, "s", 1), 1);
+        EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+      });
 }
 
 // Rule: (simulator) the process that owns an XRC SRQ keeps what it needs of a message from another
@@ -693,62 +696,55 @@ TEST_F(XrcQpTest, SrqOwnerKeepsNothingPerTargetQp) {
   ASSERT_NE(xrcd_, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
   ASSERT_NO_FATAL_FAILURE(CreateInitiator());
   send_buf_.FillPattern(7);
-  Pipe to_parent;
-  Pipe to_child;
-  ASSERT_GE(to_parent.fds[0], 0);
-  ASSERT_GE(to_child.fds[0], 0);
   const int domain_fd = file_.fd();
-
-  ChildResult result;
-  std::thread runner([&] {
-    result = RunChecksInChild(
-        [&] {
-          ChildXrcSrq child;
-          ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
-          Buffer buf;
-          ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
-          ibv_sge sge = buf.Sge(0, 256);
-          uint32_t num = 0;
-          ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
-          ASSERT_EQ(PostSrqRecv(child.srq.get(), 0, &sge, 1), 0);
-          ASSERT_EQ(write(to_parent.fds[1], &num, sizeof num), static_cast<ssize_t>(sizeof num));
-          size_t in_use_after_warm_up = 0;
-          for (int k = 0; k < kMessages; ++k) {
-            ibv_wc wc = {};
-            ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 4)) << "message " << k;
-            ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
-            ASSERT_EQ(PostSrqRecv(child.srq.get(), static_cast<uint64_t>(k + 1), &sge, 1), 0);
-            if (k + 1 == kWarmUp) in_use_after_warm_up = mallinfo2().uordblks;
-            ASSERT_EQ(write(to_parent.fds[1], "r", 1), 1);
-          }
-          const size_t in_use = mallinfo2().uordblks;
-          EXPECT_LT(in_use, in_use_after_warm_up + kMaxGrowth)
-              << "the SRQ owner's heap grew by " << (in_use - in_use_after_warm_up) << " bytes over "
-              << kMessages - kWarmUp << " messages from as many target QPs";
-          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
-        },
-        kChildTimeout, "an XRC SRQ owner hearing from many target QPs");
-  });
-  uint32_t srq_num = 0;
-  const bool got_number =
-      WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], &srq_num, sizeof srq_num) == 4;
-  for (int k = 0; got_number && k < kMessages && !HasFailure(); ++k) {
-    target_.reset();
-    ASSERT_TRUE(ModifyToState(initiator_.get(), IBV_QPS_RESET));
-    ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
-    ASSERT_NO_FATAL_FAILURE(ConnectXrc());
-    EXPECT_EQ(SendTo(srq_num, static_cast<uint64_t>(k), /*fill=*/false), 0);
-    ibv_wc wc = {};
-    EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
-    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
-    char received = 0;
-    EXPECT_TRUE(WaitReadable(to_parent.fds[0], kChildTimeout / 4) && read(to_parent.fds[0], &received, 1) == 1)
-        << "the child did not receive message " << k;
-  }
-  EXPECT_EQ(write(to_child.fds[1], "x", 1), 1);
-  runner.join();
-  EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
-  EXPECT_TRUE(Passed(result));
+  RunWithChildProcess(
+      "an XRC SRQ owner hearing from many target QPs",
+      [&](int from_parent, int to_parent) {
+        ChildXrcSrq child;
+        ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
+        Buffer buf;
+        ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
+        ibv_sge sge = buf.Sge(0, 256);
+        uint32_t num = 0;
+        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
+        ASSERT_EQ(PostSrqRecv(child.srq.get(), 0, &sge, 1), 0);
+        ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+        size_t in_use_after_warm_up = 0;
+        for (int k = 0; k < kMessages; ++k) {
+          ibv_wc wc = {};
+          ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 4)) << "message " << k;
+          ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
+          ASSERT_EQ(PostSrqRecv(child.srq.get(), static_cast<uint64_t>(k + 1), &sge, 1), 0);
+          if (k + 1 == kWarmUp) in_use_after_warm_up = mallinfo2().uordblks;
+          ASSERT_EQ(write(to_parent, "r", 1), 1);
+        }
+        const size_t in_use = mallinfo2().uordblks;
+        EXPECT_LT(in_use, in_use_after_warm_up + kMaxGrowth)
+            << "the SRQ owner's heap grew by " << (in_use - in_use_after_warm_up) << " bytes over "
+            << kMessages - kWarmUp << " messages from as many target QPs";
+        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
+      },
+      [&](int from_child, int to_child) {
+        uint32_t srq_num = 0;
+        const bool got_number =
+            WaitReadable(from_child, kChildTimeout) && read(from_child, &srq_num, sizeof srq_num) == 4;
+        for (int k = 0; got_number && k < kMessages && !HasFailure(); ++k) {
+          target_.reset();
+          EXPECT_TRUE(ModifyToState(initiator_.get(), IBV_QPS_RESET));
+          CreateTarget(xrcd_.get());
+          ConnectXrc();
+          if (HasFailure()) break;
+          EXPECT_EQ(SendTo(srq_num, static_cast<uint64_t>(k), /*fill=*/false), 0);
+          ibv_wc wc = {};
+          EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
+          char received = 0;
+          EXPECT_TRUE(WaitReadable(from_child, kChildTimeout / 4) && read(from_child, &received, 1) == 1)
+              << "the child did not receive message " << k;
+        }
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+        EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+      });
 }
 
 // Rule: ibv_post_send(3): remote_srqn names the XRC SRQ that receives; a process that exits (or is
