@@ -320,6 +320,31 @@ TEST_F(QpSqdTest, NoSqDrained_WhileWrOutstanding) {
       << "the SQ was reported drained with a message unanswered";
 }
 
+// Rule: ibv_get_async_event(3): "IBV_EVENT_SQ_DRAINED Send Queue was drained of outstanding messages in
+//   progress"; IBTA Vol 1 ch. 10 (SQ Drain state): a message sent before the drain began is in
+//   progress until it is answered, also while it waits to be sent again after an RNR NAK, and it is
+//   still sent in SQD.
+// Checks: a SEND from a_ finds no receive at b_ (RNR NAK, rnr_retry 7: it is retried without end);
+//   a_ moved to SQD with en_sqd_async_notify = 1 raises no IBV_EVENT_SQ_DRAINED within 200 ms; once
+//   b_ posts a receive, the SEND completes with success and IBV_EVENT_SQ_DRAINED arrives.
+TEST_F(QpSqdTest, SendWaitingAfterRnrNakKeepsTheQueueDraining) {
+  ASSERT_TRUE(MakePair());
+  ASSERT_TRUE(local_.Register(pd(), 64));
+  ASSERT_TRUE(remote_.Register(pd(), 64));
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get())) << "the SEND completed with no receive posted";
+  ASSERT_EQ(ModifyToSqd(a_.get(), true), 0);
+  EXPECT_TRUE(NoAsyncEventFor(context(), IBV_EVENT_SQ_DRAINED, a_.get()))
+      << "the SQ was reported drained while its SEND waited to be sent again";
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 2, &rsge, 1), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc)) << "the SEND was not sent again in SQD";
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_SQ_DRAINED, a_.get(), &acks_));
+}
+
 // Rule: ibv_query_qp(3): sq_draining "Is the QP draining? (Valid only if qp_state is SQD)"; IBTA
 //   Vol 1 ch. 10 (QP states): a QP in SQD is draining until every outstanding message has been answered.
 // Checks: an RC QP with a WRITE that is never answered, moved to SQD, reads qp_state SQD and

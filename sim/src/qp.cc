@@ -293,9 +293,10 @@ int Qp::Modify(const ibv_qp_attr& a, int mask) {
   if (mask & IBV_QP_RNR_RETRY) rnr_retries_left_ = attr_.rnr_retry;
 
   // RTS→SQD: new WRs wait; the queue has drained once every message already
-  // sent is answered (at once if none is outstanding).
+  // sent is answered (at once if none is outstanding). One that waits to be
+  // sent again (after an RNR NAK) was sent: it is resent while draining.
   if (next == IBV_QPS_SQD && cur != IBV_QPS_SQD) {
-    for (size_t i = 0; i < next_to_send_ && i < sq_.size(); ++i) sq_[i].before_sqd = true;
+    for (size_t i = 0; i < sq_.size() && sq_[i].started; ++i) sq_[i].before_sqd = true;
     attr_.sq_draining = 1;
     CheckDrainedLocked();
   }

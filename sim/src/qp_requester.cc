@@ -259,6 +259,7 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   ++next_to_send_;
   Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
   wqe.first_psn = first_psn;
+  wqe.started = true;
   wqe.transmitted = true;
   ArmTransportTimerLocked(false);
   return true;
@@ -298,7 +299,8 @@ size_t Qp::OldestUnansweredLocked() const {
 }
 
 bool Qp::AwaitingAckLocked() const {
-  for (size_t i = 0; i < next_to_send_ && i < sq_.size(); ++i) {
+  // (Started WQEs come first: the queue executes in order.)
+  for (size_t i = 0; i < sq_.size() && sq_[i].started; ++i) {
     if (!sq_[i].acked) return true;
   }
   return false;
@@ -382,6 +384,7 @@ void Qp::ExecuteLocked(size_t index) {
   // done once: done again, a bind fails on the window it bound, and its error
   // would hold back every WQE after it.
   if (wqe.acked && (wqe.opcode == IBV_WR_BIND_MW || wqe.opcode == IBV_WR_LOCAL_INV)) return;
+  wqe.started = true;
   Trace::Get().Wqe(qp_num(), wqe.opcode, wqe.wr_id, wqe.length, wqe.signaled);
   if (wqe.injected != IBV_WC_SUCCESS) {
     FailLocalLocked(index, wqe.injected);
@@ -1032,6 +1035,7 @@ void Qp::FailLocalLocked(size_t index, ibv_wc_status status) {
   for (size_t i = 0; i < index; ++i) {
     if (!sq_[i].acked) {
       sq_[index].deferred = status;
+      sq_[index].started = false;
       next_to_send_ = index;  // not sent: ProgressLocked stops here
       return;
     }

@@ -61,6 +61,9 @@ struct SendWqeValues {
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;
   bool transmitted = false;
+  // Executed at least once: a resend that went back over it (an RNR NAK, a
+  // sequence NAK, a timeout) leaves it outstanding, though not yet sent again.
+  bool started = false;
   // Its whole data was put in the peer's memory by the requester itself
   // (one-copy WRITE, Qp::PlaceWriteLocked) in its latest transmission.
   bool placed = false;
