@@ -307,6 +307,8 @@ class Qp {
   // delivers a burst (Engine::DeferAck), sent at once otherwise.
   // `last_psn`: the PSN of its last packet.
   void AcknowledgeLocked(ibv_wr_opcode op, uint32_t last_psn);
+  // The answer to the atomic request `req`: `orig`, the value before it.
+  void SendAtomicAckLocked(const Packet& req, uint64_t orig);
   // A duplicate atomic request: answered with the result of its execution,
   // if it is among atomic_results_.
   void ReplayAtomicLocked(const Packet& pkt);

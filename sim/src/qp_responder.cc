@@ -341,14 +341,8 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       }
       atomic_results_[atomic_results_next_] = AtomicResult{pkt.psn, orig, true};
       atomic_results_next_ = (atomic_results_next_ + 1) % atomic_results_.size();
-      Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
-      r.kind = Packet::Kind::kAtomicAck;
-      r.op = pkt.op;
-      r.psn = pkt.psn;
-      r.atomic_orig = orig;
       epsn_ = (pkt.psn + 1) & 0xffffff;
-      SendDeferredAckLocked();
-      TransmitToPeerLocked(std::move(r));
+      SendAtomicAckLocked(pkt, orig);
       return;
     }
     default:
@@ -473,16 +467,20 @@ bool Qp::ReceiveWholeReadLocked(const WholeRead& read) {
   return true;
 }
 
+void Qp::SendAtomicAckLocked(const Packet& req, uint64_t orig) {
+  Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
+  r.kind = Packet::Kind::kAtomicAck;
+  r.op = req.op;
+  r.psn = req.psn;
+  r.atomic_orig = orig;
+  SendDeferredAckLocked();  // answers leave in the order they were made
+  TransmitToPeerLocked(std::move(r));
+}
+
 void Qp::ReplayAtomicLocked(const Packet& pkt) {
   for (const AtomicResult& done : atomic_results_) {
     if (!done.valid || done.psn != pkt.psn) continue;
-    Packet r = NewPacket(AddressVector::From(attr_.ah_attr), attr_.dest_qp_num);
-    r.kind = Packet::Kind::kAtomicAck;
-    r.op = pkt.op;
-    r.psn = pkt.psn;
-    r.atomic_orig = done.orig;
-    SendDeferredAckLocked();  // answers leave in the order they were made
-    TransmitToPeerLocked(std::move(r));
+    SendAtomicAckLocked(pkt, done.orig);
     return;
   }
   // Older than the results kept: acknowledged only (its requester's
