@@ -41,7 +41,11 @@ extern "C" void* __libc_calloc(size_t, size_t);
 extern "C" void* __libc_realloc(void*, size_t);
 extern "C" void* __libc_memalign(size_t, size_t);
 
+#include "rc_connect.h"
+
 namespace {
+
+using simverbs::ConnectRc;
 
 thread_local bool counting = false;
 std::atomic<long> calls{0};
@@ -86,36 +90,6 @@ namespace {
 int Fail(const char* what) {
   std::fprintf(stderr, "datapath-costs: %s failed: %s\n", what, std::strerror(errno));
   return 2;
-}
-
-bool Connect(ibv_qp* qp, uint32_t remote_qpn, uint16_t lid) {
-  ibv_qp_attr a = {};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return false;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote_qpn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.dlid = lid;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
-    return false;
-  }
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC) == 0;
 }
 
 // One completion from `cq`, polled a bounded number of times; false if none came or it failed.
@@ -193,7 +167,7 @@ int RunChildPeer(int to_parent, int from_parent) {
   const PeerInfo mine = {peer.qp->qp_num, reinterpret_cast<uintptr_t>(peer.buffer.data()), peer.mr->rkey};
   PeerInfo theirs = {};
   if (write(to_parent, &mine, sizeof mine) != sizeof mine || read(from_parent, &theirs, sizeof theirs) != sizeof theirs ||
-      !Connect(peer.qp, theirs.qpn, port.lid)) {
+      !ConnectRc(peer.qp, theirs.qpn, port.lid)) {
     return Fail("the child's exchange with its parent, or its ibv_modify_qp");
   }
   for (int i = 0; i < 16; ++i) {
@@ -361,13 +335,14 @@ int main() {
   const PeerInfo mine = {remote_side.qp->qp_num, 0, 0};
   char ready = 0;
   if (read(to_parent[0], &child_peer, sizeof child_peer) != sizeof child_peer ||
-      write(from_parent[1], &mine, sizeof mine) != sizeof mine || !Connect(remote_side.qp, child_peer.qpn, port.lid) ||
+      write(from_parent[1], &mine, sizeof mine) != sizeof mine ||
+      !ConnectRc(remote_side.qp, child_peer.qpn, port.lid) ||
       read(to_parent[0], &ready, 1) != 1) {
     std::fprintf(stderr, "datapath-costs: the child peer did not come up\n");
     return 2;
   }
 
-  if (!Connect(own.qp, local.qp->qp_num, port.lid) || !Connect(local.qp, own.qp->qp_num, port.lid)) {
+  if (!ConnectRc(own.qp, local.qp->qp_num, port.lid) || !ConnectRc(local.qp, own.qp->qp_num, port.lid)) {
     return Fail("ibv_modify_qp");
   }
   const PeerInfo local_peer = {local.qp->qp_num, reinterpret_cast<uintptr_t>(local.buffer.data()), local.mr->rkey};

@@ -23,7 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "rc_connect.h"
+
 namespace {
+
+using simverbs::ConnectRc;
 
 constexpr size_t kBytes = 16384;  // several packets at the path MTU of 1024: never through the ring whole
 alignas(4096) uint8_t g_target[kBytes];
@@ -46,7 +50,8 @@ bool ReadWithin(int fd, void* out, size_t n, int seconds) {
   auto* p = static_cast<uint8_t*>(out);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (n > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd pfd = {fd, POLLIN, 0};
     if (left.count() <= 0 || poll(&pfd, 1, static_cast<int>(left.count())) <= 0) return false;
     const ssize_t got = read(fd, p, n);
@@ -87,36 +92,9 @@ bool Open(Verbs* v) {
   return true;
 }
 
-// RESET to RTS, connected to (remote_qpn, lid); one retry, so that a WRITE nobody answers fails soon.
-bool Connect(ibv_qp* qp, uint32_t remote_qpn, uint16_t lid) {
-  ibv_qp_attr a = {};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) return false;
-  a = {};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = remote_qpn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.dlid = lid;
-  a.ah_attr.port_num = 1;
-  if (ibv_modify_qp(qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
-    return false;
-  }
-  a = {};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 12;  // 16.8 ms
-  a.retry_cnt = 1;
-  a.rnr_retry = 0;
-  a.max_rd_atomic = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC) == 0;
-}
+// One retry after 16.8 ms, and none after an RNR NAK: a WRITE nobody answers fails soon.
+constexpr simverbs::RcConnect kFailSoon = {
+    .access = IBV_ACCESS_REMOTE_WRITE, .timeout = 12, .retry_cnt = 1, .rnr_retry = 0};
 
 // The child after exec: says it runs, waits for the parent's word, then says
 // whether its buffer is still all zero ('z') or was written ('w').
@@ -138,7 +116,7 @@ int BeforeExec(const char* self, int from_parent, int to_parent) {
   const Info mine = {v.qp->qp_num, v.lid, reinterpret_cast<uintptr_t>(g_target), mr->rkey};
   Info theirs = {};
   if (write(to_parent, &mine, sizeof mine) != sizeof mine || !ReadWithin(from_parent, &theirs, sizeof theirs, 30) ||
-      !Connect(v.qp, theirs.qpn, theirs.lid)) {
+      !ConnectRc(v.qp, theirs.qpn, theirs.lid, kFailSoon)) {
     return Fail("the child could not connect");
   }
   // No teardown: the new program knows nothing of the old one's verbs.
@@ -182,7 +160,8 @@ int main(int argc, char** argv) {
   Info theirs = {};
   if (!mr || !ReadWithin(to_parent[0], &theirs, sizeof theirs, 30)) return Fail("the child did not send its QP");
   const Info mine = {v.qp->qp_num, v.lid, 0, 0};
-  if (write(to_child[1], &mine, sizeof mine) != sizeof mine || !Connect(v.qp, theirs.qpn, theirs.lid)) {
+  if (write(to_child[1], &mine, sizeof mine) != sizeof mine ||
+      !ConnectRc(v.qp, theirs.qpn, theirs.lid, kFailSoon)) {
     return Fail("could not connect to the child");
   }
   // The new program runs: the exec is over, and the old one's verbs with it.
