@@ -840,6 +840,71 @@ TEST_P(CrossProcessWriteMemoryTest, WriteAfterDeregistrationDoesNotLand) {
       WithMemory());
 }
 
+// Rule: ibv_modify_qp(3) moves the QP to the state asked for; IBTA Vol 1 10.3.1: a QP in the Error
+//   state executes no more requests it receives (they are dropped), so no WRITE lands through it
+//   once the transition is made.
+// Checks: the parent writes 4 MiB WRITEs into the child's buffer, one after another, each all of
+//   one byte value (1, 2, 3, 4 in turn); once one has begun to land (and, if seen within 200 ms,
+//   while one is landing) the child moves its QP to ERR and then copies its buffer, from its end;
+//   the parent stops, moves its own QP to ERR and collects every completion; the child's buffer
+//   still holds what it copied.
+TEST_P(CrossProcessWriteMemoryTest, WriteAfterTheResponderEnteredErrorDoesNotLand) {
+  constexpr size_t kWriteBytes = size_t{4} << 20;
+  constexpr int kValues = 4;
+  Buffer sources;
+  ASSERT_TRUE(sources.Register(pd(), kWriteBytes * kValues));
+  for (int v = 0; v < kValues; ++v) std::memset(sources.data() + kWriteBytes * v, v + 1, kWriteBytes);
+  ChildSetup setup = WithMemory();
+  setup.length = kWriteBytes;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        const auto deadline = std::chrono::steady_clock::now() + kChildTimeout / 2;
+        while (__atomic_load_n(c.buf, __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::yield();
+        }
+        ASSERT_NE(__atomic_load_n(c.buf, __ATOMIC_ACQUIRE), 0) << "no WRITE landed";
+        // Better still while one is landing (its first byte in, its last not yet), if that is seen soon.
+        const auto landing = std::chrono::steady_clock::now() + 200ms;
+        const uint8_t* last = c.buf + kWriteBytes - 1;
+        while (__atomic_load_n(c.buf, __ATOMIC_ACQUIRE) == __atomic_load_n(last, __ATOMIC_ACQUIRE) &&
+               std::chrono::steady_clock::now() < landing) {
+          std::this_thread::yield();
+        }
+        std::vector<uint8_t> at_error(kWriteBytes);  // (its pages faulted in before, not while it is read into)
+        ASSERT_TRUE(ModifyToState(c.qp, IBV_QPS_ERR));
+        // From the last byte to the first: a WRITE still landing (front to back) shows up as a change.
+        for (size_t i = kWriteBytes; i-- > 0;) at_error[i] = __atomic_load_n(c.buf + i, __ATOMIC_ACQUIRE);
+        ASSERT_EQ(write(c.to_parent, "e", 1), 1);
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_TRUE(Read(c.buf, kWriteBytes) == at_error)
+            << "a WRITE landed after ibv_modify_qp(IBV_QPS_ERR) returned in the responder's process";
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        const auto deadline = std::chrono::steady_clock::now() + kChildTimeout / 2;
+        uint64_t posted = 0;
+        uint64_t completed = 0;
+        // One WRITE at a time, the next as soon as the last completes, until the child says its
+        // QP is in ERR.
+        while (!WaitReadable(from_child, 0ms) && std::chrono::steady_clock::now() < deadline) {
+          if (posted == completed) {
+            ibv_sge sge = sources.Sge(kWriteBytes * (posted % kValues), kWriteBytes);
+            ASSERT_EQ(PostOne(a_.get(), RdmaWr(posted, IBV_WR_RDMA_WRITE, &sge, 1, target.addr, target.rkey)), 0);
+            ++posted;
+          }
+          ibv_wc wc = {};
+          completed += static_cast<uint64_t>(std::max(0, ibv_poll_cq(a_.send_cq.get(), 1, &wc)));
+        }
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ASSERT_TRUE(ModifyToState(a_.get(), IBV_QPS_ERR));
+        std::vector<ibv_wc> rest;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), static_cast<int>(posted - completed), &rest, kReturnWindow))
+            << "a WRITE did not complete once the parent's QP was in ERR";
+        EXPECT_EQ(write(to_child, "c", 1), 1);
+      },
+      setup);
+}
+
 // Rule: IBTA Vol 1 ch. 9 (responder): requests are executed in PSN order, and a remote access error
 //   (class C: NAK Remote Access Error) puts an RC responder in the error state, where it executes
 //   nothing more; the requester completes that WR with IBV_WC_REM_ACCESS_ERR and flushes the WRs

@@ -58,9 +58,9 @@ struct ProcSlot {
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> pid_namespace;
   std::atomic<uint32_t> generation;
-  // The key this process is writing through right now (KeyTag), or the QP
-  // whose SEND it is pulling (PullTag), or 0: a process places or pulls one
-  // message at a time, under its engine lock.
+  // The key and QP this process is writing or reading through right now
+  // (PlaceTag), or the QP whose SEND it is pulling (PullTag), or 0: a process
+  // places or pulls one message at a time, under its engine lock.
   std::atomic<uint64_t> placing;
   // 1 while its application polls in a loop (as its progress thread sees it):
   // counted against the CPUs (Fabric::LookForOversubscription).
@@ -130,11 +130,19 @@ FileWindowKey PublishedFile(const KeyEntry& k, int device_index, uint32_t rkey, 
   return file;
 }
 
-uint64_t KeyTag(int device_index, uint32_t rkey) {
-  return (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
+// What a process announces while it writes or reads through `rkey` into a
+// QP of another process (Fabric::Place): the key in the low 40 bits, which
+// ibv_dereg_mr waits on (kKeyTagMask), and the QP above them, which a state
+// change that stops the QP's remote access waits on (kQpTagMask).
+uint64_t PlaceTag(int device_index, uint32_t rkey, uint32_t qpn) {
+  return (static_cast<uint64_t>(qpn & 0xffffff) << 40) | (static_cast<uint64_t>(device_index + 1) << 32) | rkey;
 }
+constexpr uint64_t kKeyTagMask = (uint64_t{1} << 40) - 1;
+constexpr uint64_t kQpTagMask = ~uint64_t{0} << 32;
+uint64_t KeyTag(int device_index, uint32_t rkey) { return PlaceTag(device_index, rkey, 0); }
+uint64_t QpTag(int device_index, uint32_t qpn) { return PlaceTag(device_index, 0, qpn); }
 
-// Never a KeyTag: an rkey's low byte is 0x01.
+// Never a PlaceTag of a published key: an rkey's low byte is 0x01.
 uint64_t PullTag(int device_index, uint32_t qpn) {
   return (static_cast<uint64_t>(device_index + 1) << 32) | ((qpn & 0xffffff) << 8) | 0x02;
 }
@@ -527,6 +535,8 @@ void Fabric::ReleaseQpn(int device_index, uint32_t qpn) {
     e.slot.store(-1);
     e.qpn.store(0);
     if (granted) WaitUnannounced(PullTag(device_index, qpn), "ibv_destroy_qp", "reading a SEND of this QP");
+    // Nothing lands through it once ibv_destroy_qp returns.
+    WaitUnannounced(QpTag(device_index, qpn), "ibv_destroy_qp", "placing data through this QP", kQpTagMask);
   }
 }
 
@@ -581,16 +591,16 @@ void Fabric::WaitKeyUnused(int device_index, uint32_t rkey) {
   if (!segment_) return;
   // Dekker with PlaceWrite: a writer announces the key, then looks at it; we
   // withdrew it, now look at the announcements.
-  WaitUnannounced(KeyTag(device_index, rkey), "ibv_dereg_mr", "writing into this MR");
+  WaitUnannounced(KeyTag(device_index, rkey), "ibv_dereg_mr", "writing into this MR", kKeyTagMask);
 }
 
-void Fabric::WaitUnannounced(uint64_t tag, const char* verb, const char* doing) {
+void Fabric::WaitUnannounced(uint64_t tag, const char* verb, const char* doing, uint64_t mask) {
   // A process that got in first finishes its copy; a dead one never will,
   // and a stopped one is waited for only so long.
   const uint64_t deadline = MonotonicNs() + kRevokeWaitNs;
   for (int i = 0; i < kMaxProcs; ++i) {
     ProcSlot& proc = segment_->procs[i];
-    for (uint64_t spins = 1; proc.placing.load(std::memory_order_seq_cst) == tag; ++spins) {
+    for (uint64_t spins = 1; (proc.placing.load(std::memory_order_seq_cst) & mask) == tag; ++spins) {
       if (spins % 1024 == 0 && (!SlotAlive(segment_fd_, i) || MonotonicNs() > deadline)) {
         if (MonotonicNs() > deadline) {
           std::fprintf(stderr, "simverbs: %s: process %d has been %s for %llu ms (stopped?); going on anyway\n", verb,
@@ -672,7 +682,14 @@ void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   if (e.qpn.load() != qpn || e.slot.load() != slot_) return;
   e.pd.store(pd);
-  e.accepts.store(accepts);
+  const uint32_t before = e.accepts.exchange(accepts, std::memory_order_seq_cst);
+  // Dekker with Place: a placer announces the QP, then looks at what it
+  // accepts. Once the QP takes no more WRITEs or READs (ERR, RESET, access
+  // withdrawn), none lands or is read after ibv_modify_qp returns.
+  constexpr uint32_t kRemoteAccess = kAcceptsWrites | kAcceptsReads;
+  if ((before & kRemoteAccess & ~accepts) != 0) {
+    WaitUnannounced(QpTag(device_index, qpn), "ibv_modify_qp", "placing data through this QP", kQpTagMask);
+  }
 }
 
 int Fabric::OwnerSlot(int device_index, uint32_t qpn) const {
@@ -721,20 +738,27 @@ bool Fabric::Place(uint32_t direction, int device_index, uint32_t dst_qpn, ibv_q
   if (pid <= 0 || owner.pid_namespace.load() != pid_namespace_) return false;
   DeviceState& d = segment_->devices[device_index];
   const DirEntry& e = d.dir[dst_qpn % kDirSize];
+  std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
+  placing.store(PlaceTag(device_index, rkey, dst_qpn), std::memory_order_seq_cst);
+  // While we announce the key and the QP, the owner can neither withdraw the
+  // key and reuse its entry (WaitKeyUnused) nor stop the QP taking this
+  // access (PublishQpLocked): both wait for us. Another process may write
+  // the entries all the same: each field is read once, checked, and only the
+  // checked copy is used.
   // Of that type, and takes this kind of access now.
-  if ((e.accepts.load() & (kAcceptsTypeMask | direction)) != ((static_cast<uint32_t>(type) + 1) | direction)) {
+  if ((e.accepts.load(std::memory_order_seq_cst) & (kAcceptsTypeMask | direction)) !=
+      ((static_cast<uint32_t>(type) + 1) | direction)) {
+    placing.store(0, std::memory_order_release);
     return false;
   }
   const uint64_t pd = e.pd.load();
   // Still the QP OwnerSlot found: an entry freed and taken by another QP
   // meanwhile would lend us that QP's type and PD.
-  if (e.qpn.load() != dst_qpn || e.slot.load() != slot) return false;
+  if (e.qpn.load() != dst_qpn || e.slot.load() != slot) {
+    placing.store(0, std::memory_order_release);
+    return false;
+  }
   const KeyEntry& k = d.keys[(rkey >> 8) % kKeySlots];
-  std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
-  placing.store(KeyTag(device_index, rkey), std::memory_order_seq_cst);
-  // While we announce the key, its owner cannot withdraw it and reuse its
-  // entry. Another process may write the entry all the same: each field is
-  // read once, checked, and only the checked copy is used.
   bool placed = false;
   const uint32_t key = k.key.load(std::memory_order_seq_cst);
   const int32_t key_slot = k.slot.load(std::memory_order_relaxed);

@@ -96,7 +96,11 @@
 // withdraws the key and waits until no writer is inside it (each process
 // announces the key it is writing through: Dekker against the withdrawal), so
 // nothing lands after ibv_dereg_mr returns; it waits without the engine lock,
-// and for a live writer at most kRevokeWaitNs (a stopped process). Memory
+// and for a live writer at most kRevokeWaitNs (a stopped process). The
+// writer announces the QP with the key, and reads what the QP accepts only
+// after that, so a QP that stops taking WRITEs (ERR, RESET, its access
+// withdrawn, ibv_destroy_qp) waits in the same way (PublishQpLocked,
+// ReleaseQpn): nothing lands through it once that verb returns. Memory
 // windows keep the copying path.
 //
 // A READ of Qp::kMinPlacedReadBytes or more goes the other way: the
@@ -522,10 +526,10 @@ class Fabric {
   void ForgetQpnsLocked(int slot);
   // Withdraws every key of `slot`.
   void ForgetKeysLocked(int slot);
-  // Returns once no process announces `tag` (ProcSlot::placing), or a live
-  // one has for kRevokeWaitNs (then says so, naming `verb` and what it was
-  // `doing`).
-  void WaitUnannounced(uint64_t tag, const char* verb, const char* doing);
+  // Returns once no process announces `tag` (ProcSlot::placing, the bits of
+  // `mask`), or a live one has for kRevokeWaitNs (then says so, naming
+  // `verb` and what it was `doing`).
+  void WaitUnannounced(uint64_t tag, const char* verb, const char* doing, uint64_t mask = ~uint64_t{0});
   // The slot of the process that owns (device, qpn) by the directory, or -1.
   int OwnerSlot(int device_index, uint32_t qpn) const;
   // The peer in `slot`, its ring mapped and current; nullptr when it cannot be reached.
