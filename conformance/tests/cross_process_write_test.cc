@@ -2422,6 +2422,45 @@ TEST_F(CrossProcessWriteTest, PacketLostForMemoryIsSentAgain) {
       });
 }
 
+// Rule: IBTA 9.7.5.1: a WR of an RC QP completes once its responder has taken its PSNs, so they
+//   cannot be lost after that; a packet lost later is sent again from its own PSN, and the
+//   requester's buffers of a completed WR are not read again (ibv_post_send(3): they are the
+//   program's once the WR has completed).
+// Checks: with fault point "deliver_packet" armed in the child (it loses the next packet it takes;
+//   the parent places the WRITE's bytes itself and completes it at once, so the packet that gives
+//   the child's QP the WRITE's PSNs comes after that completion), a WRITE of 32 KiB completes with
+//   success; the parent then fills its buffer with another pattern and posts a SEND, which
+//   completes with success and reaches the child; the child's buffer holds what the WRITE wrote.
+TEST_F(CrossProcessWriteTest, PacketLostAfterACompletedWriteIsSentAgain) {
+  SKIP_IF(!Sim()) << "(the fault point is the simulator's)";
+  constexpr size_t kWriteOffset = 4096;
+  constexpr uint32_t kWriteBytes = 32768;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        ASSERT_EQ(sim().FailAfter("deliver_packet", 0, ENOMEM), 0);
+        ASSERT_EQ(write(c.to_parent, "a", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(ReceiveFirst(c));
+        const std::vector<uint8_t> written = Pattern(5, kWriteBytes);
+        EXPECT_TRUE(Read(c.buf + kWriteOffset, kWriteBytes) == written)
+            << "the child's buffer does not hold what the WRITE wrote";
+        EXPECT_EQ(Read(c.buf, 16), Pattern(6, 16)) << "the SEND's bytes";
+      },
+      [&](const Target& target, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        src_.FillPattern(5);
+        ibv_sge sge = src_.Sge(0, kWriteBytes);
+        ibv_wc wc = {};
+        ASSERT_EQ(PostOne(a_.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, target.addr + kWriteOffset, target.rkey)),
+                  0);
+        ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kChildTimeout / 2)) << "the WRITE did not complete";
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        src_.FillPattern(6);
+        wc = Send(2);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+      });
+}
+
 // Rule: ibv_dereg_mr(3): the MR's memory is the program's again; simverbs' one-copy WRITE maps the
 //   file of an MR whose pages the program mapped shared (sim/src/fabric/file_window.h), and must
 //   not keep that file's pages alive once the key is withdrawn.

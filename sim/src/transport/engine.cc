@@ -111,7 +111,9 @@ void Engine::Transmit(Packet&& pkt) {
 
 void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
   try {
-    if (FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
+    // Not an answered packet (Packet::answered): its requester has completed
+    // the message already, as after an ACK, so it was taken on the wire.
+    if (!pkt.answered && FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
     if (remote) {
       Fabric::Get().SendRemote(remote->index(), pkt);  // as DeliverLocked would, without routing it again
     } else {
