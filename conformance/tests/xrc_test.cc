@@ -610,14 +610,60 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
       });
 }
 
+// Rule: (simulator, default profile) a CQ that overruns goes to error with IBV_EVENT_CQ_ERR, and
+//   each work queue associated with it goes to error with IBV_EVENT_QP_FATAL (IBTA 11.6.2: "Local
+//   Work Queue Catastrophic Error"); an XRC target QP's receive queue is the XRC SRQ it delivered
+//   into, so the target QP whose receive overran the SRQ's CQ is one of them.
+// Checks: an XRC SRQ on a CQ of its own, with one receive more posted than the CQ holds, and that
+//   many messages sent to it (each but the last completes with success); the context gets
+//   IBV_EVENT_CQ_ERR for the CQ, then IBV_EVENT_QP_FATAL for the target QP, which is in ERR.
+TEST_F(XrcQpTest, SrqCqOverrunFailsTheTargetQp) {
+  SKIP_IF(!Sim()) << "(the overrun cascade is the simulator's default profile)";
+  CqPtr small(ibv_create_cq(context(), 2, nullptr, nullptr, 0));
+  ASSERT_NE(small, nullptr) << "ibv_create_cq: " << ErrnoName(errno);
+  const uint32_t messages = static_cast<uint32_t>(small->cqe) + 1;
+  ASSERT_LE(messages, 16u) << "the CQ holds " << small->cqe;
+  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), small.get(), &xrc_srq_));
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  for (uint32_t k = 0; k < messages; ++k) ASSERT_NO_FATAL_FAILURE(PostSrqReceive(xrc_srq_.get(), k));
+  for (uint32_t k = 0; k < messages; ++k) {
+    ASSERT_EQ(SendTo(SrqNum(xrc_srq_.get()), k), 0);
+    if (k + 1 == messages) break;  // the one that overruns: its target QP acknowledges nothing
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(send_cq_.get(), &wc)) << "message " << k;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
+  }
+  ibv_async_event event = {};
+  ASSERT_TRUE(GetAsyncEventWithin(context(), &event, kReturnWindow)) << "no IBV_EVENT_CQ_ERR";
+  EXPECT_EQ(event.event_type, IBV_EVENT_CQ_ERR) << ibv_event_type_str(event.event_type);
+  ibv_ack_async_event(&event);
+  ASSERT_TRUE(GetAsyncEventWithin(context(), &event, kReturnWindow))
+      << "no IBV_EVENT_QP_FATAL for the target QP whose receive overran the SRQ's CQ";
+  EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL) << ibv_event_type_str(event.event_type);
+  EXPECT_EQ(event.element.qp, target_.get());
+  ibv_ack_async_event(&event);
+  ibv_qp_state state = IBV_QPS_RESET;
+  EXPECT_TRUE(QueryQpState(target_.get(), &state));
+  EXPECT_EQ(state, IBV_QPS_ERR);
+  // Destroyed before the CQ they use.
+  initiator_.reset();
+  target_.reset();
+  xrc_srq_.reset();
+}
+
 // Rule: (simulator, default profile) a CQ that overruns goes to error with IBV_EVENT_CQ_ERR and takes
 //   every QP that completes into it to error with IBV_EVENT_QP_FATAL (IBTA 11.6.2: CQ overrun is
 //   an affiliated error of the QPs associated with the CQ), also when the completion that overran
-//   it was an XRC SRQ's receive for a target QP of another process.
+//   it was an XRC SRQ's receive for a target QP of another process; that target QP, whose
+//   receive queue (the SRQ) is associated with the CQ, goes to error with IBV_EVENT_QP_FATAL too.
 // Checks: a child owns an XRC SRQ whose CQ also serves one of its RC QPs (in INIT); it posts one
 //   receive more than the CQ holds and does not poll. The parent sends that many messages to the
-//   SRQ; the child then gets IBV_EVENT_CQ_ERR for the CQ and IBV_EVENT_QP_FATAL for its RC QP, which
-//   is in ERR.
+//   SRQ (each but the last completes with success); the child then gets IBV_EVENT_CQ_ERR for the
+//   CQ and IBV_EVENT_QP_FATAL for its RC QP, which is in ERR; the parent gets IBV_EVENT_QP_FATAL
+//   for its target QP, which is in ERR.
 TEST_F(XrcQpTest, SrqCqOverrunFromAnotherProcessFailsTheQpsOnIt) {
   SKIP_IF(!Sim()) << "(the overrun cascade is the simulator's default profile)";
   xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT));
@@ -671,11 +717,23 @@ TEST_F(XrcQpTest, SrqCqOverrunFromAnotherProcessFailsTheQpsOnIt) {
             WaitReadable(from_child, kChildTimeout) && read(from_child, said, sizeof said) == sizeof said;
         for (uint32_t k = 0; got_number && k < said[1]; ++k) {
           EXPECT_EQ(SendTo(said[0], k, /*fill=*/false), 0);
+          if (k + 1 == said[1]) break;  // the one that overruns: its target QP acknowledges nothing
           ibv_wc wc = {};
           EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 4)) << "message " << k;
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << k << ": " << DescribeWc(wc);
         }
         EXPECT_EQ(write(to_child, "s", 1), 1);
         EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+        if (!got_number) return;
+        ibv_async_event event = {};
+        ASSERT_TRUE(GetAsyncEventWithin(context(), &event, kReturnWindow))
+            << "no IBV_EVENT_QP_FATAL for the target QP whose receive overran the SRQ's CQ";
+        EXPECT_EQ(event.event_type, IBV_EVENT_QP_FATAL) << ibv_event_type_str(event.event_type);
+        EXPECT_EQ(event.element.qp, target_.get());
+        ibv_ack_async_event(&event);
+        ibv_qp_state state = IBV_QPS_RESET;
+        EXPECT_TRUE(QueryQpState(target_.get(), &state));
+        EXPECT_EQ(state, IBV_QPS_ERR);
       });
 }
 

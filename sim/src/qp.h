@@ -333,8 +333,13 @@ class Qp {
   void ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event);
 
   // Completion into a CQ with the profile's overrun rules. Returns false if
-  // the QP went to ERR because of it.
+  // the completion was lost (the QP may have gone to ERR because of it).
   bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited);
+  // The profile's overrun rules for a completion of ours (`recv`: a receive
+  // completion) that `cq` did not take: it overran `cq` with it (`overrun`),
+  // or `cq` was in error already. `cq` is null when it is another process's
+  // (an XRC SRQ's CQ: XrcResultLocked).
+  void CompletionLostLocked(Cq* cq, bool overrun, bool recv);
 
   Handle<ibv_qp_ex, Qp> handle_;
   Context* ctx_;

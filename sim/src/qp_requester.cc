@@ -907,6 +907,8 @@ void Qp::ReceiveResponse(const Packet& pkt) {
           return;
         case Packet::Nak::kRemoteOperational:
         case Packet::Nak::kNone:
+        case Packet::Nak::kCqOverrun:  // (not sent to a requester)
+        case Packet::Nak::kCqErrored:
           FailSendLocked(wqe, IBV_WC_REM_OP_ERR);
           return;
       }

@@ -624,31 +624,36 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
 }
 
 bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited) {
-  const Behaviour::CqOverrun mode = device()->behaviour().cq_overrun;
-  switch (cq->Push(wc, solicited)) {
-    case Cq::PushResult::kOk:
-      return true;
-    case Cq::PushResult::kOverrun:
-      switch (mode) {
-        case Behaviour::CqOverrun::kCascade:
-          cq->CascadeOverrunLocked();
-          break;
-        case Behaviour::CqOverrun::kLazy:
-          EnterErrorLocked(IBV_EVENT_QP_FATAL);
-          break;
-        case Behaviour::CqOverrun::kRxe61:
-          // rxe 6.1: a lost receive completion takes the QP to ERR (no event);
-          // a lost send completion is just lost.
-          if (wc.opcode & IBV_WC_RECV) EnterErrorLocked(-1);
-          break;
-      }
-      return false;
-    case Cq::PushResult::kErrored:
-      // IBTA: a QP that tries to complete into an errored CQ is in error too.
-      if (mode == Behaviour::CqOverrun::kLazy) EnterErrorLocked(IBV_EVENT_QP_FATAL);
-      return false;
-  }
+  const Cq::PushResult result = cq->Push(wc, solicited);
+  if (result == Cq::PushResult::kOk) return true;
+  CompletionLostLocked(cq, result == Cq::PushResult::kOverrun, wc.opcode & IBV_WC_RECV);
   return false;
+}
+
+void Qp::CompletionLostLocked(Cq* cq, bool overrun, bool recv) {
+  const Behaviour::CqOverrun mode = device()->behaviour().cq_overrun;
+  if (overrun) {
+    switch (mode) {
+      case Behaviour::CqOverrun::kCascade:
+        // Every QP on the CQ, and this one, which may not be (an XRC
+        // target QP completes into its SRQ's CQ: IBTA, "Local Work Queue
+        // Catastrophic Error" for each work queue associated with the CQ).
+        if (cq) cq->CascadeOverrunLocked();
+        if (state() != IBV_QPS_ERR && state() != IBV_QPS_RESET) EnterErrorLocked(IBV_EVENT_QP_FATAL);
+        break;
+      case Behaviour::CqOverrun::kLazy:
+        EnterErrorLocked(IBV_EVENT_QP_FATAL);
+        break;
+      case Behaviour::CqOverrun::kRxe61:
+        // rxe 6.1: a lost receive completion takes the QP to ERR (no event);
+        // a lost send completion is just lost.
+        if (recv) EnterErrorLocked(-1);
+        break;
+    }
+    return;
+  }
+  // IBTA: a QP that tries to complete into an errored CQ is in error too.
+  if (mode == Behaviour::CqOverrun::kLazy) EnterErrorLocked(IBV_EVENT_QP_FATAL);
 }
 
 int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {

@@ -153,6 +153,14 @@ void Qp::XrcResultLocked(const Packet& result) {
       req.psn = xrc_first_psn_;
       Respond(req, Packet::Kind::kNak, Packet::Nak::kRnr);
       return;
+    case Packet::Nak::kCqOverrun:
+    case Packet::Nak::kCqErrored:
+      // Delivered, but its completion was lost in the SRQ owner's CQ: as a
+      // completion of ours lost in our own CQ, and acknowledged only if the
+      // QP is not in ERR after that (a QP in ERR acknowledges nothing).
+      CompletionLostLocked(nullptr, result.nak == Packet::Nak::kCqOverrun, true);
+      if (state() != IBV_QPS_ERR) Respond(req, Packet::Kind::kAck);
+      return;
     default:
       Respond(req, Packet::Kind::kNak, result.nak);
       EnterErrorLocked(result.nak == Packet::Nak::kInvalidRequest ? IBV_EVENT_QP_REQ_ERR : -1);

@@ -68,7 +68,8 @@ void Answer(const Packet& req, Packet::Nak nak) {
   Fabric::Get().SendRemote(req.src_device->index(), r);
 }
 
-void Complete(Srq* srq, const Delivery& d, const Packet& pkt, ibv_wc_status status) {
+// Returns what the SRQ's CQ made of the completion.
+Cq::PushResult Complete(Srq* srq, const Delivery& d, const Packet& pkt, ibv_wc_status status) {
   ibv_wc wc{};
   wc.wr_id = d.wqe.wr_id;
   wc.status = status;
@@ -84,11 +85,12 @@ void Complete(Srq* srq, const Delivery& d, const Packet& pkt, ibv_wc_status stat
   Cq* cq = srq->cq();
   // An overrun fails the QPs on the CQ as Qp::PushCompletion does in the
   // default mode. (The QP that completes is the target QP, in another
-  // process: the other modes fail that QP alone, which is not ours to fail.)
-  if (cq->Push(wc, status == IBV_WC_SUCCESS && pkt.solicited) == Cq::PushResult::kOverrun &&
-      pkt.src_device->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) {
+  // process: its owner applies the rules to it, told by the answer.)
+  const Cq::PushResult result = cq->Push(wc, status == IBV_WC_SUCCESS && pkt.solicited);
+  if (result == Cq::PushResult::kOverrun && pkt.src_device->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) {
     cq->CascadeOverrunLocked();
   }
+  return result;
 }
 
 // The payload into the receive's scatter list, checked against the SRQ's PD.
@@ -163,9 +165,11 @@ void Deliver(const Packet& pkt) {
     return;
   }
   if (pkt.last) {
-    Complete(srq, d, pkt, IBV_WC_SUCCESS);
+    const Cq::PushResult result = Complete(srq, d, pkt, IBV_WC_SUCCESS);
     EndDelivery(found);
-    Answer(pkt, Packet::Nak::kNone);
+    Answer(pkt, result == Cq::PushResult::kOk        ? Packet::Nak::kNone
+                : result == Cq::PushResult::kOverrun ? Packet::Nak::kCqOverrun
+                                                     : Packet::Nak::kCqErrored);
   }
 }
 

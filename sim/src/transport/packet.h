@@ -31,7 +31,19 @@ struct Packet {
     kXrcForward,
     kXrcResult,
   };
-  enum class Nak { kNone, kRnr, kSequence, kInvalidRequest, kRemoteAccess, kRemoteOperational };
+  enum class Nak {
+    kNone,
+    kRnr,
+    kSequence,
+    kInvalidRequest,
+    kRemoteAccess,
+    kRemoteOperational,
+    // kXrcResult only (never to a requester): the message was delivered but
+    // its receive completion was lost, the SRQ's CQ having overrun with it or
+    // been in error already; the target QP takes it as its own lost completion.
+    kCqOverrun,
+    kCqErrored,
+  };
 
   Kind kind = Kind::kRequest;
   ibv_qp_type transport = IBV_QPT_RC;
