@@ -255,6 +255,60 @@ TEST_F(CqOverrunTest, IgnoreOverrunCqKeepsNewestCompletions) {
   }
 }
 
+// Rule: ibv_create_cq_ex(3): with IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN the "CQE always will be written
+//   to next entry"; the completion that ibv_start_poll handed the program (the oldest) is the one
+//   a completion arriving at a full CQ overwrites, and ibv_next_poll goes on from the next oldest
+//   (backend question IgnoreOverrunSupported).
+// Checks: cqe signaled WRITEs (wr_id 0 on) complete into an IGNORE_OVERRUN CQ of cqe entries; inside
+//   an ibv_start_poll section that read wr_id 0, one WRITE more completes (its responder's receive
+//   of the immediate data is seen); the section, and polls after it, return wr_ids 0, 1, ... cqe:
+//   none is skipped.
+TEST_F(CqOverrunTest, IgnoreOverrunDuringAPollSectionSkipsNothing) {
+  SKIP_IF(!Backend().Answer("IgnoreOverrunSupported", true)) << "(no IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)";
+  ASSERT_NO_FATAL_FAILURE(MakeSmallSendCqPair(IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN));
+  if (IsSkipped()) return;
+  for (uint64_t id : {uint64_t{1000}, uint64_t{1001}}) {
+    ibv_sge rsge = remote_.Sge(2048, 8);
+    ASSERT_EQ(PostRecv(b_.get(), id, &rsge, 1), 0);
+  }
+  // wr_id k is a WRITE of 8 bytes; the last of each batch carries immediate data, so that b_'s receive
+  // says every WRITE before it has been executed.
+  auto post = [&](int first, int count) {
+    for (int i = first; i < first + count; ++i) {
+      ibv_sge sge = local_.Sge(0, 8);
+      const ibv_wr_opcode op = i + 1 == first + count ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+      ibv_send_wr wr = RdmaWr(static_cast<uint64_t>(i), op, &sge, 1, remote_.addr(0), remote_.rkey());
+      wr.imm_data = htonl(7);
+      ASSERT_EQ(PostOne(a_.get(), wr), 0) << "WRITE " << i;
+    }
+    ibv_wc rwc = {};
+    ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc)) << "WRITE " << first + count - 1 << " never reached b_";
+  };
+  ASSERT_NO_FATAL_FAILURE(post(0, cqe_));
+  auto* cq = reinterpret_cast<ibv_cq_ex*>(a_.send_cq.get());  // made by ibv_create_cq_ex (ibv_cq_ex_to_cq)
+  ibv_poll_cq_attr attr = {};
+  std::vector<uint64_t> ids;
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  int rc = ENOENT;
+  while ((rc = ibv_start_poll(cq, &attr)) == ENOENT && std::chrono::steady_clock::now() < deadline) {
+  }
+  ASSERT_EQ(rc, 0) << "ibv_start_poll: " << ErrnoName(rc);
+  ids.push_back(cq->wr_id);
+  ASSERT_NO_FATAL_FAILURE(post(cqe_, 1));
+  while (ibv_next_poll(cq) == 0) ids.push_back(cq->wr_id);
+  ibv_end_poll(cq);
+  // The requester's completions follow b_'s receive by an ACK: the rest may come after the section.
+  std::vector<ibv_wc> rest;
+  while (ids.size() < static_cast<size_t>(cqe_) + 1 && ids.back() < static_cast<uint64_t>(cqe_) &&
+         std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc = {};
+    if (ibv_poll_cq(a_.send_cq.get(), 1, &wc) == 1) ids.push_back(wc.wr_id);
+  }
+  std::vector<uint64_t> expected(static_cast<size_t>(cqe_) + 1);
+  for (size_t k = 0; k < expected.size(); ++k) expected[k] = k;
+  EXPECT_EQ(ids, expected);
+}
+
 // Rule: ibv_poll_cq(3): "In case of a CQ overrun, the async event IBV_EVENT_CQ_ERR will be
 //   triggered"; IBTA Vol 1 ch. 11 (CQ errors): a receive completion that cannot be written is lost
 //   and the receiving QP is put in the Error state (every backend, rxe 6.1 included).

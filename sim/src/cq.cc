@@ -162,9 +162,12 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
   if (count_ == ring_.size()) {
     if (ignore_overrun_) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
+      // If a polling section is reading that one (ibv_start_poll), the
+      // overwrite consumes it: the section goes on from the next oldest.
       Trace::Get().Cqe(handle_.pub.handle, wc);
       ring_[head_] = wc;
       head_ = RingIndex(head_, 1);
+      has_current_ = false;
       NotifyLocked(wc, solicited);
       return PushResult::kOk;
     }
