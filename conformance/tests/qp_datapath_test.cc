@@ -866,6 +866,39 @@ TEST_F(QpDatapathTest, AhFromWcReachesSender) {
   EXPECT_EQ(src_.Bytes(4096 + kGrhBytes, 32), dst_.Bytes(1024, 32));
 }
 
+// Rule: ibv_init_ah_from_wc(3): "returns 0 on success, and -1 on error" and fills ah_attr from the
+//   completion and the GRH: the reply goes to the GRH's source GID, with its hop limit (rdma-core
+//   libibverbs/verbs.c set_ah_attr_by_ipv6); a multicast destination GID is in no GID table, so
+//   one is an error (EINVAL).
+// Checks: from a datagram received with a GRH, ibv_init_ah_from_wc returns 0, is_global, dgid the
+//   GRH's sgid, hop_limit the GRH's; with the GRH's dgid made multicast (ff0e::1) it returns -1
+//   and errno is EINVAL.
+TEST_F(QpDatapathTest, InitAhFromWcReturnsMinusOne_MulticastDestination) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdPair(true));
+  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
+  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+  ibv_sge sge = src_.Sge(0, 64);
+  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  ASSERT_NE(rwc.wc_flags & IBV_WC_GRH, 0u);
+  ibv_grh grh = {};
+  std::memcpy(&grh, dst_.data(), sizeof grh);
+  ibv_ah_attr attr = {};
+  ASSERT_EQ(ibv_init_ah_from_wc(context(), port(), &rwc, &grh, &attr), 0) << ErrnoName(errno);
+  EXPECT_EQ(attr.is_global, 1);
+  EXPECT_EQ(std::memcmp(&attr.grh.dgid, &grh.sgid, sizeof grh.sgid), 0) << "the reply's destination GID";
+  EXPECT_EQ(attr.grh.hop_limit, grh.hop_limit);
+  grh.dgid = {};
+  grh.dgid.raw[0] = 0xff;
+  grh.dgid.raw[1] = 0x0e;
+  grh.dgid.raw[15] = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_init_ah_from_wc(context(), port(), &rwc, &grh, &attr), -1);
+  EXPECT_EQ(errno, EINVAL) << ErrnoName(errno);
+}
+
 // Rule: ibv_req_notify_cq(3): "If solicited_only is non-zero, an event is only generated for a new
 //   CQE with that is considered solicited. A CQE is solicited if it is a receive completion for a
 //   message with the Solicited Event header bit set"; ibv_post_send(3): IBV_SEND_SOLICITED "Set the

@@ -58,14 +58,21 @@ int Ah::InitFromWc(Context* ctx, uint8_t port_num, const ibv_wc& wc, const ibv_g
   if (wc.wc_flags & IBV_WC_GRH) {
     if (!grh) return EINVAL;
     out->is_global = 1;
+    // As rdma-core's: a multicast GID is in no GID table; the next header
+    // says which kind of GID the datagram was sent to (RoCE v2: UDP).
+    if (grh->dgid.raw[0] == 0xff) return EINVAL;
+    constexpr uint8_t kIbNextHeader = 0x1b;
+    constexpr uint8_t kUdpNextHeader = 17;
+    if (grh->next_hdr != kIbNextHeader && grh->next_hdr != kUdpNextHeader) return EPROTONOSUPPORT;
+    const GidKind kind = grh->next_hdr == kUdpNextHeader ? GidKind::kRoceV2 : GidKind::kIbRoceV1;
     out->grh.dgid = grh->sgid;
     out->grh.flow_label = ntohl(grh->version_tclass_flow) & 0xfffff;
-    out->grh.hop_limit = 0xff;
+    out->grh.hop_limit = grh->hop_limit;
     out->grh.traffic_class = (ntohl(grh->version_tclass_flow) >> 20) & 0xff;
     // The local GID the datagram was sent to becomes the source GID.
     const auto& gids = dev->profile().ports[port_num - 1].gids;
     for (size_t i = 0; i < gids.size(); ++i) {
-      if (SameGid(gids[i].gid, grh->dgid)) {
+      if (SameGid(gids[i].gid, grh->dgid) && gids[i].kind == kind) {
         out->grh.sgid_index = static_cast<uint8_t>(i);
         return 0;
       }

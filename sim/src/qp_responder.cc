@@ -2,6 +2,7 @@
 // receive completions, and the ACKs/NAKs back to the requester.
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <algorithm>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "cq.h"
 #include "device.h"
 #include "fabric/fabric.h"
+#include "gid.h"
 #include "mr.h"
 #include "mw.h"
 #include "pd.h"
@@ -541,12 +543,18 @@ void Qp::ReceiveUd(const Packet& pkt) {
     ibv_grh grh{};
     grh.version_tclass_flow = htonl(6u << 28);
     grh.paylen = htons(static_cast<uint16_t>(pkt.payload.size()));
+    // Sent to a RoCE v2 GID of ours: UDP follows the IP header (what
+    // ibv_init_ah_from_wc reads to know the kind of GID to answer from).
     grh.next_hdr = 0x1b;
+    for (const GidProfile& g : device()->profile().ports[attr_.port_num - 1].gids) {
+      if (SameGid(g.gid, pkt.dst.dgid) && g.kind == GidKind::kRoceV2) grh.next_hdr = IPPROTO_UDP;
+    }
     grh.hop_limit = 64;
     grh.sgid = pkt.sgid;
     grh.dgid = pkt.dst.dgid;
-    if (Scatter(device(), pd_, wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes) != IBV_WC_SUCCESS) {
-      CompleteRecvLocked(wqe, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV);
+    const ibv_wc_status st = Scatter(device(), pd_, wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes);
+    if (st != IBV_WC_SUCCESS) {
+      CompleteRecvLocked(wqe, st, IBV_WC_RECV);
       return;
     }
   }

@@ -296,10 +296,11 @@ SIMVERBS_EXPORT_1_1(ibv_create_ah) ibv_ah* sv_ibv_create_ah(ibv_pd* pd, ibv_ah_a
 
 SIMVERBS_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                                         ibv_ah_attr* ah_attr) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  // ibv_init_ah_from_wc(3): "0 on success, and -1 on error" (errno set).
+  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
     Context* c = Context::From(context);
-    if (!c || !wc) return EINVAL;
-    return Ah::InitFromWc(c, port_num, *wc, grh, ah_attr);
+    if (!c || !wc) return MinusOneOrZero(EINVAL);
+    return MinusOneOrZero(Ah::InitFromWc(c, port_num, *wc, grh, ah_attr));
   });
 }
 
