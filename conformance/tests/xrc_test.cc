@@ -610,6 +610,61 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
       });
 }
 
+// Rule: ibv_post_send(3) and IBTA ch. 9 (RC is reliable): an XRC message arrives whole in the SRQ
+//   it names, or not at all; a packet lost on the way is sent again, never completed around.
+// Checks: a child owns an XRC SRQ of the domain and arms its fault point "deliver_packet" to lose
+//   the second packet it takes (simulator only); the parent sends it a message of four path MTUs.
+//   The child's receive completes with success, byte_len the whole message and its bytes; the
+//   parent's send completes with success.
+TEST_F(XrcQpTest, MessageToSrqOfAnotherProcessArrivesWholeDespiteALoss) {
+  SKIP_IF(!Sim()) << "(the fault point is the simulator's)";
+  xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT));
+  ASSERT_NE(xrcd_, nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  const uint32_t length = 4u * (128u << DefaultMtu());
+  ASSERT_LE(length, 4096u);
+  send_buf_.FillPattern(9);
+  const int domain_fd = file_.fd();
+  RunWithChildProcess(
+      "an XRC SRQ owner that loses a packet",
+      [&](int from_parent, int to_parent) {
+        ChildXrcSrq child;
+        ASSERT_NO_FATAL_FAILURE(CreateXrcSrqInChild(domain_fd, &child));
+        Buffer buf;
+        ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
+        ibv_sge sge = buf.Sge(0, 4096);
+        ASSERT_EQ(PostSrqRecv(child.srq.get(), 61, &sge, 1), 0);
+        ASSERT_EQ(sim().FailAfter("deliver_packet", 1, ENOMEM), 0);
+        uint32_t num = 0;
+        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
+        ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(wc.byte_len, length) << DescribeWc(wc);
+        EXPECT_EQ(buf.Bytes(0, length), Pattern(9, length));
+        ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
+      },
+      [&](int from_child, int to_child) {
+        uint32_t srq_num = 0;
+        const bool got_number =
+            WaitReadable(from_child, kChildTimeout) && read(from_child, &srq_num, sizeof srq_num) == 4;
+        if (got_number) {
+          ibv_sge sge = send_buf_.Sge(0, length);
+          ibv_send_wr wr = SendWr(5, &sge, 1);
+          wr.qp_type.xrc.remote_srqn = srq_num;
+          EXPECT_EQ(PostOne(initiator_.get(), wr), 0);
+          ibv_wc wc = {};
+          EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        }
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+        EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+      });
+}
+
 // Rule: (simulator, default profile) a CQ that overruns goes to error with IBV_EVENT_CQ_ERR, and
 //   each work queue associated with it goes to error with IBV_EVENT_QP_FATAL (IBTA 11.6.2: "Local
 //   Work Queue Catastrophic Error"); an XRC target QP's receive queue is the XRC SRQ it delivered

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <new>
 #include <utility>
 
 #include "cq.h"
@@ -26,6 +27,10 @@ struct Delivery {
   const Srq* srq = nullptr;
   RecvWqe wqe;
   uint64_t offset = 0;
+  uint32_t next_psn = 0;  // of the message's next packet
+  // Who sent it, for an answer that no packet asks for (XrcForgetSrqLocked).
+  Device* target_device = nullptr;
+  ibv_wr_opcode op = IBV_WR_SEND;
 };
 
 // By (device index, target QP number). Engine lock.
@@ -153,10 +158,25 @@ void Deliver(const Packet& pkt) {
     fresh.wqe.length = 0;
     for (const ibv_sge& sge : fresh.wqe.sges) fresh.wqe.length += sge.length;
     fresh.offset = 0;
+    fresh.next_psn = pkt.psn;
+    fresh.target_device = pkt.src_device;
+    fresh.op = pkt.op;
   } else if (found == deliveries.end() || found->second.srq != srq) {
-    return;  // the rest of a message that already failed
+    // The rest of a message that already failed, or whose SRQ was destroyed
+    // meanwhile: its target QP has its answer (XrcForgetSrqLocked).
+    return;
   }
   Delivery& d = found->second;
+  if (pkt.psn != d.next_psn) {
+    // A packet of the message is missing (forwarded packets are never lost:
+    // Packet::Lossless; so only a forged one gets here): it fails, rather
+    // than complete with a hole in it.
+    Complete(srq, d, pkt, IBV_WC_LOC_QP_OP_ERR);
+    EndDelivery(found);
+    Answer(pkt, Packet::Nak::kRemoteOperational);
+    return;
+  }
+  d.next_psn = (pkt.psn + 1) & 0xffffff;
   const ibv_wc_status st = Scatter(dev, srq, d, pkt);
   if (st != IBV_WC_SUCCESS) {
     Complete(srq, d, pkt, st);
@@ -186,7 +206,24 @@ void XrcRemoteLocked(const Packet& pkt) {
 }
 
 void XrcForgetSrqLocked(const Srq* srq) {
-  std::erase_if(Deliveries(), [srq](const auto& entry) { return entry.second.srq == srq; });
+  // A message in progress into it ends: its target QP, waiting for the
+  // answer, hears that the SRQ is gone, as a message naming a destroyed
+  // SRQ from its start would (an invalid request).
+  std::erase_if(Deliveries(), [srq](const auto& entry) {
+    const Delivery& d = entry.second;
+    if (d.srq != srq) return false;
+    Packet last;
+    last.op = d.op;
+    last.psn = (d.next_psn - 1) & 0xffffff;
+    last.src_device = d.target_device;
+    last.src_qpn = entry.first.second;
+    try {
+      Answer(last, Packet::Nak::kInvalidRequest);
+    } catch (const std::bad_alloc&) {
+      // No room to queue the answer: the target QP goes on asking (RNR NAKs).
+    }
+    return true;
+  });
 }
 
 }  // namespace simverbs

@@ -1006,9 +1006,10 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   // unreliable one (UD, UC) is discarded only while the peer has held its
   // ring full for a head-of-queue lifetime (UnreliableMayGo). A READ answer (a stream) waits
   // as one entry and is cut into packets as room appears.
-  // (An answered WRITE is never dropped: nobody would send it again. Only one
-  // that lost a race for the last slots waits here: PushesNow said no to the rest.)
-  if (!pkt.answered && ((Unreliable(pkt.transport) && peer->discarding) || peer->backlog.size() >= kMaxBacklog)) {
+  // (A lossless packet is never dropped: nobody would send it again. An
+  // answered WRITE waits here only when it lost a race for the last slots:
+  // PushesNow said no to the rest.)
+  if (!pkt.Lossless() && ((Unreliable(pkt.transport) && peer->discarding) || peer->backlog.size() >= kMaxBacklog)) {
     CountXmitDiscard(src_device, pkt.src_port);
     return true;
   }
@@ -1128,7 +1129,7 @@ bool Fabric::FlushBacklogLocked() {
 void Fabric::DiscardUnreliableLocked(Peer& peer) {
   peer.discarding = true;
   for (auto it = peer.backlog.begin(); it != peer.backlog.end();) {
-    if (!Unreliable(it->transport) || it->answered) {  // (an answered WRITE: nobody would send it again)
+    if (!Unreliable(it->transport) || it->Lossless()) {
       ++it;
       continue;
     }

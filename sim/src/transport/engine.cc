@@ -111,9 +111,8 @@ void Engine::Transmit(Packet&& pkt) {
 
 void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
   try {
-    // Not an answered packet (Packet::answered): its requester has completed
-    // the message already, as after an ACK, so it was taken on the wire.
-    if (!pkt.answered && FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
+    // (Not one that nothing would send again: Packet::Lossless.)
+    if (!pkt.Lossless() && FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
     if (remote) {
       Fabric::Get().SendRemote(remote->index(), pkt);  // as DeliverLocked would, without routing it again
     } else {

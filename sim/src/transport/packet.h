@@ -97,6 +97,12 @@ struct Packet {
   // a const Packet (a copy and a release would be two atomic operations on
   // every packet of the answer).
   mutable std::shared_ptr<ResponseStream> stream;
+
+  // Nothing would send it again if it were lost: an answered packet (its
+  // requester completed the message, as after an ACK), or one between an
+  // XRC target QP and the SRQ's owner (inside one HCA: xrc_remote.h, which
+  // has no retransmission of its own). Never dropped, not even by a fault.
+  bool Lossless() const { return answered || kind == Kind::kXrcForward || kind == Kind::kXrcResult; }
 };
 
 // A request with this operation is delivered into a receive WQE (a SEND of
