@@ -252,6 +252,26 @@ TEST_F(SrqTest, ModifyFails_LimitAboveMaxWr) {
   EXPECT_EQ(got.srq_limit, 0u);
 }
 
+// Rule: ibv_modify_srq(3): "If any of the modify attributes is invalid, none of the attributes will
+//   be modified"; an armed limit must stay within the SRQ (rxe: rxe_srq_chk_attr refuses a max_wr
+//   below the armed srq_limit with EINVAL). Needs IBV_DEVICE_SRQ_RESIZE.
+// Checks: with srq_limit 10 armed on an SRQ of 16, resizing it to 5 returns EINVAL and
+//   ibv_query_srq still shows max_wr >= 16 and srq_limit 10.
+TEST_F(SrqTest, ResizeFails_BelowArmedLimit) {
+  SKIP_IF(!(device_attr().device_cap_flags & IBV_DEVICE_SRQ_RESIZE)) << "(the device cannot resize an SRQ)";
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  ibv_srq_attr attr = {};
+  attr.srq_limit = 10;
+  ASSERT_EQ(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_LIMIT), 0);
+  attr = {};
+  attr.max_wr = 5;
+  EXPECT_THAT(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_MAX_WR), ReturnsErrno(EINVAL));
+  ibv_srq_attr got = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &got), 0);
+  EXPECT_GE(got.max_wr, 16u);
+  EXPECT_EQ(got.srq_limit, 10u);
+}
+
 // Rule: ibv_create_srq(3): "ibv_destroy_srq() fails if any queue pair is still associated with this
 //   SRQ" and returns "the value of errno on failure" (EBUSY in Linux).
 // Checks: destroying an SRQ with an attached QP returns EBUSY; once the QP is destroyed, the SRQ

@@ -400,6 +400,46 @@ TEST_F(XrcSrqTest, WithoutXrcdFailsEinval) {
   EXPECT_THAT(CaptureErrno([&] { return ibv_create_srq_ex(context(), &attr); }), ReturnsNullWithErrno(EINVAL));
 }
 
+// Rule: the kernel's create_qp (drivers/infiniband/core/uverbs_cmd.c) refuses an XRC SRQ for any QP
+//   but an XRC target QP (which takes its SRQ per message): EINVAL.
+// Checks: ibv_create_qp of an RC QP with an XRC SRQ as its srq returns NULL with errno EINVAL, and
+//   the SRQ can be destroyed at once (nothing uses it).
+TEST_F(XrcSrqTest, RcQpOnXrcSrqFailsEinval) {
+  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
+  ibv_qp_init_attr init = {};
+  init.qp_type = IBV_QPT_RC;
+  init.send_cq = init.recv_cq = send_cq_.get();
+  init.srq = xrc_srq_.get();
+  init.cap.max_send_wr = 1;
+  init.cap.max_send_sge = 1;
+  errno = 0;
+  QpPtr qp(ibv_create_qp(pd(), &init));
+  EXPECT_EQ(qp, nullptr);
+  EXPECT_EQ(errno, EINVAL) << ErrnoName(errno);
+  qp.reset();
+  EXPECT_EQ(ibv_destroy_srq(xrc_srq_.release()), 0);
+}
+
+// Rule: (simulator) simverbs_fail_after(name, calls, err): "`calls` more calls succeed, the next one
+//   fails" (sim/include/simverbs/simverbs.h); an XRC SRQ is one call of "create_srq".
+// Checks: with "create_srq" armed to fail after 1 call, the first XRC SRQ is created and the second
+//   fails with ENOMEM.
+TEST_F(XrcSrqTest, FaultPointCountsAnXrcSrqOnce) {
+  SKIP_IF(!Sim()) << "(the fault point is the simulator's)";
+  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+  ASSERT_EQ(sim().FailAfter("create_srq", 1, ENOMEM), 0);
+  ibv_srq_init_attr_ex attr = XrcSrqAttr(xrcd_.get(), srq_cq_.get());
+  errno = 0;
+  xrc_srq_.reset(ibv_create_srq_ex(context(), &attr));
+  EXPECT_NE(xrc_srq_, nullptr) << "the first: " << ErrnoName(errno);
+  errno = 0;
+  other_srq_.reset(ibv_create_srq_ex(context(), &attr));
+  EXPECT_EQ(other_srq_, nullptr) << "the second was created";
+  EXPECT_EQ(errno, ENOMEM) << ErrnoName(errno);
+  sim().ClearFaults();
+}
+
 // Rule: ibv_destroy_cq(3): "fails if any queue pair is still associated with this CQ"; an XRC SRQ
 //   completes into its CQ and holds it the same way (the kernel's CQ usecnt: EBUSY).
 // Checks: destroying the CQ of a live XRC SRQ returns EBUSY.

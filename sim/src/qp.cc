@@ -139,6 +139,9 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   Cq* recv_cq = send_only ? nullptr : Cq::From(a.recv_cq);
   Srq* srq = a.srq && !send_only ? Srq::From(a.srq) : nullptr;
   if (!send_cq || (!recv_cq && !send_only) || (a.srq && !send_only && !srq)) return R::Error(EINVAL);
+  // An XRC SRQ takes messages for XRC target QPs only (the kernel's
+  // create_qp refuses it for any other QP).
+  if (srq && srq->is_xrc()) return R::Error(EINVAL);
   if (send_cq->context() != ctx || (recv_cq && recv_cq->context() != ctx) || (srq && srq->context() != ctx)) {
     return R::Error(EINVAL);
   }

@@ -50,6 +50,10 @@ Srq::~Srq() { handle_.Unbind(); }
 
 Result<Srq*> Srq::Create(Pd* pd, const ibv_srq_init_attr& a) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateSrq)) return Result<Srq*>::Error(err);
+  return CreateChecked(pd, a);
+}
+
+Result<Srq*> Srq::CreateChecked(Pd* pd, const ibv_srq_init_attr& a) {
   const ibv_device_attr& d = pd->context()->device()->profile().attr_ex.orig_attr;
   // srq_limit is ignored at creation (ibv_create_srq(3)).
   if (a.attr.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.attr.max_sge > static_cast<uint32_t>(d.max_srq_sge)) {
@@ -79,7 +83,7 @@ Result<Srq*> Srq::CreateEx(Context* ctx, const ibv_srq_init_attr_ex& a) {
   Xrcd* xrcd = (a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? Xrcd::From(a.xrcd) : nullptr;
   Cq* cq = (a.comp_mask & IBV_SRQ_INIT_ATTR_CQ) ? Cq::From(a.cq) : nullptr;
   if (!xrcd || xrcd->context() != ctx || !cq || cq->context() != ctx) return R::Error(EINVAL);
-  R r = Create(pd, base);
+  R r = CreateChecked(pd, base);
   if (!r.ok()) return r;
   Srq* srq = r.value();
   const uint32_t srq_num = ctx->device()->AllocQpn();
@@ -158,7 +162,10 @@ int Srq::Modify(const ibv_srq_attr& a, int mask) {
     if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.max_wr < wqes_.size()) return EINVAL;
     max_wr = a.max_wr;
   }
-  if ((mask & IBV_SRQ_LIMIT) && a.srq_limit > max_wr) return EINVAL;
+  // An armed limit must stay within the queue, whichever of the two changes
+  // (rxe: rxe_srq_chk_attr refuses a max_wr below the armed limit).
+  const uint32_t limit = (mask & IBV_SRQ_LIMIT) ? a.srq_limit : limit_;
+  if (limit > max_wr) return EINVAL;
   max_wr_ = max_wr;
   // ibv_modify_srq(3): setting srq_limit arms the low-watermark event.
   if (mask & IBV_SRQ_LIMIT) limit_ = a.srq_limit;

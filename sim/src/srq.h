@@ -79,6 +79,8 @@ class Srq {
   void PutBackLocked(Wqe wqe);
 
  private:
+  // Create, past its fault point (CreateEx hits it once for an XRC SRQ).
+  static Result<Srq*> CreateChecked(Pd* pd, const ibv_srq_init_attr& attr);
   Srq(Pd* pd, const ibv_srq_init_attr& attr);
   ~Srq();
   // XRC: no target QP finds it any more; its number is free again. Requires: engine lock.
