@@ -822,6 +822,40 @@ TEST_F(QpDatapathTest, UdSendArrives_WithGrh) {
   EXPECT_EQ(dst_.Bytes(kGrhBytes, 64), src_.Bytes(0, 64));
 }
 
+// Rule: IBTA Vol 1 C10-93.1.1 (quoted in rxe's rxe_req.c): "If the total sum of all the buffer
+//   lengths specified for a UD message exceeds the MTU of the port as returned by QueryHCA, the CI
+//   shall not emit any packets for this message. Further, the CI shall not generate an error due to
+//   this condition."
+// Checks: a UD SEND of the port's MTU + 1 bytes completes at a_ with success and gives b_ no
+//   receive completion within 200 ms; a_ stays in RTS, and a SEND of the MTU after it arrives with
+//   its bytes.
+TEST_F(QpDatapathTest, UdSendLongerThanTheMtuCompletesAndEmitsNothing) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdPair(roce()));
+  const uint32_t mtu = 128u << port_attr().active_mtu;
+  ASSERT_LE(kGrhBytes + mtu + 1, kBufSize);
+  ibv_sge rsge = dst_.Sge(0, static_cast<uint32_t>(kGrhBytes + mtu + 1));
+  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+  src_.FillPattern(3);
+  ibv_sge sge = src_.Sge(0, mtu + 1);
+  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+  EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get())) << "a datagram longer than the MTU arrived";
+  ibv_qp_state state = IBV_QPS_RESET;
+  EXPECT_TRUE(QueryQpState(a_.get(), &state));
+  EXPECT_EQ(state, IBV_QPS_RTS);
+  sge = src_.Sge(0, mtu);
+  ASSERT_EQ(PostOne(a_.get(), UdSendWr(3, &sge, 1, ah_.get(), b_.qp_num())), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc)) << "the datagram of the MTU did not arrive";
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(rwc.byte_len, kGrhBytes + mtu);
+  EXPECT_EQ(dst_.Bytes(kGrhBytes, mtu), src_.Bytes(0, mtu));
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+}
+
 // Rule: IBTA Vol 1 ch. 10 (Q_Keys): a UD datagram whose Q_Key does not match the
 //   destination QP's Q_Key is silently dropped; the UD sender completes it anyway (unreliable).
 // Checks: a UD SEND with remote_qkey = the QP's Q_Key + 1 completes successfully at a_ and gives
