@@ -4,6 +4,7 @@
 // solicited events; and one RC connection across two simulated devices.
 
 #include <arpa/inet.h>
+#include <netinet/ip.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -905,8 +906,8 @@ TEST_F(QpDatapathTest, AhFromWcReachesSender) {
 //   libibverbs/verbs.c set_ah_attr_by_ipv6); a multicast destination GID is in no GID table, so
 //   one is an error (EINVAL).
 // Checks: from a datagram received with a GRH, ibv_init_ah_from_wc returns 0, is_global, dgid the
-//   GRH's sgid, hop_limit the GRH's; with the GRH's dgid made multicast (ff0e::1) it returns -1
-//   and errno is EINVAL.
+//   GRH's sgid, hop_limit the GRH's (RoCE v2 over IPv4: the IPv4 header's source address and TTL);
+//   with the destination made multicast (ff0e::1, or 224.0.0.1) it returns -1 and errno is EINVAL.
 TEST_F(QpDatapathTest, InitAhFromWcReturnsMinusOne_MulticastDestination) {
   ASSERT_NO_FATAL_FAILURE(MakeUdPair(true));
   ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
@@ -922,12 +923,23 @@ TEST_F(QpDatapathTest, InitAhFromWcReturnsMinusOne_MulticastDestination) {
   ibv_ah_attr attr = {};
   ASSERT_EQ(ibv_init_ah_from_wc(context(), port(), &rwc, &grh, &attr), 0) << ErrnoName(errno);
   EXPECT_EQ(attr.is_global, 1);
-  EXPECT_EQ(std::memcmp(&attr.grh.dgid, &grh.sgid, sizeof grh.sgid), 0) << "the reply's destination GID";
-  EXPECT_EQ(attr.grh.hop_limit, grh.hop_limit);
-  grh.dgid = {};
-  grh.dgid.raw[0] = 0xff;
-  grh.dgid.raw[1] = 0x0e;
-  grh.dgid.raw[15] = 1;
+  // RoCE v2 over IPv4 puts an IPv4 header in the last 20 bytes of the area instead of the IPv6 one.
+  const bool ipv6 = (ntohl(grh.version_tclass_flow) >> 28) == 6;
+  iphdr ip4 = {};
+  std::memcpy(&ip4, reinterpret_cast<const uint8_t*>(&grh) + 20, sizeof ip4);
+  if (ipv6) {
+    EXPECT_EQ(std::memcmp(&attr.grh.dgid, &grh.sgid, sizeof grh.sgid), 0) << "the reply's destination GID";
+    EXPECT_EQ(attr.grh.hop_limit, grh.hop_limit);
+    grh.dgid = {};
+    grh.dgid.raw[0] = 0xff;
+    grh.dgid.raw[1] = 0x0e;
+    grh.dgid.raw[15] = 1;
+  } else {
+    EXPECT_EQ(std::memcmp(attr.grh.dgid.raw + 12, &ip4.saddr, 4), 0) << "the reply's destination address";
+    EXPECT_EQ(attr.grh.hop_limit, ip4.ttl);
+    ip4.daddr = htonl(0xe0000001);  // 224.0.0.1
+    std::memcpy(reinterpret_cast<uint8_t*>(&grh) + 20, &ip4, sizeof ip4);
+  }
   errno = 0;
   EXPECT_EQ(ibv_init_ah_from_wc(context(), port(), &rwc, &grh, &attr), -1);
   EXPECT_EQ(errno, EINVAL) << ErrnoName(errno);
