@@ -291,5 +291,45 @@ TEST_F(MulticastTest, DestroyQpFails_WhileAttached) {
   }
 }
 
+// Rule: IBTA Vol 1 (multicast): a datagram to a multicast group carries DestQP 0xFFFFFF; one to a
+//   multicast address that names another QP is not a multicast delivery (rxe_rcv hands a packet to
+//   the group only when its BTH names 0xFFFFFF).
+// Checks: with b_ attached to the group, a datagram to the group's address with DestQP 0x123456 (no
+//   such QP) completes at a_ and gives b_ no receive completion within 200 ms.
+TEST_F(MulticastTest, DatagramWithAnotherQpnReachesNoMember) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdQps());
+  const ibv_gid mgid = Mgid(8);
+  ASSERT_EQ(Attach(b_.get(), mgid), 0);
+  ASSERT_NO_FATAL_FAILURE(MakeGroupAh(mgid));
+  ASSERT_NO_FATAL_FAILURE(PostGroupRecv(b_, 0, 1));
+  ibv_sge sge = send_.Sge(0, kPayload);
+  ASSERT_EQ(PostOne(a_.get(), UdSendWr(1, &sge, 1, ah_.get(), 0x123456)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get())) << "a datagram not for DestQP 0xFFFFFF reached the group";
+}
+
+// Rule: ibv_query_device(3): max_mcast_qp_attach is the "Maximum number of QPs per multicast group
+//   which can be attached"; an attachment beyond it fails (ENOMEM in rxe's __rxe_init_mca and from
+//   the kernel's other drivers).
+// Checks: max_mcast_qp_attach UD QPs attach to one group; one more returns ENOMEM (skipped when the
+//   limit is above 64).
+TEST_F(MulticastTest, AttachBeyondMaxQpsPerGroupFailsEnomem) {
+  const int limit = device_attr().max_mcast_qp_attach;
+  SKIP_IF(limit > 64) << "(the device attaches " << limit << " QPs to a group)";
+  const ibv_gid mgid = Mgid(9);
+  std::vector<QpEnd> ends(static_cast<size_t>(limit) + 1);
+  for (int k = 0; k < limit; ++k) {
+    ASSERT_NO_FATAL_FAILURE(MakeUdEnd(&ends[static_cast<size_t>(k)]));
+    ASSERT_EQ(Attach(ends[static_cast<size_t>(k)].get(), mgid), 0) << "QP " << k;
+  }
+  ASSERT_NO_FATAL_FAILURE(MakeUdEnd(&ends.back()));
+  EXPECT_THAT(Attach(ends.back().get(), mgid), ReturnsErrno(ENOMEM));
+  // Detached before the QPs go (TearDown would be too late).
+  for (const Attachment& a : attached_) ibv_detach_mcast(a.qp, &a.gid, a.lid);
+  attached_.clear();
+}
+
 }  // namespace
 }  // namespace conformance

@@ -191,7 +191,9 @@ void Engine::DeliverLocked(const Packet& pkt) {
     return;
   }
   if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) {
-    DeliverMulticastLocked(pkt);
+    // IBTA: a multicast datagram names DestQP 0xFFFFFF; one that names any
+    // other QP reaches no member (rxe_rcv looks for groups only then).
+    if (pkt.dst_qpn == kMulticastQpn) DeliverMulticastLocked(pkt);
     return;
   }
   Device* dev = Route(pkt.dst);
@@ -254,21 +256,27 @@ Engine::Group* Engine::FindGroup(const AddressVector& dst) {
   return nullptr;
 }
 
+// A group is its MGID (rxe's rxe_attach_mcast and HCAs key it so): the LID
+// of its first attachment is the one a datagram without a GRH is sent to.
 int Engine::AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
   if (!IsMulticastGid(mgid)) return EINVAL;
+  const ibv_device_attr& limits = qp->device()->profile().attr_ex.orig_attr;
   for (Group& g : groups_) {
-    if (SameGid(g.mgid, mgid) && g.mlid == mlid) {
-      g.members.insert(qp);  // attaching twice still delivers one copy
+    if (SameGid(g.mgid, mgid)) {
+      if (g.members.count(qp)) return 0;  // attaching twice still delivers one copy
+      if (g.members.size() >= static_cast<size_t>(std::max(limits.max_mcast_qp_attach, 0))) return ENOMEM;
+      g.members.insert(qp);
       return 0;
     }
   }
+  if (groups_.size() >= static_cast<size_t>(std::max(limits.max_mcast_grp, 0))) return ENOMEM;
   groups_.push_back(Group{mgid, mlid, {qp}});
   return 0;
 }
 
-int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
+int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t /*mlid*/) {
   for (auto it = groups_.begin(); it != groups_.end(); ++it) {
-    if (!SameGid(it->mgid, mgid) || it->mlid != mlid) continue;
+    if (!SameGid(it->mgid, mgid)) continue;
     if (!it->members.erase(qp)) return EINVAL;
     if (it->members.empty()) groups_.erase(it);
     return 0;

@@ -44,6 +44,8 @@ class Qp;
 // A multicast address: by its GID with a GRH (ff00::/8, or an IPv4-mapped
 // 224.0.0.0/4), by its LID otherwise (0xC000-0xFFFE).
 bool IsMulticastDestination(const AddressVector& dst);
+// IBTA: the destination QP of a datagram to a multicast group.
+inline constexpr uint32_t kMulticastQpn = 0xffffff;
 
 class Engine {
  public:
