@@ -827,6 +827,9 @@ void Qp::ReceiveResponse(const Packet& pkt) {
       ((pkt.psn - wqe.first_psn) & kPsnMask) > kPsnMask / 2) {
     return;
   }
+  // An atomic ACK answers the atomic of its PSN only: a late duplicate of an
+  // earlier one's (its result replayed after a resend) completes nothing.
+  if (pkt.kind == Packet::Kind::kAtomicAck && (!IsAtomic(wqe.opcode) || pkt.psn != wqe.first_psn)) return;
   // An answer shows the path works, but a sequence NAK is itself a retry,
   // and an ACK that acknowledges nothing new (a duplicate's) is no progress:
   // a message it cannot complete (an atomic whose result was lost) would
