@@ -512,6 +512,35 @@ TEST_F(MwTest, DeregMrFails_WindowBound) {
   }
 }
 
+// Rule: ibv_rereg_mr(3): a reregistration is, conceptually, a deregistration and a registration,
+//   and ibv_alloc_mw(3) NOTES: "ibv_dereg_mr() fails if any memory window is still bound to this MR"
+//   (EBUSY; backend question DeregMrWithBoundMwFails); a window bound to the MR would otherwise keep
+//   access the MR no longer gives.
+// Checks: with a type 1 window (REMOTE_WRITE) bound to an MR, ibv_rereg_mr to REMOTE_READ access fails
+//   (non-zero) with errno EBUSY; a WRITE through the window still lands (the MR kept its access).
+TEST_F(MwTest, ReregMrFails_WindowBound) {
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  SKIP_IF(!Backend().Answer("DeregMrWithBoundMwFails", true)) << "(the backend deregisters such an MR)";
+  ASSERT_TRUE(MakePair());
+  MwPtr mw(ibv_alloc_mw(pd(), IBV_MW_TYPE_1));
+  ASSERT_NE(mw, nullptr) << "ibv_alloc_mw: " << ErrnoName(errno);
+  ibv_mw_bind_info info = {};
+  info.mr = remote_.mr();
+  info.addr = remote_.addr(kWindowOffset);
+  info.length = kWindowLength;
+  info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_NO_FATAL_FAILURE(BindType1OnB(mw.get(), info));
+  errno = 0;
+  const int rc = ibv_rereg_mr(remote_.mr(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_MW_BIND);
+  EXPECT_NE(rc, 0) << "ibv_rereg_mr of an MR with a bound window succeeded";
+  EXPECT_EQ(errno, EBUSY) << ErrnoName(errno);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(WriteFromA(mw->rkey, kWindowOffset, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  ASSERT_EQ(ibv_dealloc_mw(mw.release()), 0);
+}
+
 // Rule: ibv_alloc_mw(3): a window allows remote access "until invalidated by: ibv_bind_mw verb with zero
 //   length for type 1"; IBTA Vol 1 C9-222.1.1: an R_Key that names no bound window is an R_Key violation.
 // Checks: after a type 1 window (REMOTE_WRITE) is bound again with length 0 (bind completes successfully),

@@ -279,6 +279,13 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   const SharedFile file = FileFor(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length,
                                   (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
+  // A window bound to it would keep the old view of it (ibv_rereg_mr(3): as
+  // a deregistration and a registration, and ibv_dereg_mr refuses with a
+  // window bound).
+  if (windows_ > 0) {
+    errno = EBUSY;
+    return IBV_REREG_MR_ERR_CMD;
+  }
   UnshareLocked();
   ibv_mr& m = handle_.pub;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {

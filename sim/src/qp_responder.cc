@@ -335,11 +335,13 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         return;
       }
       auto* target = reinterpret_cast<uint64_t*>(mr->Translate(pkt.remote_addr, 8));
-      const uint64_t orig = __atomic_load_n(target, __ATOMIC_SEQ_CST);
+      // One read-modify-write (IBV_ATOMIC_HCA): another process may update
+      // the same word through its own QP (a shared file) meanwhile.
+      uint64_t orig = pkt.compare_add;
       if (pkt.op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        __atomic_fetch_add(target, pkt.compare_add, __ATOMIC_SEQ_CST);
-      } else if (orig == pkt.compare_add) {
-        __atomic_store_n(target, pkt.swap, __ATOMIC_SEQ_CST);
+        orig = __atomic_fetch_add(target, pkt.compare_add, __ATOMIC_SEQ_CST);
+      } else {
+        __atomic_compare_exchange_n(target, &orig, pkt.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
       }
       atomic_results_[atomic_results_next_] = AtomicResult{pkt.psn, orig, true};
       atomic_results_next_ = (atomic_results_next_ + 1) % atomic_results_.size();
