@@ -237,6 +237,7 @@ struct ChildSetup {
   uint32_t max_inline_data = 0;  // asked for both QPs (the QP may give more)
   uint8_t retry_cnt = 7;       // of a_
   uint8_t rnr_retry = 7;       // of a_
+  uint32_t sq_psn = 0;         // of a_ (the child's QP expects PSN 0 first)
   bool stay_in_rtr = false;    // the child's QP is not moved to RTS
 };
 
@@ -340,6 +341,7 @@ class CrossProcessWriteTest : public QpTest {
     parent_params.max_rd_atomic = setup.rd_atomic;
     parent_params.retry_cnt = setup.retry_cnt;
     parent_params.rnr_retry = setup.rnr_retry;
+    parent_params.sq_psn = setup.sq_psn;
     if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
@@ -901,6 +903,30 @@ TEST_P(CrossProcessWriteMemoryTest, WriteAfterTheResponderEnteredErrorDoesNotLan
         EXPECT_TRUE(PollCompletions(a_.send_cq.get(), static_cast<int>(posted - completed), &rest, kReturnWindow))
             << "a WRITE did not complete once the parent's QP was in ERR";
         EXPECT_EQ(write(to_child, "c", 1), 1);
+      },
+      setup);
+}
+
+// Rule: IBTA Vol 1 ch. 9 (responder): a request whose PSN is ahead of the one the responder expects
+//   is not executed (a sequence NAK; the requester's retries run out: IBV_WC_RETRY_EXC_ERR), so a
+//   requester whose sq_psn is not its responder's rq_psn gets nothing through.
+// Checks: the parent's QP starts at sq_psn 5000, the child's expects 0 (retry_cnt 1); a 64 KiB WRITE
+//   into the child's buffer completes with IBV_WC_RETRY_EXC_ERR and the buffer is still all zero.
+TEST_P(CrossProcessWriteMemoryTest, WriteWithAPsnTheResponderDoesNotExpectDoesNotLand) {
+  ChildSetup setup = WithMemory();
+  setup.sq_psn = 5000;
+  setup.retry_cnt = 1;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_EQ(Read(c.buf, kLength), std::vector<uint8_t>(kLength, 0)) << "the WRITE landed";
+      },
+      [&](const Target& target, int to_child, int) {
+        src_.FillPattern(8);
+        const ibv_wc wc = Write(target);
+        EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(wc);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
       },
       setup);
 }

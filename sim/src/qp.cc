@@ -427,7 +427,10 @@ void Qp::PublishAcceptsLocked() {
     accepts = (static_cast<uint32_t>(type()) + 1) | (takes_writes ? Fabric::kAcceptsWrites : 0) |
               (takes_reads ? Fabric::kAcceptsReads : 0) | (pulls ? Fabric::kAcceptsPulls : 0);
   }
-  Fabric::Get().PublishQpLocked(device()->index(), qp_num(), reinterpret_cast<uintptr_t>(pd_), accepts);
+  const int peer_device = responds ? RemoteDeviceIndex() : -1;
+  const uint32_t peer = peer_device >= 0 ? Fabric::ConnectionTag(peer_device, attr_.dest_qp_num) : 0;
+  Fabric::Get().PublishQpLocked(device()->index(), qp_num(), reinterpret_cast<uintptr_t>(pd_), accepts, peer,
+                                attr_.rq_psn);
 }
 
 int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {

@@ -645,7 +645,9 @@ bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn) || !Fabric::Get().PushesNow(dst->index(), dst_qpn)) return false;
   if (!PlaceIovLocked(wqe, IBV_ACCESS_LOCAL_WRITE)) return false;
-  if (!Fabric::Get().PlaceRead(dst->index(), dst_qpn, wqe.rkey, wqe.remote_addr, wqe.length, place_iov_.data(),
+  // (Who we are and the PSN we began with: the responder must be taking ours.)
+  const Fabric::Connection us{Fabric::ConnectionTag(device()->index(), qp_num()), attr_.sq_psn};
+  if (!Fabric::Get().PlaceRead(us, dst->index(), dst_qpn, wqe.rkey, wqe.remote_addr, wqe.length, place_iov_.data(),
                                place_iov_.size())) {
     return false;
   }
@@ -695,7 +697,9 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
   if (!PlaceIovLocked(wqe, 0)) return false;
-  if (!Fabric::Get().PlaceWrite(dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length,
+  // (Who we are and the PSN we began with: an RC responder must be taking ours.)
+  const Fabric::Connection us{Fabric::ConnectionTag(device()->index(), qp_num()), attr_.sq_psn};
+  if (!Fabric::Get().PlaceWrite(us, dst->index(), dst_qpn, type(), wqe.rkey, wqe.remote_addr, wqe.length,
                                 place_iov_.data(), place_iov_.size(), wqe.length <= mtu)) {
     return false;
   }

@@ -39,7 +39,7 @@ namespace simverbs {
 namespace {
 
 // The low byte is the version of the layout of the segment and of its rings' packets.
-constexpr uint64_t kMagic = 0x53494d4641425246;  // "SIMFABRF"
+constexpr uint64_t kMagic = 0x53494d4641425247;  // "SIMFABRG"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit
@@ -82,6 +82,10 @@ struct DirEntry {
   // The epoch under which the QP's responder may pull the bytes of its SENDs
   // (Fabric::GrantPullsLocked); 0: none.
   std::atomic<uint32_t> pulls;
+  // The requester its responder takes requests from (ConnectionTag) and the
+  // PSN it expected first (rq_psn); written before `accepts`.
+  std::atomic<uint32_t> peer;
+  std::atomic<uint32_t> rq_psn;
 };
 
 // An MR peers may write into or read from (Fabric::PublishKey), at its key index. The
@@ -677,11 +681,14 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   return result;
 }
 
-void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts) {
+void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts, uint32_t peer,
+                             uint32_t rq_psn) {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices) return;
   DirEntry& e = segment_->devices[device_index].dir[qpn % kDirSize];
   if (e.qpn.load() != qpn || e.slot.load() != slot_) return;
   e.pd.store(pd);
+  e.peer.store(peer);
+  e.rq_psn.store(rq_psn);
   const uint32_t before = e.accepts.exchange(accepts, std::memory_order_seq_cst);
   // Dekker with Place: a placer announces the QP, then looks at what it
   // accepts. Once the QP takes no more WRITEs or READs (ERR, RESET, access
@@ -715,18 +722,19 @@ bool Fabric::StillThere(int slot, Peer& peer) {
   return true;
 }
 
-bool Fabric::PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
-                        uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
-  return Place(kAcceptsWrites, device_index, dst_qpn, type, rkey, va, length, local, local_count, one_packet);
+bool Fabric::PlaceWrite(const Connection& from, int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey,
+                        uint64_t va, uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
+  return Place(from, kAcceptsWrites, device_index, dst_qpn, type, rkey, va, length, local, local_count, one_packet);
 }
 
-bool Fabric::PlaceRead(int device_index, uint32_t dst_qpn, uint32_t rkey, uint64_t va, uint64_t length,
-                       const iovec* local, size_t local_count) {
-  return Place(kAcceptsReads, device_index, dst_qpn, IBV_QPT_RC, rkey, va, length, local, local_count, false);
+bool Fabric::PlaceRead(const Connection& from, int device_index, uint32_t dst_qpn, uint32_t rkey, uint64_t va,
+                       uint64_t length, const iovec* local, size_t local_count) {
+  return Place(from, kAcceptsReads, device_index, dst_qpn, IBV_QPT_RC, rkey, va, length, local, local_count, false);
 }
 
-bool Fabric::Place(uint32_t direction, int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey,
-                   uint64_t va, uint64_t length, const iovec* local, size_t local_count, bool one_packet) {
+bool Fabric::Place(const Connection& from, uint32_t direction, int device_index, uint32_t dst_qpn, ibv_qp_type type,
+                   uint32_t rkey, uint64_t va, uint64_t length, const iovec* local, size_t local_count,
+                   bool one_packet) {
   if (length == 0 || pid_namespace_ == 0) return false;
   const bool write = direction == kAcceptsWrites;
   int slot = -1;
@@ -752,9 +760,14 @@ bool Fabric::Place(uint32_t direction, int device_index, uint32_t dst_qpn, ibv_q
     return false;
   }
   const uint64_t pd = e.pd.load();
+  // RC: the responder takes requests from us, and expected first the PSN we
+  // sent first, so it takes this message's PSNs (the two advance together):
+  // otherwise it would refuse the message (a sequence NAK, or a duplicate's
+  // ACK), and nothing may land.
+  const bool connected = type != IBV_QPT_RC || (e.peer.load() == from.peer && e.rq_psn.load() == from.first_psn);
   // Still the QP OwnerSlot found: an entry freed and taken by another QP
   // meanwhile would lend us that QP's type and PD.
-  if (e.qpn.load() != dst_qpn || e.slot.load() != slot) {
+  if (!connected || e.qpn.load() != dst_qpn || e.slot.load() != slot) {
     placing.store(0, std::memory_order_release);
     return false;
   }

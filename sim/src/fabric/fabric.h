@@ -301,7 +301,19 @@ class Fabric {
   // SENDs (one-copy SEND, above).
   static constexpr uint32_t kAcceptsTypeMask = 0xff, kAcceptsWrites = 1u << 8, kAcceptsReads = 1u << 9,
                             kAcceptsPulls = 1u << 10;
-  void PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts);
+  // `peer`: the requester it takes requests from (ConnectionTag), or 0;
+  // `rq_psn`: the PSN it expected first from it.
+  void PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts, uint32_t peer, uint32_t rq_psn);
+  // A requester QP as its responder's directory entry names it.
+  static uint32_t ConnectionTag(int device_index, uint32_t qpn) {
+    return (static_cast<uint32_t>(device_index + 1) << 24) | (qpn & 0xffffff);
+  }
+  // Who places (PlaceWrite, PlaceRead): its ConnectionTag and its first PSN
+  // (sq_psn), checked against the responder's (RC only).
+  struct Connection {
+    uint32_t peer = 0;
+    uint32_t first_psn = 0;
+  };
   // A WRITE to the QP `dst_qpn` of another process: when the peer published
   // `rkey` and the QP and every check passes, copies the `length` bytes of
   // `local` (our memory) to `va` in the peer's memory and returns true (the
@@ -309,15 +321,15 @@ class Fabric {
   // by the copying path, or goes better that way: `one_packet` (the WRITE
   // fits in one packet) to an owner whose progress thread takes packets as
   // they come (PacketRing::owner_looking). Requires: engine lock.
-  bool PlaceWrite(int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
-                  uint64_t length, const iovec* local, size_t local_count, bool one_packet);
+  bool PlaceWrite(const Connection& from, int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey,
+                  uint64_t va, uint64_t length, const iovec* local, size_t local_count, bool one_packet);
   // An RDMA READ from the RC QP `dst_qpn` of another process: when the peer
   // published `rkey` for remote read and the QP takes READs now, copies the
   // `length` bytes at `va` in the peer's memory to `local` (our memory) and
   // returns true. False: nothing was read, or it must be read again by the
   // copying path. Requires: engine lock.
-  bool PlaceRead(int device_index, uint32_t dst_qpn, uint32_t rkey, uint64_t va, uint64_t length,
-                 const iovec* local, size_t local_count);
+  bool PlaceRead(const Connection& from, int device_index, uint32_t dst_qpn, uint32_t rkey, uint64_t va,
+                 uint64_t length, const iovec* local, size_t local_count);
 
   // One-copy SEND (see the design above). Our RC QP (device, qpn) lets its
   // responder pull the bytes of its SENDs under `epoch` (not 0), from now
@@ -540,8 +552,8 @@ class Fabric {
   inline Peer* ReachOwner(int device_index, uint32_t qpn, int* slot);
   // PlaceWrite and PlaceRead: `direction` is kAcceptsWrites (copies `local`
   // to the peer) or kAcceptsReads (from the peer to `local`).
-  bool Place(uint32_t direction, int device_index, uint32_t dst_qpn, ibv_qp_type type, uint32_t rkey, uint64_t va,
-             uint64_t length, const iovec* local, size_t local_count, bool one_packet);
+  bool Place(const Connection& from, uint32_t direction, int device_index, uint32_t dst_qpn, ibv_qp_type type,
+             uint32_t rkey, uint64_t va, uint64_t length, const iovec* local, size_t local_count, bool one_packet);
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
   bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
