@@ -520,6 +520,7 @@ TEST_F(MwTest, DeregMrFails_WindowBound) {
 //   (non-zero) with errno EBUSY; a WRITE through the window still lands (the MR kept its access).
 TEST_F(MwTest, ReregMrFails_WindowBound) {
   SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
   SKIP_IF(!Backend().Answer("DeregMrWithBoundMwFails", true)) << "(the backend deregisters such an MR)";
   ASSERT_TRUE(MakePair());
   MwPtr mw(ibv_alloc_mw(pd(), IBV_MW_TYPE_1));
@@ -539,6 +540,44 @@ TEST_F(MwTest, ReregMrFails_WindowBound) {
   ASSERT_NO_FATAL_FAILURE(WriteFromA(mw->rkey, kWindowOffset, &wc));
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
   ASSERT_EQ(ibv_dealloc_mw(mw.release()), 0);
+}
+
+// Rule: ibv_bind_mw(3): bind_info.mr is "the MR to bind the MW to"; a bind executes when its turn on
+//   the send queue comes, and an MR deregistered since names no MR (providers pass its L_Key: rxe
+//   completes such a bind with IBV_WC_MW_BIND_ERR), even if a new MR takes its place meanwhile.
+// Checks: on the simulator (where a bind waits for its turn behind a SEND held by an RNR NAK; rxe
+//   executes it while the SEND waits for its answer), a type 1 bind on b_ naming MR A waits behind a
+//   SEND that has no receive; A is deregistered and MR B registered on the same buffer (no remote
+//   access); once a receive is posted, the SEND completes with success and the bind with
+//   IBV_WC_MW_BIND_ERR.
+TEST_F(MwTest, BindFails_MrDeregisteredBeforeItsTurn) {
+  SKIP_IF(!Sim()) << "(only the simulator holds the bind back while the SEND waits)";
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  ASSERT_TRUE(MakePair());
+  std::vector<uint64_t> storage(kBufSize / 8);
+  MwPtr mw(ibv_alloc_mw(pd(), IBV_MW_TYPE_1));
+  ASSERT_NE(mw, nullptr) << "ibv_alloc_mw: " << ErrnoName(errno);
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(b_.get(), SendWr(1, &sge, 1)), 0);
+  ibv_mr* a = ibv_reg_mr(pd(), storage.data(), kBufSize, static_cast<int>(kMwMrAccess));
+  ASSERT_NE(a, nullptr) << "ibv_reg_mr: " << ErrnoName(errno);
+  ibv_mw_bind_info info = {};
+  info.mr = a;
+  info.addr = reinterpret_cast<uintptr_t>(storage.data());
+  info.length = 4096;
+  info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(BindType1(b_.get(), mw.get(), info, 2), 0);
+  ASSERT_EQ(ibv_dereg_mr(a), 0);
+  MrPtr b(ibv_reg_mr(pd(), storage.data(), kBufSize, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND));
+  ASSERT_NE(b, nullptr) << "ibv_reg_mr: " << ErrnoName(errno);
+  ibv_sge rsge = local_.Sge(1024, 64);
+  ASSERT_EQ(PostRecv(a_.get(), 9, &rsge, 1), 0);
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(b_.send_cq.get(), 2, &wcs)) << DescribeWcs(wcs);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << DescribeWc(wcs[0]);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, IBV_WC_MW_BIND_ERR) << DescribeWc(wcs[1]);
 }
 
 // Rule: ibv_alloc_mw(3): a window allows remote access "until invalidated by: ibv_bind_mw verb with zero

@@ -121,6 +121,11 @@ int Mr::CheckAccess(unsigned access) {
   return 0;
 }
 
+uint64_t Mr::NextSerial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 Mr::Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access, uint32_t key_index)
     : pd_(pd), iova_(iova), access_(access) {
   handle_.Bind(this);

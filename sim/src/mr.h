@@ -52,6 +52,7 @@ class Mr {
 
   // Memory windows bound to this MR: deregistration fails with EBUSY while
   // any is. Requires: engine lock.
+  uint64_t serial() const { return serial_; }
   void AddWindow() { ++windows_; }
   void RemoveWindow() { --windows_; }
 
@@ -90,6 +91,10 @@ class Mr {
   uint64_t iova_;
   unsigned access_;
   int windows_ = 0;
+  // Unique in the process: a later MR may get this one's handle address and
+  // key index once it is gone (BIND_MW names the MR it was posted with).
+  const uint64_t serial_ = NextSerial();
+  static uint64_t NextSerial();
   bool shared_ = false;
   uint32_t share_rkey_ = 0;
   int share_pid_ = 0;  // a child of fork() inherits the MR, not the publication

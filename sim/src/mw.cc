@@ -78,7 +78,8 @@ void Mw::UnbindLocked() {
   qp_num_ = 0;
 }
 
-ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey, const ibv_mw_bind_info& info) {
+ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey, const ibv_mw_bind_info& info,
+                             uint64_t mr_serial) {
   Device* dev = ctx_->device();
   // A type 2 window must be invalidated before it is bound again (IBTA 10.6.7.2).
   if (type() == IBV_MW_TYPE_2 && mr_) return IBV_WC_MW_BIND_ERR;
@@ -87,8 +88,10 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
   if (qp_pd != pd_) return IBV_WC_MW_BIND_ERR;
   Mr* mr = nullptr;
   if (info.length > 0) {
-    mr = dev->FindMrHandle(info.mr);  // it may have been deregistered since the bind was posted
-    if (!mr || mr->pd() != pd_ || !(mr->access() & IBV_ACCESS_MW_BIND)) return IBV_WC_MW_BIND_ERR;
+    // It may have been deregistered since the bind was posted (and another
+    // MR may have its handle now).
+    mr = dev->FindMrHandle(info.mr);
+    if (!mr || mr->serial() != mr_serial || mr->pd() != pd_ || !(mr->access() & IBV_ACCESS_MW_BIND)) return IBV_WC_MW_BIND_ERR;
     if (info.mw_access_flags & ~kWindowAccess) return IBV_WC_MW_BIND_ERR;
     // Remote write or atomic access through a window needs local write on the MR.
     if ((info.mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&

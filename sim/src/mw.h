@@ -34,7 +34,9 @@ class Mw {
   // Executes a bind work request posted on the QP `qp_num` of `pd`. A zero
   // length unbinds. Returns IBV_WC_SUCCESS or IBV_WC_MW_BIND_ERR. Requires:
   // engine lock.
-  ibv_wc_status BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey, const ibv_mw_bind_info& info);
+  // `mr_serial`: the Mr::serial of the MR info.mr named when the bind was posted.
+  ibv_wc_status BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey, const ibv_mw_bind_info& info,
+                           uint64_t mr_serial);
   // Invalidates a bound type 2 window whose rkey is `rkey`, on behalf of QP
   // `qp_num` (LOCAL_INV, or SEND_WITH_INV arriving there). Requires: engine lock.
   bool InvalidateLocked(uint32_t rkey, uint32_t qp_num);

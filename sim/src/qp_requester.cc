@@ -140,6 +140,9 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
     wqe.mw = wr.bind_mw.mw;
     wqe.rkey = wr.bind_mw.rkey;
     wqe.bind_info = wr.bind_mw.bind_info;
+    // The MR it names now: one that takes its handle after it is gone is another.
+    const Mr* mr = wr.bind_mw.bind_info.mr ? device()->FindMrHandle(wr.bind_mw.bind_info.mr) : nullptr;
+    wqe.bind_mr_serial = mr ? mr->serial() : 0;
   } else if (IsAtomic(wr.opcode)) {
     wqe.remote_addr = wr.wr.atomic.remote_addr;
     wqe.rkey = wr.wr.atomic.rkey;
@@ -394,7 +397,8 @@ void Qp::ExecuteLocked(size_t index) {
   if (wqe.opcode == IBV_WR_BIND_MW) {
     // The window may have been deallocated since the bind was posted.
     Mw* mw = device()->FindWindowHandle(wqe.mw);
-    const ibv_wc_status st = mw ? mw->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info) : IBV_WC_MW_BIND_ERR;
+    const ibv_wc_status st =
+        mw ? mw->BindLocked(pd_, qp_num(), wqe.rkey, wqe.bind_info, wqe.bind_mr_serial) : IBV_WC_MW_BIND_ERR;
     if (st != IBV_WC_SUCCESS) {
       FailLocalLocked(index, st);
     } else {

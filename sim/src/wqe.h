@@ -50,6 +50,7 @@ struct SendWqeValues {
   // BIND_MW
   ibv_mw* mw = nullptr;
   ibv_mw_bind_info bind_info{};
+  uint64_t bind_mr_serial = 0;  // the MR bind_info.mr named when it was posted (Mr::serial), 0: none
   // UD
   AddressVector av;
   uint32_t remote_qpn = 0;
