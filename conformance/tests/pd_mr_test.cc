@@ -269,13 +269,16 @@ TEST_F(PdMrTest, ReregMrFails_NoFlags) {
 
 // Rule: ibv_rereg_mr(3): "When IBV_REREG_MR_CHANGE_TRANSLATION is used, addr. represents the
 //   virtual address (user-space pointer) of the new MR, while length represents its length";
-//   "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected by libibverbs."
-// Checks: CHANGE_TRANSLATION with length 0 returns IBV_REREG_MR_ERR_INPUT and leaves the old MR
-//   as it was (addr, length) and deregistrable.
+//   "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected by libibverbs" (which
+//   sets errno to EINVAL: rdma-core libibverbs/verbs.c ibv_rereg_mr).
+// Checks: CHANGE_TRANSLATION with length 0 returns IBV_REREG_MR_ERR_INPUT with errno EINVAL and
+//   leaves the old MR as it was (addr, length) and deregistrable.
 TEST_F(PdMrTest, ReregMrFails_TranslationWithZeroLength) {
   ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  errno = 0;
   EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, buffer_.data(), 0, 0), IBV_REREG_MR_ERR_INPUT);
+  EXPECT_EQ(errno, EINVAL) << ErrnoName(errno);
   EXPECT_EQ(mr->addr, buffer_.data());
   EXPECT_EQ(mr->length, buffer_.size());
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
