@@ -101,6 +101,17 @@ class QpDatapathTest : public QpTest {
     ASSERT_NE(ah_, nullptr) << "ibv_create_ah: " << ErrnoName(errno);
   }
 
+  // Posts a receive on b_ (wr_id 1: the GRH area and 64 bytes of dst_), sends 64 bytes of src_ from
+  // a_ through ah_ (wr_id 2) and waits for the receive's completion, which must be a success.
+  void SendOneDatagram(ibv_wc* rwc) {
+    ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
+    ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+    ibv_sge sge = src_.Sge(0, 64);
+    ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
+    ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), rwc));
+    ASSERT_EQ(rwc->status, IBV_WC_SUCCESS) << DescribeWc(*rwc);
+  }
+
   Buffer src_;
   Buffer dst_;
   AhPtr ah_;
@@ -786,13 +797,8 @@ TEST_F(QpDatapathTest, UcWriteLands_MultiPacket) {
 TEST_F(QpDatapathTest, UdSendArrives_WithoutGrh) {
   SKIP_IF(roce()) << "(RoCE carries every packet in a GRH)";
   ASSERT_NO_FATAL_FAILURE(MakeUdPair(false));
-  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
-  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
-  ibv_sge sge = src_.Sge(0, 64);
-  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
   ibv_wc rwc = {};
-  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
-  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  ASSERT_NO_FATAL_FAILURE(SendOneDatagram(&rwc));
   EXPECT_EQ(rwc.opcode, IBV_WC_RECV);
   EXPECT_EQ(rwc.wc_flags & IBV_WC_GRH, 0u);
   EXPECT_EQ(rwc.src_qp, a_.qp_num());
@@ -810,13 +816,8 @@ TEST_F(QpDatapathTest, UdSendArrives_WithoutGrh) {
 //   b_ with IBV_WC_GRH set, src_qp == a_'s QP number, byte_len 64 + 40, payload at offset 40.
 TEST_F(QpDatapathTest, UdSendArrives_WithGrh) {
   ASSERT_NO_FATAL_FAILURE(MakeUdPair(true));
-  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
-  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
-  ibv_sge sge = src_.Sge(0, 64);
-  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
   ibv_wc rwc = {};
-  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
-  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  ASSERT_NO_FATAL_FAILURE(SendOneDatagram(&rwc));
   EXPECT_NE(rwc.wc_flags & IBV_WC_GRH, 0u);
   EXPECT_EQ(rwc.src_qp, a_.qp_num());
   EXPECT_EQ(rwc.byte_len, kGrhBytes + 64);
@@ -879,13 +880,8 @@ TEST_F(QpDatapathTest, UdSendDropped_QkeyMismatch) {
 //   reply to wc.src_qp; a_ receives it with src_qp == b_'s QP number and the reply's bytes.
 TEST_F(QpDatapathTest, AhFromWcReachesSender) {
   ASSERT_NO_FATAL_FAILURE(MakeUdPair(roce()));
-  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
-  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
-  ibv_sge sge = src_.Sge(0, 64);
-  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
   ibv_wc rwc = {};
-  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
-  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  ASSERT_NO_FATAL_FAILURE(SendOneDatagram(&rwc));
   errno = 0;
   AhPtr reply(ibv_create_ah_from_wc(pd(), &rwc, reinterpret_cast<ibv_grh*>(dst_.data()), port()));
   ASSERT_NE(reply, nullptr) << "ibv_create_ah_from_wc: " << ErrnoName(errno);
@@ -910,13 +906,8 @@ TEST_F(QpDatapathTest, AhFromWcReachesSender) {
 //   with the destination made multicast (ff0e::1, or 224.0.0.1) it returns -1 and errno is EINVAL.
 TEST_F(QpDatapathTest, InitAhFromWcReturnsMinusOne_MulticastDestination) {
   ASSERT_NO_FATAL_FAILURE(MakeUdPair(true));
-  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
-  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
-  ibv_sge sge = src_.Sge(0, 64);
-  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num())), 0);
   ibv_wc rwc = {};
-  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
-  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  ASSERT_NO_FATAL_FAILURE(SendOneDatagram(&rwc));
   ASSERT_NE(rwc.wc_flags & IBV_WC_GRH, 0u);
   ibv_grh grh = {};
   std::memcpy(&grh, dst_.data(), sizeof grh);

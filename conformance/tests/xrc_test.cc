@@ -148,6 +148,23 @@ class XrcTest : public QpTest {
     EXPECT_TRUE(Passed(result));
   }
 
+  // The parent's side of a child that owns an XRC SRQ: reads the SRQ's number from the child, sends
+  // it `length` bytes of send_buf_ as it is (wr_id 5), expects the send to complete with success,
+  // and tells the child it is done.
+  void SendToChildSrq(int from_child, int to_child, uint32_t length = 64) {
+    uint32_t srq_num = 0;
+    const bool got_number =
+        WaitReadable(from_child, kChildTimeout) && read(from_child, &srq_num, sizeof srq_num) == 4;
+    if (got_number) {
+      EXPECT_EQ(SendTo(srq_num, 5, /*fill=*/false, length), 0);
+      ibv_wc wc = {};
+      EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+    }
+    EXPECT_EQ(write(to_child, "x", 1), 1);
+    EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
+  }
+
   void CreateXrcSrq(ibv_xrcd* xrcd, ibv_cq* cq, SrqPtr* out) {
     ibv_srq_init_attr_ex attr = XrcSrqAttr(xrcd, cq);
     errno = 0;
@@ -234,10 +251,10 @@ class XrcTest : public QpTest {
     ASSERT_EQ(PostSrqRecv(srq, wr_id, &sge, 1), 0);
   }
 
-  // Sends 64 bytes of pattern from initiator_, naming the XRC SRQ `srq_num`.
-  int SendTo(uint32_t srq_num, uint64_t wr_id, bool fill = true) {
+  // Sends `length` bytes of pattern from initiator_, naming the XRC SRQ `srq_num`.
+  int SendTo(uint32_t srq_num, uint64_t wr_id, bool fill = true, uint32_t length = 64) {
     if (fill) send_buf_.FillPattern(7);
-    ibv_sge sge = send_buf_.Sge(0, 64);
+    ibv_sge sge = send_buf_.Sge(0, length);
     ibv_send_wr wr = SendWr(wr_id, &sge, 1);
     wr.qp_type.xrc.remote_srqn = srq_num;
     return PostOne(initiator_.get(), wr);
@@ -635,19 +652,7 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
         // The SRQ stays until the parent has seen its send complete.
         ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
       },
-      [&](int from_child, int to_child) {
-        uint32_t srq_num = 0;
-        const bool got_number =
-            WaitReadable(from_child, kChildTimeout) && read(from_child, &srq_num, sizeof srq_num) == 4;
-        if (got_number) {
-          EXPECT_EQ(SendTo(srq_num, 5, /*fill=*/false), 0);
-          ibv_wc wc = {};
-          EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
-          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
-        }
-        EXPECT_EQ(write(to_child, "x", 1), 1);
-        EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
-      });
+      [&](int from_child, int to_child) { SendToChildSrq(from_child, to_child); });
 }
 
 // Rule: ibv_post_send(3) and IBTA ch. 9 (RC is reliable): an XRC message arrives whole in the SRQ
@@ -687,22 +692,7 @@ TEST_F(XrcQpTest, MessageToSrqOfAnotherProcessArrivesWholeDespiteALoss) {
         EXPECT_EQ(buf.Bytes(0, length), Pattern(9, length));
         ASSERT_TRUE(WaitReadable(from_parent, kChildTimeout / 2));
       },
-      [&](int from_child, int to_child) {
-        uint32_t srq_num = 0;
-        const bool got_number =
-            WaitReadable(from_child, kChildTimeout) && read(from_child, &srq_num, sizeof srq_num) == 4;
-        if (got_number) {
-          ibv_sge sge = send_buf_.Sge(0, length);
-          ibv_send_wr wr = SendWr(5, &sge, 1);
-          wr.qp_type.xrc.remote_srqn = srq_num;
-          EXPECT_EQ(PostOne(initiator_.get(), wr), 0);
-          ibv_wc wc = {};
-          EXPECT_TRUE(PollOneCompletion(send_cq_.get(), &wc, kChildTimeout / 2));
-          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
-        }
-        EXPECT_EQ(write(to_child, "x", 1), 1);
-        EXPECT_TRUE(got_number) << "the child never sent its SRQ number";
-      });
+      [&](int from_child, int to_child) { SendToChildSrq(from_child, to_child, length); });
 }
 
 // Rule: (simulator, default profile) a CQ that overruns goes to error with IBV_EVENT_CQ_ERR, and
