@@ -91,7 +91,9 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
     // It may have been deregistered since the bind was posted (and another
     // MR may have its handle now).
     mr = dev->FindMrHandle(info.mr);
-    if (!mr || mr->serial() != mr_serial || mr->pd() != pd_ || !(mr->access() & IBV_ACCESS_MW_BIND)) return IBV_WC_MW_BIND_ERR;
+    if (!mr || mr->serial() != mr_serial || mr->pd() != pd_ || !(mr->access() & IBV_ACCESS_MW_BIND)) {
+      return IBV_WC_MW_BIND_ERR;
+    }
     if (info.mw_access_flags & ~kWindowAccess) return IBV_WC_MW_BIND_ERR;
     // Remote write or atomic access through a window needs local write on the MR.
     if ((info.mw_access_flags & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&

@@ -75,7 +75,8 @@ int simverbs_set_qp_state(struct ibv_qp *qp, enum ibv_qp_state state);
  * of its QPs runs out of memory and is lost, as on a wire (err is not used);
  * a reliable sender recovers it by retransmission. A packet whose message its
  * sender has completed already (a WRITE or READ the other process copied
- * itself) is not lost: the loss falls on the next packet after it. */
+ * itself), or one that hands an XRC message between the process of the target
+ * QP and that of its SRQ, is not lost: the loss falls on the next packet. */
 int simverbs_fault_point_count(void);
 const char *simverbs_fault_point_name(int index); /* NULL out of range */
 int simverbs_fail_after(const char *point, unsigned int calls, int err);

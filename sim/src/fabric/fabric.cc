@@ -151,6 +151,22 @@ uint64_t PullTag(int device_index, uint32_t qpn) {
   return (static_cast<uint64_t>(device_index + 1) << 32) | ((qpn & 0xffffff) << 8) | 0x02;
 }
 
+// Our announcement in ProcSlot::placing (a PlaceTag or a PullTag) for as
+// long as this lives: withdrawn on every way out of Fabric::Place and
+// Fabric::PullSend.
+class Announcement {
+ public:
+  Announcement(std::atomic<uint64_t>& placing, uint64_t tag) : placing_(placing) {
+    placing_.store(tag, std::memory_order_seq_cst);
+  }
+  ~Announcement() { placing_.store(0, std::memory_order_release); }
+  Announcement(const Announcement&) = delete;
+  Announcement& operator=(const Announcement&) = delete;
+
+ private:
+  std::atomic<uint64_t>& placing_;
+};
+
 // The segment file's bytes locked (fabric/file_lock.h): byte 0 is the
 // fabric's lock, byte 1 + slot the liveness of the process in that slot.
 constexpr off_t kFabricLockByte = 0;
@@ -663,22 +679,16 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   // Its pid names it only in our own PID namespace.
   if (pid_namespace_ == 0 || owner.pid_namespace.load() != pid_namespace_) return PullResult::kRefused;
   const DirEntry& e = segment_->devices[device_index].dir[src_qpn % kDirSize];
-  std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
-  placing.store(PullTag(device_index, src_qpn), std::memory_order_seq_cst);
+  const Announcement announced(segment_->procs[slot_].placing, PullTag(device_index, src_qpn));
   // While we announce the QP, its owner cannot withdraw the epoch and report
   // the SEND flushed (RevokePullsLocked waits for us).
-  PullResult result = PullResult::kWithdrawn;
-  if (e.pulls.load(std::memory_order_seq_cst) == epoch && e.qpn.load() == src_qpn && e.slot.load() == slot) {
-    const iovec remote{reinterpret_cast<void*>(addr), length};
-    const ssize_t n = process_vm_readv(pid, local, local_count, &remote, 1, 0);
-    if (n == static_cast<ssize_t>(length)) {
-      result = PullResult::kPulled;
-    } else {
-      result = n < 0 && (errno == EPERM || errno == ENOSYS) ? PullResult::kRefused : PullResult::kFailed;
-    }
+  if (e.pulls.load(std::memory_order_seq_cst) != epoch || e.qpn.load() != src_qpn || e.slot.load() != slot) {
+    return PullResult::kWithdrawn;
   }
-  placing.store(0, std::memory_order_release);
-  return result;
+  const iovec remote{reinterpret_cast<void*>(addr), length};
+  const ssize_t n = process_vm_readv(pid, local, local_count, &remote, 1, 0);
+  if (n == static_cast<ssize_t>(length)) return PullResult::kPulled;
+  return n < 0 && (errno == EPERM || errno == ENOSYS) ? PullResult::kRefused : PullResult::kFailed;
 }
 
 void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts, uint32_t peer,
@@ -746,8 +756,7 @@ bool Fabric::Place(const Connection& from, uint32_t direction, int device_index,
   if (pid <= 0 || owner.pid_namespace.load() != pid_namespace_) return false;
   DeviceState& d = segment_->devices[device_index];
   const DirEntry& e = d.dir[dst_qpn % kDirSize];
-  std::atomic<uint64_t>& placing = segment_->procs[slot_].placing;
-  placing.store(PlaceTag(device_index, rkey, dst_qpn), std::memory_order_seq_cst);
+  const Announcement announced(segment_->procs[slot_].placing, PlaceTag(device_index, rkey, dst_qpn));
   // While we announce the key and the QP, the owner can neither withdraw the
   // key and reuse its entry (WaitKeyUnused) nor stop the QP taking this
   // access (PublishQpLocked): both wait for us. Another process may write
@@ -756,7 +765,6 @@ bool Fabric::Place(const Connection& from, uint32_t direction, int device_index,
   // Of that type, and takes this kind of access now.
   if ((e.accepts.load(std::memory_order_seq_cst) & (kAcceptsTypeMask | direction)) !=
       ((static_cast<uint32_t>(type) + 1) | direction)) {
-    placing.store(0, std::memory_order_release);
     return false;
   }
   const uint64_t pd = e.pd.load();
@@ -767,10 +775,7 @@ bool Fabric::Place(const Connection& from, uint32_t direction, int device_index,
   const bool connected = type != IBV_QPT_RC || (e.peer.load() == from.peer && e.rq_psn.load() == from.first_psn);
   // Still the QP OwnerSlot found: an entry freed and taken by another QP
   // meanwhile would lend us that QP's type and PD.
-  if (!connected || e.qpn.load() != dst_qpn || e.slot.load() != slot) {
-    placing.store(0, std::memory_order_release);
-    return false;
-  }
+  if (!connected || e.qpn.load() != dst_qpn || e.slot.load() != slot) return false;
   const KeyEntry& k = d.keys[(rkey >> 8) % kKeySlots];
   bool placed = false;
   const uint32_t key = k.key.load(std::memory_order_seq_cst);
@@ -806,7 +811,6 @@ bool Fabric::Place(const Connection& from, uint32_t direction, int device_index,
         } else {
           window->Read(va - iova, length, local, local_count);
         }
-        placing.store(0, std::memory_order_release);
         return true;
       }
     }
@@ -815,10 +819,7 @@ bool Fabric::Place(const Connection& from, uint32_t direction, int device_index,
     // neither side a system call, and its two copies beat one
     // process_vm_writev. (Not a longer one: 16 KiB WRITEs went 15-40% slower
     // through the ring, and 64 KiB ones either twice as fast or half.)
-    if (one_packet && peer->ring->owner_looking()) {
-      placing.store(0, std::memory_order_release);
-      return false;
-    }
+    if (one_packet && peer->ring->owner_looking()) return false;
     const iovec remote{reinterpret_cast<void*>(addr + (va - iova)), length};
     const ssize_t n = write ? process_vm_writev(pid, local, local_count, &remote, 1, 0)
                             : process_vm_readv(pid, local, local_count, &remote, 1, 0);
@@ -827,7 +828,6 @@ bool Fabric::Place(const Connection& from, uint32_t direction, int device_index,
     // whole, by the copying path; a short read is read again by it.
     placed = n == static_cast<ssize_t>(length);
   }
-  placing.store(0, std::memory_order_release);
   return placed;
 }
 

@@ -8,9 +8,9 @@
 // created or counted), then disarms. Unarmed, a point costs one relaxed load.
 // One point is not a verb: "deliver_packet" makes the next delivery of a
 // packet (to a QP of this process) run out of memory, and the packet is lost
-// as on a wire; the sender's transport recovers it. (Not a packet that stands
-// for a message its requester placed and completed itself, Packet::answered:
-// it was taken as surely as one whose ACK came back.)
+// as on a wire; the sender's transport recovers it. (Not a packet that nothing
+// would send again, Packet::Lossless: one for a message its requester placed
+// and completed itself, or one between an XRC target QP and an SRQ's owner.)
 
 #include <atomic>
 #include <cstddef>
