@@ -148,6 +148,13 @@ class XrcTest : public QpTest {
     EXPECT_TRUE(Passed(result));
   }
 
+  // The child's side of SendToChildSrq: tells the parent its SRQ's number.
+  static void TellSrqNumber(const ChildXrcSrq& child, int to_parent) {
+    uint32_t num = 0;
+    ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
+    ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+  }
+
   // The parent's side of a child that owns an XRC SRQ: reads the SRQ's number from the child, sends
   // it `length` bytes of send_buf_ as it is (wr_id 5), expects the send to complete with success,
   // and tells the child it is done.
@@ -639,9 +646,7 @@ TEST_F(XrcQpTest, SrqOfAnotherProcessReceives) {
         ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
         ibv_sge sge = buf.Sge(0, 256);
         ASSERT_EQ(PostSrqRecv(child.srq.get(), 51, &sge, 1), 0);
-        uint32_t num = 0;
-        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
-        ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+        ASSERT_NO_FATAL_FAILURE(TellSrqNumber(child, to_parent));
         ibv_wc wc = {};
         ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 2));
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
@@ -682,9 +687,7 @@ TEST_F(XrcQpTest, MessageToSrqOfAnotherProcessArrivesWholeDespiteALoss) {
         ibv_sge sge = buf.Sge(0, 4096);
         ASSERT_EQ(PostSrqRecv(child.srq.get(), 61, &sge, 1), 0);
         ASSERT_EQ(sim().FailAfter("deliver_packet", 1, ENOMEM), 0);
-        uint32_t num = 0;
-        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
-        ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+        ASSERT_NO_FATAL_FAILURE(TellSrqNumber(child, to_parent));
         ibv_wc wc = {};
         ASSERT_TRUE(PollOneCompletion(child.cq.get(), &wc, kChildTimeout / 2));
         EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
@@ -848,10 +851,8 @@ TEST_F(XrcQpTest, SrqOwnerKeepsNothingPerTargetQp) {
         Buffer buf;
         ASSERT_TRUE(buf.Register(child.pd.get(), 4096));
         ibv_sge sge = buf.Sge(0, 256);
-        uint32_t num = 0;
-        ASSERT_EQ(ibv_get_srq_num(child.srq.get(), &num), 0);
         ASSERT_EQ(PostSrqRecv(child.srq.get(), 0, &sge, 1), 0);
-        ASSERT_EQ(write(to_parent, &num, sizeof num), static_cast<ssize_t>(sizeof num));
+        ASSERT_NO_FATAL_FAILURE(TellSrqNumber(child, to_parent));
         size_t in_use_after_warm_up = 0;
         for (int k = 0; k < kMessages; ++k) {
           ibv_wc wc = {};
