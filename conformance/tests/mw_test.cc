@@ -597,6 +597,41 @@ TEST_F(MwTest, ZeroLengthBindUnbindsType1Window) {
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
 }
 
+// Rule: IBTA Vol 1 o10-36.2.2: a type 1 window cannot be bound zero-based; ibv_bind_mw(3) "returns 0 on
+//   success, or the value of errno on failure", and the providers refuse IBV_ACCESS_ZERO_BASED at the call
+//   (rdma-core providers/rxe/rxe.c and mlx5: rxe_bind_mw / mlx5_bind_mw return EINVAL).
+// Checks: ibv_bind_mw of a type 1 window with IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED returns
+//   EINVAL, and no completion is queued for it on b_'s send CQ.
+TEST_F(MwTest, BindFails_ZeroBasedType1) {
+  SKIP_IF(!HasType1()) << "(no IBV_DEVICE_MEM_WINDOW)";
+  ASSERT_TRUE(MakePair());
+  ibv_mw* mw = AllocMw(IBV_MW_TYPE_1);
+  ASSERT_NE(mw, nullptr);
+  const auto info =
+      BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ZERO_BASED);
+  EXPECT_THAT(BindType1(b_.get(), mw, info, 79), ReturnsErrno(EINVAL));
+  ibv_wc wc = {};
+  EXPECT_EQ(ibv_poll_cq(b_.send_cq.get(), 1, &wc), 0) << DescribeWc(wc);
+}
+
+// Rule: IBTA Vol 1 o10-37.2.40: a type 2 window is invalidated by a Local Invalidate or a Send with
+//   Invalidate, not by a bind of length 0, which fails (rxe_mw.c rxe_check_bind_mw: "attempt to
+//   invalidate type 2 MW by binding with NULL or zero length MR"); ibv_poll_cq(3): IBV_WC_MW_BIND_ERR.
+// Checks: an IBV_WR_BIND_MW of a type 2 window with length 0 (the MR named) is accepted by
+//   ibv_post_send and completes with IBV_WC_MW_BIND_ERR.
+TEST_F(MwTest, BindFails_Type2OfLengthZero) {
+  SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
+  ASSERT_TRUE(MakePair());
+  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  const auto info = BindInfo(remote_, kWindowOffset, 0, IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(PostOne(b_.get(), BindWr(80, mw, ibv_inc_rkey(mw->rkey), info)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.send_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 80u);
+  EXPECT_EQ(wc.status, IBV_WC_MW_BIND_ERR) << DescribeWc(wc);
+}
+
 // Rule: ibv_bind_mw(3): the bind is a work request on the QP's send queue, carried out when the HCA
 //   processes it; ibv_dealloc_mw(3) frees the window before then, and a bind of a window that no
 //   longer exists cannot succeed (IBTA Vol 1 10.6.7.2: the bind fails with a memory window binding

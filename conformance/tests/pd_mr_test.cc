@@ -236,6 +236,39 @@ TEST_F(PdMrTest, RegMrIova2ReportsAddrAndLength) {
   EXPECT_EQ(call.ptr->pd, pd());
 }
 
+// Rule: ibv_reg_mr(3): ibv_reg_mr_iova2 lets "the user ... specify the virtual base address of the MR";
+//   the HCA translates whole pages, so the kernel wants that address at the same offset in its page as
+//   addr (drivers/infiniband/core/uverbs_cmd.c ib_uverbs_reg_mr: EINVAL otherwise).
+// Checks: ibv_reg_mr_iova2 of a page-aligned buffer with an iova 8 bytes past a page boundary returns
+//   NULL with errno EINVAL; the same call with the iova page-aligned succeeds.
+TEST_F(PdMrTest, RegMrIovaFails_PageOffsetDiffersFromAddr) {
+  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
+  EXPECT_THAT(CaptureErrno([&] {
+                return ibv_reg_mr_iova2(pd(), buffer_.data(), buffer_.size(), 0x100000008ull, kAccess);
+              }),
+              ReturnsNullWithErrno(EINVAL));
+  EXPECT_THAT(CaptureErrno([&] {
+                return ibv_reg_mr_iova2(pd(), buffer_.data(), buffer_.size(), 0x100000000ull, kAccess);
+              }),
+              ReturnsObject());
+}
+
+// Rule: ibv_reg_mr(3): IBV_ACCESS_ON_DEMAND "Create an on-demand paging MR", which needs the device's
+//   ODP support (ibv_query_device_ex(3): odp_caps.general_caps IBV_ODP_SUPPORT); the kernel refuses it
+//   otherwise with EOPNOTSUPP (include/rdma/ib_verbs.h ib_check_mr_access, Linux 6.0 and later).
+// Checks: on a device whose odp_caps.general_caps lacks IBV_ODP_SUPPORT, ibv_reg_mr with
+//   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND returns NULL with errno EOPNOTSUPP.
+TEST_F(PdMrTest, RegMrFails_OnDemandWithoutOdpSupport) {
+  ibv_device_attr_ex attr = {};
+  ASSERT_EQ(ibv_query_device_ex(context(), nullptr, &attr), 0);
+  SKIP_IF(attr.odp_caps.general_caps & IBV_ODP_SUPPORT) << "(the device supports on-demand paging)";
+  EXPECT_THAT(CaptureErrno([&] {
+                return ibv_reg_mr(pd(), buffer_.data(), buffer_.size(),
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+              }),
+              ReturnsNullWithErrno(EOPNOTSUPP));
+}
+
 // Rule: ibv_rereg_mr(3): "IBV_REREG_MR_CHANGE_ACCESS Change access flags ... ibv_rereg_mr()
 //   returns 0 on success".
 // Checks: changing LOCAL_WRITE to LOCAL_WRITE|REMOTE_READ returns 0, keeps addr and length, and

@@ -225,6 +225,32 @@ TEST_F(QpPostTest, PostSendFails_InlineAboveMax) {
   EXPECT_EQ(bad, &wr);
 }
 
+// Rule: ibv_post_send(3): IBV_SEND_INLINE "Send data in given gather list as inline data in a send WQE.
+//   Valid only for Send and RDMA Write"; EINVAL "Invalid value provided in wr", the failing WR returned
+//   "through bad_wr".
+// Checks: an 8-byte RDMA READ and an 8-byte FETCH_AND_ADD, each with IBV_SEND_INLINE, return EINVAL and
+//   set *bad_wr to the WR (the atomic only where the device has atomics).
+TEST_F(QpPostTest, PostSendFails_InlineReadOrAtomic) {
+  EndConfig config;
+  config.caps.max_inline_data = 64;
+  ASSERT_TRUE(MakePair(config));
+  ibv_sge sge = local_.Sge(0, 8);
+  ibv_send_wr read = RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, remote_.addr(0), remote_.rkey());
+  read.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_send(a_.get(), &read, &bad), ReturnsErrno(EINVAL)) << "RDMA READ";
+  EXPECT_EQ(bad, &read);
+  if (device_attr().atomic_cap == IBV_ATOMIC_NONE) return;
+  ibv_send_wr atomic = RdmaWr(2, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, 1, 0, 0);
+  atomic.wr.atomic.remote_addr = remote_.addr(0);
+  atomic.wr.atomic.rkey = remote_.rkey();
+  atomic.wr.atomic.compare_add = 1;
+  atomic.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  bad = nullptr;
+  EXPECT_THAT(ibv_post_send(a_.get(), &atomic, &bad), ReturnsErrno(EINVAL)) << "FETCH_AND_ADD";
+  EXPECT_EQ(bad, &atomic);
+}
+
 // Rule: ibv_create_qp(3): "The function ibv_create_qp() will update the qp_init_attr->cap struct
 //   with the actual QP values of the QP that was created; the values will be greater than or equal
 //   to the values requested." A send WQE has room for its SGEs, which inline data may use: rxe

@@ -403,6 +403,31 @@ TEST_F(QpAttrTest, ModifyFails_RnrRetryEight) {
   EXPECT_TRUE(StateIs(IBV_QPS_RTR));
 }
 
+// Rule: ibv_modify_qp(3): alt_port_num is the "Alternate port number" and alt_timeout the "Local ack timeout
+//   for alternate path"; drivers/infiniband/core/uverbs_cmd.c modify_qp: an alternate port that is not valid,
+//   or not the alternate address's port, is EINVAL; rxe_qp_chk_attr: alt_timeout above 31 is EINVAL.
+// Checks: INIT->RTR with IBV_QP_ALT_PATH returns EINVAL, and the QP stays in INIT, for each of: alt_port_num
+//   phys_port_cnt + 1 (the address's port too), alt_port_num 0, and alt_timeout 32.
+TEST_F(QpAttrTest, ModifyFails_AlternatePathOutOfRange) {
+  SKIP_IF(device_attr().phys_port_cnt == 255);
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ASSERT_TRUE(DriveTo(IBV_QPS_INIT));
+  const auto with_alt_path = [&](uint8_t alt_port, uint8_t alt_timeout) {
+    ibv_qp_attr attr = FullAttr(IBV_QPS_RTR);
+    attr.alt_ah_attr = LocalAddress();
+    attr.alt_ah_attr.port_num = alt_port;
+    attr.alt_port_num = alt_port;
+    attr.alt_timeout = alt_timeout;
+    attr.alt_pkey_index = 0;
+    return ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kRtrRc | IBV_QP_ALT_PATH);
+  };
+  const auto beyond = static_cast<uint8_t>(device_attr().phys_port_cnt + 1);
+  EXPECT_THAT(with_alt_path(beyond, 14), ReturnsErrno(EINVAL)) << "alt_port_num " << int{beyond};
+  EXPECT_THAT(with_alt_path(0, 14), ReturnsErrno(EINVAL)) << "alt_port_num 0";
+  EXPECT_THAT(with_alt_path(port(), 32), ReturnsErrno(EINVAL)) << "alt_timeout 32";
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
+}
+
 // Rule: ibv_query_device(3): max_qp_init_rd_atom is the "Maximum depth per QP for initiation of RDMA Read &
 //   atomic operations"; IBTA Vol 1 ch. 11 (Modify Queue Pair): a value above the HCA's maximum is an invalid
 //   modifier.

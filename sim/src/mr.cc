@@ -121,6 +121,13 @@ int Mr::CheckAccess(unsigned access) {
   return 0;
 }
 
+int Mr::CheckOnDemand(const Device* dev, unsigned access) {
+  // include/rdma/ib_verbs.h: ib_check_mr_access, EOPNOTSUPP since 6.0 on a
+  // device without on-demand paging.
+  const bool odp = dev->profile().attr_ex.odp_caps.general_caps & IBV_ODP_SUPPORT;
+  return (access & IBV_ACCESS_ON_DEMAND) && !odp ? EOPNOTSUPP : 0;
+}
+
 uint64_t Mr::NextSerial() {
   static std::atomic<uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
@@ -221,8 +228,13 @@ void Mr::WaitUnused() const { Fabric::Get().WaitKeyUnused(pd_->context()->device
 Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kRegMr)) return Result<Mr*>::Error(err);
   if (int err = CheckAccess(access)) return Result<Mr*>::Error(err);
+  if (int err = CheckOnDemand(pd->context()->device(), access)) return Result<Mr*>::Error(err);
   const ibv_device_attr& attr = pd->context()->device()->profile().attr_ex.orig_attr;
   if (length > attr.max_mr_size) return Result<Mr*>::Error(EINVAL);
+  // The HCA maps pages: the iova must sit at addr's offset in its page
+  // (drivers/infiniband/core/uverbs_cmd.c: ib_uverbs_reg_mr, EINVAL).
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (((reinterpret_cast<uintptr_t>(addr) ^ iova) & (page - 1)) != 0) return Result<Mr*>::Error(EINVAL);
   if (int err = CheckMapped(addr, length, access)) return Result<Mr*>::Error(err);
   Device* dev = pd->context()->device();
   if (!dev->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
@@ -263,6 +275,12 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context()) return IBV_REREG_MR_ERR_INPUT;
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    if (int err = CheckOnDemand(pd_->context()->device(), access)) {
+      errno = err;  // the kernel's answer (ib_uverbs_rereg_mr checks the access as registration does)
+      return IBV_REREG_MR_ERR_CMD;
+    }
+  }
   if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
     // The new range, or the old one under a new access, must be usable as a
     // registration is (CheckMapped): the kernel's ib_umem_get fails, and

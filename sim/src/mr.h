@@ -58,6 +58,8 @@ class Mr {
 
   // Checks the access flags by themselves (EINVAL rules of ibv_reg_mr(3)).
   static int CheckAccess(unsigned access);
+  // EOPNOTSUPP for IBV_ACCESS_ON_DEMAND on a device without on-demand paging.
+  static int CheckOnDemand(const Device* dev, unsigned access);
 
  private:
   Mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access, uint32_t key_index);

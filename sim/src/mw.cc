@@ -86,6 +86,12 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
   // The key's index (upper 24 bits) is the window's; only the key byte may change.
   if ((new_rkey >> 8) != (key_ >> 8)) return IBV_WC_MW_BIND_ERR;
   if (qp_pd != pd_) return IBV_WC_MW_BIND_ERR;
+  // A type 2 window is invalidated with IBV_WR_LOCAL_INV, not by a bind of
+  // length 0 (IBTA o10-37.2.40; rxe_check_bind_mw refuses it too).
+  if (type() == IBV_MW_TYPE_2 && info.length == 0) return IBV_WC_MW_BIND_ERR;
+  // Zero-based windows: never for type 1 (IBTA o10-36.2.2, as rxe), and not
+  // simulated for type 2; refused rather than bound at the wrong addresses.
+  if (info.mw_access_flags & IBV_ACCESS_ZERO_BASED) return IBV_WC_MW_BIND_ERR;
   Mr* mr = nullptr;
   if (info.length > 0) {
     // It may have been deregistered since the bind was posted (and another
@@ -157,6 +163,9 @@ int Mw::BindOp(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind) {
   Qp* q = Qp::From(qp);
   Mw* m = From(mw);
   if (!q || !m || !bind) return EINVAL;
+  // Type 1 windows are never zero-based (IBTA o10-36.2.2): the providers
+  // refuse it at the call (rdma-core providers/rxe/rxe.c, mlx5: rxe_bind_mw).
+  if (bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED) return EINVAL;
   ibv_send_wr wr{};
   wr.wr_id = bind->wr_id;
   wr.opcode = IBV_WR_BIND_MW;

@@ -174,6 +174,8 @@ class Qp {
   Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
   ~Qp();
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
+  // Whether an address (primary or alternate path) is usable from `port`.
+  bool AddressFits(const ibv_ah_attr& ah, const ibv_port_attr& port) const;
   // Every state change goes through here (traced). Requires: engine lock.
   void SetStateLocked(ibv_qp_state next);
   // Publishes what peers check of this QP in its state (Fabric::PublishQpLocked).

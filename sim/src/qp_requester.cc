@@ -90,6 +90,9 @@ int Qp::CheckSendWr(const ibv_send_wr& wr) const {
   uint64_t length = 0;
   for (int i = 0; i < wr.num_sge; ++i) length += wr.sg_list[i].length;
   if ((wr.send_flags & IBV_SEND_INLINE) && length > attr_.cap.max_inline_data) return EINVAL;
+  // ibv_post_send(3): IBV_SEND_INLINE is "valid only for Send and RDMA Write";
+  // a READ's or an atomic's SGE is where its answer lands, not data to send.
+  if ((wr.send_flags & IBV_SEND_INLINE) && (wr.opcode == IBV_WR_RDMA_READ || IsAtomic(wr.opcode))) return EINVAL;
   if (IsAtomic(wr.opcode) && length != 8) return EINVAL;
   // Misaligned atomics are the responder's to refuse (NAK invalid request),
   // unless the profile's provider checks them at post time as rxe does
