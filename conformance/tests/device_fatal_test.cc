@@ -3,6 +3,7 @@
 // through the control API, so sim-only; each test runs in a watchdog child,
 // because the event makes every open context of the device fatal.
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
@@ -49,13 +50,36 @@ class DeviceFatalTest : public QpTest {
 //   EIO (mlx5_internal_err_ret_value, drivers/net/ethernet/mellanox/mlx5/core/cmd.c), as the
 //   kernel does after removal ("Userspace will see a EIO errno for all future access",
 //   drivers/infiniband/core/uverbs_main.c).
-// Checks: after DEVICE_FATAL, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq, ibv_create_qp fail with
-//   NULL + EIO; ibv_query_port and ibv_modify_qp return EIO.
+// Checks: after DEVICE_FATAL, ibv_alloc_pd, ibv_reg_mr, ibv_create_cq, ibv_create_qp, ibv_open_xrcd
+//   (where the device has XRC) and ibv_create_srq_ex fail with NULL + EIO; ibv_query_port and
+//   ibv_modify_qp return EIO; ibv_rereg_mr of an MR registered before returns IBV_REREG_MR_ERR_CMD
+//   with errno EIO.
 TEST_F(DeviceFatalTest, CommandsFailWithEio) {
   const ChildResult result = RunChecksInChild(
       [&] {
         ASSERT_TRUE(MakePair());
+        static char registered[64];
+        MrPtr mr(ibv_reg_mr(pd(), registered, sizeof registered, IBV_ACCESS_LOCAL_WRITE));
+        ASSERT_NE(mr, nullptr) << ErrnoName(errno);
         RaiseFatalAndRead(context());
+        if (device_attr().device_cap_flags & IBV_DEVICE_XRC) {
+          ibv_xrcd_init_attr xrcd_attr = {};
+          xrcd_attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+          xrcd_attr.fd = -1;
+          xrcd_attr.oflags = O_CREAT;
+          EXPECT_THAT(CaptureErrno([&] { return ibv_open_xrcd(context(), &xrcd_attr); }), ReturnsNullWithErrno(EIO));
+        }
+        ibv_srq_init_attr_ex srq_attr = {};
+        srq_attr.attr.max_wr = 4;
+        srq_attr.attr.max_sge = 1;
+        srq_attr.comp_mask = IBV_SRQ_INIT_ATTR_PD;
+        srq_attr.pd = pd();
+        EXPECT_THAT(CaptureErrno([&] { return ibv_create_srq_ex(context(), &srq_attr); }), ReturnsNullWithErrno(EIO));
+        errno = 0;
+        EXPECT_EQ(ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ),
+                  IBV_REREG_MR_ERR_CMD);
+        EXPECT_EQ(errno, EIO) << ErrnoName(errno);
         EXPECT_THAT(CaptureErrno([&] { return ibv_alloc_pd(context()); }), ReturnsNullWithErrno(EIO));
         static char buffer[64];
         EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer, sizeof buffer, IBV_ACCESS_LOCAL_WRITE); }),
@@ -205,13 +229,18 @@ TEST_F(DeviceFatalTest, ContextOpenedAfterwardsWorks) {
 // Rule: the kernel's async event file: "The user knows it has reached the end of the event
 //   stream when it sees IB_EVENT_DEVICE_FATAL" (drivers/infiniband/core/uverbs_std_types_async_fd.c).
 // Checks: a port event raised after DEVICE_FATAL does not reach the fatal context, while a
-//   context opened afterwards gets it.
+//   context opened afterwards gets it; the control API's QP, CQ and port events on the fatal
+//   context are refused with EIO.
 TEST_F(DeviceFatalTest, FatalIsTheLastEvent) {
   const ChildResult result = RunChecksInChild(
       [&] {
         ContextPtr dead = OpenAnotherContext();
         ASSERT_NE(dead, nullptr);
+        CqPtr dead_cq(ibv_create_cq(dead.get(), 4, nullptr, nullptr, 0));
+        ASSERT_NE(dead_cq, nullptr) << ErrnoName(errno);
         RaiseFatalAndRead(dead.get());
+        EXPECT_EQ(sim().RaiseCqEvent(dead_cq.get(), IBV_EVENT_CQ_ERR), EIO);
+        EXPECT_EQ(sim().RaisePortEvent(dead.get(), port(), IBV_EVENT_SM_CHANGE), EIO);
         ContextPtr fresh = OpenAnotherContext();
         ASSERT_NE(fresh, nullptr);
         ASSERT_EQ(sim().RaisePortEvent(fresh.get(), port(), IBV_EVENT_LID_CHANGE), 0);

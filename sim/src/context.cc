@@ -88,6 +88,8 @@ void Context::Close() {
 }
 
 void Context::RaiseAsync(const QueuedEvent& ev) {
+  // DEVICE_FATAL is the last event of a context (fault/device_fatal.h).
+  if (fatal() && ev.type != IBV_EVENT_DEVICE_FATAL) return;
   Trace& trace = Trace::Get();
   if (trace.enabled()) {
     switch (ElementOf(ev.type)) {

@@ -272,6 +272,10 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     return IBV_REREG_MR_ERR_CMD;
   }
   if (flags == 0) return IBV_REREG_MR_ERR_INPUT;
+  if (pd_->context()->fatal()) {
+    errno = EIO;  // a command to the dead firmware (fault/device_fatal.h)
+    return IBV_REREG_MR_ERR_CMD;
+  }
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context()) return IBV_REREG_MR_ERR_INPUT;

@@ -23,6 +23,7 @@ SIMVERBS_EXPORT int simverbs_raise_cq_event(ibv_cq* cq, ibv_event_type type) {
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Cq* c = Cq::From(cq);
     if (!c || ElementOf(type) != EventElement::kCq) return EINVAL;
+    if (c->context()->fatal()) return EIO;  // nothing comes after DEVICE_FATAL
     c->SetError();
     return 0;
   });
@@ -32,6 +33,7 @@ SIMVERBS_EXPORT int simverbs_raise_qp_event(ibv_qp* qp, ibv_event_type type) {
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (!q || ElementOf(type) != EventElement::kQp) return EINVAL;
+    if (q->context()->fatal()) return EIO;
     q->RaiseAsync(type);
     return 0;
   });
@@ -41,6 +43,7 @@ SIMVERBS_EXPORT int simverbs_raise_srq_event(ibv_srq* srq, ibv_event_type type) 
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Srq* s = Srq::From(srq);
     if (!s || ElementOf(type) != EventElement::kSrq) return EINVAL;
+    if (s->context()->fatal()) return EIO;
     s->RaiseAsync(type);
     return 0;
   });
@@ -50,6 +53,7 @@ SIMVERBS_EXPORT int simverbs_raise_port_event(ibv_context* context, uint8_t port
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Context* c = Context::From(context);
     if (!c || !c->device()->ValidPort(port_num) || ElementOf(type) != EventElement::kPort) return EINVAL;
+    if (c->fatal()) return EIO;
     c->device()->RaisePortEvent(port_num, type);
     return 0;
   });
@@ -70,6 +74,7 @@ SIMVERBS_EXPORT int simverbs_push_completion(ibv_cq* cq, const ibv_wc* wc, int s
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Cq* c = Cq::From(cq);
     if (!c || !wc) return EINVAL;
+    if (c->context()->fatal()) return EIO;  // the dead HCA writes no new CQE
     std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     switch (c->Push(*wc, solicited != 0)) {
       case Cq::PushResult::kOk:
@@ -99,6 +104,7 @@ SIMVERBS_EXPORT int simverbs_set_qp_state(ibv_qp* qp, ibv_qp_state state) {
   return Guarded<OnThrow::kErrno>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (!q) return EINVAL;
+    if (q->context()->fatal()) return EIO;
     return q->InjectState(state);
   });
 }

@@ -35,6 +35,16 @@ ibv_mw* DeadAllocMw(ibv_pd*, ibv_mw_type) {
   errno = EIO;
   return nullptr;
 }
+ibv_xrcd* DeadOpenXrcd(ibv_context*, ibv_xrcd_init_attr*) {
+  errno = EIO;
+  return nullptr;
+}
+ibv_srq* DeadCreateSrqEx(ibv_context*, ibv_srq_init_attr_ex*) {
+  errno = EIO;
+  return nullptr;
+}
+// A type 1 bind is a post: accepted, never executed.
+int DeadBindMw(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return 0; }
 
 }  // namespace
 
@@ -45,6 +55,9 @@ bool EnterDeviceFatal(Context* ctx) {
   v->context.ops.post_recv = DeadPostRecv;
   v->context.ops.post_srq_recv = DeadPostSrqRecv;
   v->context.ops.alloc_mw = DeadAllocMw;
+  v->context.ops.bind_mw = DeadBindMw;
+  v->open_xrcd = DeadOpenXrcd;
+  v->create_srq_ex = DeadCreateSrqEx;
   v->create_qp_ex = DeadCreateQpEx;
   v->create_cq_ex = DeadCreateCqEx;
   {

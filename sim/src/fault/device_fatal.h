@@ -19,8 +19,9 @@
 // uverbs_std_types_async_fd.c). rxe never raises DEVICE_FATAL.
 //
 // So, on a fatal context:
-//   create/alloc/register, modify and query of objects, ibv_query_port,
-//   ibv_resize_cq, ibv_attach_mcast ...      fail with EIO (NULL + errno EIO)
+//   create/alloc/register/open, ibv_rereg_mr, modify and query of objects,
+//   ibv_query_port, ibv_resize_cq, ibv_attach_mcast ...
+//                                             fail with EIO (NULL + errno EIO)
 //   ibv_query_device(_ex)                     succeeds (the kernel answers from its cache)
 //   destroy/dealloc/dereg, ibv_close_device   succeed, so a program can clean up
 //   ibv_post_send/recv/srq_recv, ibv_wr_complete  return 0; the work is never executed
@@ -28,6 +29,7 @@
 //   its QPs                                   leave the wire: packets to them are lost
 //                                             (peers see retry/timeouts), timers stop
 //   ibv_get_async_event                       DEVICE_FATAL is the last event; then it blocks
+//                                             (the control API's raise/push/set calls: EIO)
 // The state belongs to the contexts open at the time; a context opened
 // afterwards works (as on mlx5 once the device has recovered).
 
