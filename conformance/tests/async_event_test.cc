@@ -5,12 +5,16 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <thread>
 
+#include "conformance/lib/blocking_call.h"
+#include "conformance/lib/cancellable_call.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/fd_poll.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/verbs_test.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
@@ -25,6 +29,63 @@ TEST_F(AsyncEventTest, GetAsyncEventFails_NonBlockingIdle) {
   ASSERT_EQ(SetNonBlocking(context()->async_fd), 0) << ErrnoName(errno);
   ibv_async_event event = {};
   EXPECT_THAT(CaptureErrno([&] { return ibv_get_async_event(context(), &event); }), FailsWithErrno(EAGAIN));
+}
+
+// Rule: ibv_get_async_event(3): "ibv_get_async_event() is a blocking function"; libibverbs blocks in
+//   read(2) on the context's async_fd (device.c: ibv_get_async_event), which pthreads(7) lists as a
+//   cancellation point, so pthread_cancel ends a thread blocked there - a common way to stop an event
+//   thread before ibv_close_device.
+// Checks: a thread blocked in ibv_get_async_event on a second context (still blocked after the block
+//   window) is joined as PTHREAD_CANCELED within the return window of pthread_cancel, and
+//   ibv_close_device of that context then returns 0 within the return window.
+TEST_F(AsyncEventTest, CancelledReaderEndsAndTheDeviceCloses) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ibv_context* context = OpenAnotherContext().release();
+        ASSERT_NE(context, nullptr);
+        CancellableCall reader([context] {
+          ibv_async_event event = {};
+          if (ibv_get_async_event(context, &event) == 0) ibv_ack_async_event(&event);
+        });
+        ASSERT_TRUE(reader.started());
+        std::this_thread::sleep_for(kBlockWindow);  // a bounded wait for a negative: it stays blocked
+        ASSERT_FALSE(reader.returned()) << "ibv_get_async_event returned with no event raised";
+        ASSERT_TRUE(reader.CancelAndJoin(kReturnWindow))
+            << "the thread blocked in ibv_get_async_event did not end on pthread_cancel";
+        BlockingCall close_device([context] { return ibv_close_device(context); });
+        if (!ExpectReturnsWithin(close_device, kReturnWindow)) return;
+        EXPECT_EQ(close_device.result(), 0);
+      },
+      kChildTimeout, "pthread_cancel of a thread in ibv_get_async_event");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: fork(2): "The child process is created with a single thread"; a reader blocked in
+//   ibv_get_async_event in the parent is not in the child, and the kernel's event file knows nothing of
+//   threads, so nothing in the child waits for it: ibv_close_device(3) "returns 0 on success".
+// Checks: while a thread of this process is blocked in ibv_get_async_event on a second context, a child
+//   made with fork() calls ibv_close_device on that context, which returns 0 and the child exits within
+//   the child timeout; the reader is then cancelled and the context closed here.
+TEST_F(AsyncEventTest, ForkedChildClosesTheDeviceOfABlockedParentReader) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ibv_context* context = OpenAnotherContext().release();
+        ASSERT_NE(context, nullptr);
+        CancellableCall reader([context] {
+          ibv_async_event event = {};
+          if (ibv_get_async_event(context, &event) == 0) ibv_ack_async_event(&event);
+        });
+        ASSERT_TRUE(reader.started());
+        std::this_thread::sleep_for(kBlockWindow);  // a bounded wait for a negative: it stays blocked
+        ASSERT_FALSE(reader.returned()) << "ibv_get_async_event returned with no event raised";
+        const ChildResult child = RunInChild([context] { return ibv_close_device(context) == 0 ? 0 : 1; },
+                                             kReturnWindow, "ibv_close_device in a forked child");
+        EXPECT_TRUE(Passed(child));
+        ASSERT_TRUE(reader.CancelAndJoin(kReturnWindow));
+        EXPECT_EQ(ibv_close_device(context), 0);
+      },
+      kChildTimeout, "fork() while a thread is in ibv_get_async_event");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_get_async_event(3): the non-blocking example polls ctx->async_fd for POLLIN "until it

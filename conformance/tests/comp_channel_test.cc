@@ -6,7 +6,10 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <thread>
 
+#include "conformance/lib/blocking_call.h"
+#include "conformance/lib/cancellable_call.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
@@ -14,6 +17,7 @@
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/verbs_test.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
@@ -71,6 +75,42 @@ TEST_F(CompChannelTest, DestroyFails_CqAttached) {
   EXPECT_THAT(ibv_destroy_comp_channel(channel), ReturnsErrno(EBUSY));
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
   EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
+// Rule: ibv_get_cq_event(3): "ibv_get_cq_event() waits for the next completion event"; libibverbs
+//   blocks in read(2) on channel->fd (verbs.c: ibv_get_cq_event), a cancellation point (pthreads(7)),
+//   so pthread_cancel ends a thread blocked there; ibv_create_comp_channel(3): the channel is then
+//   destroyed with ibv_destroy_comp_channel once no CQ uses it.
+// Checks: a thread blocked in ibv_get_cq_event on an armed CQ's channel (still blocked after the
+//   block window) is joined as PTHREAD_CANCELED within the return window of pthread_cancel; then
+//   ibv_destroy_cq and ibv_destroy_comp_channel each return 0 within the return window.
+TEST_F(CompChannelTest, CancelledReaderEndsAndTheChannelIsDestroyed) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ibv_comp_channel* channel = ibv_create_comp_channel(context());
+        ASSERT_NE(channel, nullptr) << ErrnoName(errno);
+        ibv_cq* cq = ibv_create_cq(context(), 4, nullptr, channel, 0);
+        ASSERT_NE(cq, nullptr) << ErrnoName(errno);
+        ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+        CancellableCall reader([channel] {
+          ibv_cq* event_cq = nullptr;
+          void* event_context = nullptr;
+          if (ibv_get_cq_event(channel, &event_cq, &event_context) == 0) ibv_ack_cq_events(event_cq, 1);
+        });
+        ASSERT_TRUE(reader.started());
+        std::this_thread::sleep_for(kBlockWindow);  // a bounded wait for a negative: it stays blocked
+        ASSERT_FALSE(reader.returned()) << "ibv_get_cq_event returned with no completion";
+        ASSERT_TRUE(reader.CancelAndJoin(kReturnWindow))
+            << "the thread blocked in ibv_get_cq_event did not end on pthread_cancel";
+        BlockingCall destroy([cq, channel] {
+          const int rc = ibv_destroy_cq(cq);
+          return rc != 0 ? rc : ibv_destroy_comp_channel(channel);
+        });
+        if (!ExpectReturnsWithin(destroy, kReturnWindow)) return;
+        EXPECT_EQ(destroy.result(), 0);
+      },
+      kChildTimeout, "pthread_cancel of a thread in ibv_get_cq_event");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_req_notify_cq(3): "Upon the addition of a new CQ entry (CQE) to cq, a completion event

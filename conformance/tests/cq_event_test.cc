@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -82,6 +84,32 @@ TEST_F(CqEventTest, ArmedCompletionRaisesOneChannelEvent) {
   Push(MakeWc(1));
   ExpectOneCqEvent();
   EXPECT_TRUE(NoCqEventWithin(channel(), kQuietWindow)) << "a second event for one completion";
+}
+
+// Rule: ibv_get_cq_event(3): the channel's fd is polled for its events (the non-blocking example);
+//   the kernel wakes the event file's readers for every event it queues (uverbs_main.c
+//   ib_uverbs_comp_handler: wake_up_interruptible), so epoll(7) in edge-triggered mode reports each
+//   arrival, also one that joins events not read yet.
+// Checks: with channel->fd in an epoll set with EPOLLIN | EPOLLET, an armed completion makes
+//   epoll_wait return 1; with that event still unread, a second armed completion makes it return 1
+//   again; both events are then read.
+TEST_F(CqEventTest, EveryEventWakesAnEdgeTriggeredEpoll) {
+  const int epoll = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(epoll, 0) << ErrnoName(errno);
+  epoll_event interest = {};
+  interest.events = EPOLLIN | EPOLLET;
+  ASSERT_EQ(epoll_ctl(epoll, EPOLL_CTL_ADD, channel()->fd, &interest), 0) << ErrnoName(errno);
+  const int window = static_cast<int>(kReturnWindow.count());
+  epoll_event ready = {};
+  ASSERT_EQ(ibv_req_notify_cq(cq(), 0), 0);
+  Push(MakeWc(1));
+  EXPECT_EQ(epoll_wait(epoll, &ready, 1, window), 1) << "the first event";
+  ASSERT_EQ(ibv_req_notify_cq(cq(), 0), 0);
+  Push(MakeWc(2));
+  EXPECT_EQ(epoll_wait(epoll, &ready, 1, window), 1) << "an event arriving while one is unread";
+  close(epoll);
+  ExpectOneCqEvent();
+  ExpectOneCqEvent();
 }
 
 // Rule: ibv_req_notify_cq(3): "The request for notification is "one shot." Only one completion

@@ -26,26 +26,111 @@ EventQueue::~EventQueue() {
   std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;
   WakeAllLocked();
-  readers_left_.wait(lock, [this] { return waiters_.empty(); });
+  readers_left_.wait(lock, [this] { return OurWaitersLocked().empty(); });
+}
+
+// A call of Pop: once it has to block it is a waiter, with an eventfd to be
+// woken through, and it stops being one however Pop ends (an event, EINTR,
+// EIO, or the unwinding of pthread_cancel out of read(2)).
+class EventQueue::Reader {
+ public:
+  explicit Reader(EventQueue* queue) : queue_(queue) {}
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  ~Reader() {
+    if (id_ != 0) {
+      std::lock_guard<std::mutex> lock(queue_->mu_);
+      queue_->RemoveWaiterLocked(id_);
+    }
+    if (wake_fd_ >= 0) close(wake_fd_);
+  }
+
+  uint64_t id() const { return id_; }
+
+  // Requires: the queue's mu_ held.
+  void BlockLocked() {
+    if (id_ != 0) return;
+    if (wake_fd_ < 0) wake_fd_ = eventfd(0, EFD_CLOEXEC);  // -1 (no fd to be had): the futex
+    id_ = queue_->next_waiter_id_++;
+    queue_->waiters_.push_back(Waiter{id_, wake_fd_, getpid()});
+  }
+  void LeaveLocked() {
+    if (id_ != 0) queue_->RemoveWaiterLocked(id_);
+    id_ = 0;
+  }
+
+  // Waits for the next wake-up after `seen`: 0, or EINTR for a signal.
+  int Wait(uint32_t seen) {
+    if (wake_fd_ >= 0) {
+      uint64_t value = 0;
+      // A cancellation point: pthread_cancel unwinds from here.
+      return read(wake_fd_, &value, sizeof value) < 0 && errno == EINTR ? EINTR : 0;
+    }
+    if (syscall(SYS_futex, &queue_->wake_seq_, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0) != 0 &&
+        errno == EINTR) {
+      return EINTR;
+    }
+    return 0;
+  }
+
+ private:
+  EventQueue* queue_;
+  uint64_t id_ = 0;
+  int wake_fd_ = -1;
+};
+
+// Requires: mu_ held.
+void EventQueue::NotifyReadableLocked() {
+  uint64_t value = 1;
+  (void)!write(fd_, &value, sizeof value);
+  readable_ = true;
 }
 
 // Requires: mu_ held. Keeps the eventfd counter non-zero exactly while readable_.
 void EventQueue::SetReadableLocked(bool readable) {
   if (readable == readable_) return;
-  uint64_t value = 1;
   if (readable) {
-    (void)!write(fd_, &value, sizeof value);
-  } else {
-    // The counter is non-zero here, so this read cannot block.
-    (void)!read(fd_, &value, sizeof value);
+    NotifyReadableLocked();
+    return;
   }
-  readable_ = readable;
+  // The counter is non-zero here, so this read cannot block.
+  uint64_t value = 0;
+  (void)!read(fd_, &value, sizeof value);
+  readable_ = false;
 }
 
 // Requires: mu_ held. No system call unless a reader is blocked.
 void EventQueue::WakeAllLocked() {
   wake_seq_.fetch_add(1, std::memory_order_release);
-  if (!waiters_.empty()) syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  if (waiters_.empty()) return;
+  bool futex_waiters = false;
+  for (const Waiter* w : OurWaitersLocked()) {
+    if (w->wake_fd < 0) {
+      futex_waiters = true;
+      continue;
+    }
+    uint64_t value = 1;
+    (void)!write(w->wake_fd, &value, sizeof value);
+  }
+  if (futex_waiters) syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+std::vector<const EventQueue::Waiter*> EventQueue::OurWaitersLocked() const {
+  std::vector<const Waiter*> ours;
+  if (waiters_.empty()) return ours;
+  const pid_t self = getpid();
+  for (const Waiter& w : waiters_) {
+    if (w.pid == self) ours.push_back(&w);
+  }
+  return ours;
+}
+
+bool EventQueue::ClaimableLocked(const QueuedEvent& e, uint64_t me) const {
+  if (e.waiter == 0 || e.waiter == me) return true;
+  for (const Waiter* w : OurWaitersLocked()) {
+    if (w->id == e.waiter) return false;
+  }
+  return true;
 }
 
 void EventQueue::Push(const QueuedEvent& ev) {
@@ -53,27 +138,30 @@ void EventQueue::Push(const QueuedEvent& ev) {
   QueuedEvent e = ev;
   // Only readers with no event reserved yet are candidates, so every reserved
   // event has a reader of its own.
+  const std::vector<const Waiter*> ours = OurWaitersLocked();
   std::vector<uint64_t> free_waiters;
-  for (uint64_t id : waiters_) {
+  for (const Waiter* w : ours) {
+    const uint64_t id = w->id;
     if (std::none_of(events_.begin(), events_.end(), [id](const QueuedEvent& q) { return q.waiter == id; })) {
       free_waiters.push_back(id);
     }
   }
-  if (deliver_next_to_ >= 0 && static_cast<size_t>(deliver_next_to_) < waiters_.size()) {
-    e.waiter = waiters_[static_cast<size_t>(deliver_next_to_)];
+  if (deliver_next_to_ >= 0 && static_cast<size_t>(deliver_next_to_) < ours.size()) {
+    e.waiter = ours[static_cast<size_t>(deliver_next_to_)]->id;
   } else if (free_waiters.size() > 1) {
     e.waiter = free_waiters[Scheduler::Get().Choose(free_waiters.size())];
   }
   deliver_next_to_ = -1;
   events_.push_back(e);
-  SetReadableLocked(true);
+  NotifyReadableLocked();
   WakeAllLocked();
 }
 
 // Requires: mu_ held. Events reserved for a reader that left go to anyone.
 void EventQueue::RemoveWaiterLocked(uint64_t id) {
-  waiters_.erase(std::remove(waiters_.begin(), waiters_.end(), id), waiters_.end());
-  if (waiters_.empty()) readers_left_.notify_all();
+  waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) { return w.id == id; }),
+                 waiters_.end());
+  if (OurWaitersLocked().empty()) readers_left_.notify_all();
   bool released = false;
   for (QueuedEvent& e : events_) {
     if (e.waiter == id) {
@@ -85,18 +173,18 @@ void EventQueue::RemoveWaiterLocked(uint64_t id) {
 }
 
 int EventQueue::Pop(QueuedEvent* out) {
-  uint64_t me = 0;  // our waiter id once we block
+  Reader me(this);
   for (;;) {
     uint32_t seen;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = std::find_if(events_.begin(), events_.end(),
-                             [me](const QueuedEvent& e) { return e.waiter == 0 || e.waiter == me; });
+                             [&](const QueuedEvent& e) { return ClaimableLocked(e, me.id()); });
       if (it != events_.end()) {
         *out = *it;
         out->waiter = 0;
         events_.erase(it);
-        if (me != 0) RemoveWaiterLocked(me);
+        me.LeaveLocked();
         if (out->reported) out->reported->fetch_add(1, std::memory_order_acq_rel);
         SetReadableLocked(!events_.empty() || closed_);
         return 0;
@@ -104,26 +192,19 @@ int EventQueue::Pop(QueuedEvent* out) {
       // Closed: nothing more comes, and what is left is reserved for other
       // readers (a reader that blocked here could wait forever).
       if (closed_) {
-        if (me != 0) RemoveWaiterLocked(me);
+        me.LeaveLocked();
         return EIO;
       }
       const int flags = fcntl(fd_, F_GETFL);
       if (flags >= 0 && (flags & O_NONBLOCK)) {
-        if (me != 0) RemoveWaiterLocked(me);
+        me.LeaveLocked();
         return EAGAIN;
       }
-      if (me == 0) {
-        me = next_waiter_id_++;
-        waiters_.push_back(me);
-      }
+      me.BlockLocked();
       seen = wake_seq_.load(std::memory_order_acquire);
     }
     Fabric::Get().BeforeBlocking();  // peers' packets must not wait for our next poll
-    if (syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr, 0) != 0 && errno == EINTR) {
-      std::lock_guard<std::mutex> lock(mu_);
-      RemoveWaiterLocked(me);
-      return EINTR;
-    }
+    if (me.Wait(seen) == EINTR) return EINTR;  // (the Reader leaves the queue)
   }
 }
 
@@ -144,12 +225,12 @@ void EventQueue::Close() {
 
 size_t EventQueue::waiters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return waiters_.size();
+  return OurWaitersLocked().size();
 }
 
 int EventQueue::DeliverNextTo(size_t index) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (index >= waiters_.size()) return EINVAL;
+  if (index >= OurWaitersLocked().size()) return EINVAL;
   deliver_next_to_ = static_cast<int>(index);
   return 0;
 }

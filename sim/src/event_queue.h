@@ -13,11 +13,19 @@
 // Several threads may block in Pop. Which of them receives an event is a
 // choice among legal behaviours, so it comes from the seeded scheduler (or
 // from the control API, DeliverNextTo): Push reserves the event for one
-// waiter, and the others keep waiting. Blocked readers wait on a futex word
-// bumped by every Push and Close, not on the fd, so a reserved event does not
-// wake the others into a busy loop; a signal still interrupts the wait (EINTR).
+// waiter, and the others keep waiting. A blocked reader waits in read(2) on
+// an eventfd of its own, written by every Push and Close, not on the queue's
+// fd, so a reserved event does not wake the others into a busy loop. As in
+// libibverbs, whose readers block in read(2) on the kernel's event file, a
+// signal interrupts the wait (EINTR, or a restart under SA_RESTART) and
+// pthread_cancel ends it (the reader leaves the queue as it unwinds).
+//
+// Each waiter records its process: after fork(), the parent's blocked
+// readers are not in the child, so the child neither waits for them nor
+// reserves events for them.
 
 #include <infiniband/verbs.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -70,20 +78,36 @@ class EventQueue {
   int DeliverNextTo(size_t index);
 
  private:
+  // A reader blocked in Pop.
+  struct Waiter {
+    uint64_t id = 0;
+    int wake_fd = -1;  // its eventfd; -1: none could be made, it waits on wake_seq_
+    pid_t pid = 0;     // the process it is in
+  };
+  class Reader;
+
+  // Makes the queue's fd readable, with a new wake-up for edge-triggered
+  // epoll each time (the kernel wakes the file's readers for every event).
+  void NotifyReadableLocked();
   void SetReadableLocked(bool readable);
   void WakeAllLocked();
   void RemoveWaiterLocked(uint64_t id);
+  // The blocked readers that are in this process.
+  std::vector<const Waiter*> OurWaitersLocked() const;
+  // Whether the reader `me` may take e: not reserved, reserved for it, or
+  // reserved for a reader that is not in this process (the parent's, after fork).
+  bool ClaimableLocked(const QueuedEvent& e, uint64_t me) const;
 
   int fd_;
   mutable std::mutex mu_;
   std::deque<QueuedEvent> events_;
   bool readable_ = false;
   bool closed_ = false;
-  std::vector<uint64_t> waiters_;  // blocked readers, longest waiting first
-  std::condition_variable readers_left_;  // waiters_ became empty
+  std::vector<Waiter> waiters_;  // blocked readers, longest waiting first
+  std::condition_variable readers_left_;  // no reader of this process is blocked any more
   uint64_t next_waiter_id_ = 1;
-  int deliver_next_to_ = -1;       // index in waiters_, from DeliverNextTo
-  std::atomic<uint32_t> wake_seq_{0};  // futex word
+  int deliver_next_to_ = -1;       // index in OurWaitersLocked(), from DeliverNextTo
+  std::atomic<uint32_t> wake_seq_{0};  // futex word of readers without a wake_fd
 };
 
 }  // namespace simverbs

@@ -15,6 +15,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <cxxabi.h>
+
 #include <cerrno>
 #include <cstddef>
 #include <new>
@@ -111,6 +113,23 @@ auto Guarded(Body&& body) noexcept -> decltype(body()) {
       errno = err;
       return static_cast<R>(IBV_REREG_MR_ERR_CMD);
     }
+  }
+}
+
+// Guarded for the verbs that block where libibverbs blocks in read(2), a
+// cancellation point (ibv_get_async_event, ibv_get_cq_event): the forced
+// unwinding of pthread_cancel passes through (it may not be caught, and a
+// noexcept frame would end it in std::terminate).
+template <OnThrow kHow, typename Body>
+auto GuardedCancellable(Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (abi::__forced_unwind&) {
+    throw;
+  } catch (...) {
+    static_assert(kHow == OnThrow::kMinusOneErrno);
+    errno = ErrnoOfCurrentException();
+    return -1;
   }
 }
 

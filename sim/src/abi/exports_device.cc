@@ -176,7 +176,7 @@ SIMVERBS_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char*
 // ---- async events
 
 SIMVERBS_EXPORT_1_1(ibv_get_async_event) int sv_ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
-  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+  return GuardedCancellable<OnThrow::kMinusOneErrno>([&]() -> int {
     Context* c = Context::From(context);
     if (!c || !event) return MinusOneOrZero(EINVAL);
     QueuedEvent ev;

@@ -127,7 +127,7 @@ SIMVERBS_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 }
 
 SIMVERBS_EXPORT_1_1(ibv_get_cq_event) int sv_ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
-  return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
+  return GuardedCancellable<OnThrow::kMinusOneErrno>([&]() -> int {
     CompChannel* ch = CompChannel::From(channel);
     if (!ch || !cq || !cq_context) return MinusOneOrZero(EINVAL);
     QueuedEvent ev;
