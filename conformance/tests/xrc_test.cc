@@ -487,21 +487,23 @@ TEST_F(XrcQpTest, TargetRtrRequiresMinRnrTimer) {
   EXPECT_EQ(ibv_modify_qp(target_.get(), &attr, kRtrTgt), 0);
 }
 
-// Rule: the kernel's qp_state_table: INIT -> RTR of an XRC_INI QP requires AV, PATH_MTU, DEST_QPN and
-//   RQ_PSN and allows only ALT_PATH, ACCESS_FLAGS and PKEY_INDEX besides; anything else is EINVAL.
-// Checks: an XRC_SEND QP refuses RTR with MIN_RNR_TIMER (a responder attribute), then accepts the
-//   required mask alone.
-TEST_F(XrcQpTest, InitiatorRtrRefusesMinRnrTimer) {
+// Rule: ibv_modify_qp(3) reaches the kernel's modify_qp (drivers/infiniband/core/uverbs_cmd.c), which
+//   drops MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER from an XRC_INI QP's mask (modify_qp_mask) before the
+//   qp_state_table checks it; INIT -> RTR still requires AV, PATH_MTU, DEST_QPN and RQ_PSN.
+// Checks: an XRC_SEND QP refuses RTR without PATH_MTU (EINVAL), then accepts RTR with the required mask
+//   plus MIN_RNR_TIMER and MAX_DEST_RD_ATOMIC (the RC mask, as perftest -c XRC passes it).
+TEST_F(XrcQpTest, InitiatorRtrIgnoresResponderAttributes) {
   ASSERT_NO_FATAL_FAILURE(CreateInitiator());
   ASSERT_TRUE(ModifyToInit(initiator_.get(), port(), ConnectParams{}));
   ibv_qp_attr attr = RtrAttr(initiator_->qp_num);
-  EXPECT_THAT(ibv_modify_qp(initiator_.get(), &attr, kRtrIni | IBV_QP_MIN_RNR_TIMER), ReturnsErrno(EINVAL));
-  EXPECT_EQ(ibv_modify_qp(initiator_.get(), &attr, kRtrIni), 0);
+  EXPECT_THAT(ibv_modify_qp(initiator_.get(), &attr, kRtrIni & ~IBV_QP_PATH_MTU), ReturnsErrno(EINVAL));
+  EXPECT_EQ(ibv_modify_qp(initiator_.get(), &attr, kRtrIni | IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_DEST_RD_ATOMIC), 0);
 }
 
 // Rule: the kernel's qp_state_table: RTR -> RTS of an XRC_INI QP requires TIMEOUT, RETRY_CNT, RNR_RETRY,
-//   SQ_PSN and MAX_QP_RD_ATOMIC, of an XRC_TGT QP only TIMEOUT and SQ_PSN.
-// Checks: the initiator refuses RTS with the target's mask; the target accepts it.
+//   SQ_PSN and MAX_QP_RD_ATOMIC, of an XRC_TGT QP only TIMEOUT and SQ_PSN; uverbs' modify_qp_mask drops
+//   MAX_QP_RD_ATOMIC, RETRY_CNT and RNR_RETRY from an XRC_TGT QP's mask first.
+// Checks: the initiator refuses RTS with the target's mask; the target accepts the initiator's.
 TEST_F(XrcQpTest, RtsMasksDifferPerHalf) {
   ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
   ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
@@ -514,7 +516,7 @@ TEST_F(XrcQpTest, RtsMasksDifferPerHalf) {
   ASSERT_EQ(ibv_modify_qp(target_.get(), &attr, kRtrTgt), 0);
   attr = RtsAttr();
   EXPECT_THAT(ibv_modify_qp(initiator_.get(), &attr, kRtsTgt), ReturnsErrno(EINVAL));
-  EXPECT_EQ(ibv_modify_qp(target_.get(), &attr, kRtsTgt), 0);
+  EXPECT_EQ(ibv_modify_qp(target_.get(), &attr, kRtsIni), 0);
 }
 
 // Rule: ibv_post_send(3): wr.qp_type.xrc.remote_srqn is "the remote XRC SRQ number" of an XRC_SEND

@@ -228,7 +228,13 @@ void Qp::TransmitToPeerLocked(Packet&& p) {
   Engine::Get().Transmit(std::move(p));
 }
 
-int Qp::Modify(const ibv_qp_attr& a, int mask) {
+int Qp::Modify(const ibv_qp_attr& a, int requested_mask) {
+  // The kernel drops what an XRC QP has no use for before anything looks at
+  // the mask (drivers/infiniband/core/uverbs_cmd.c: modify_qp_mask), so
+  // programs that set the RC attributes on both ends (perftest -c XRC) work.
+  int mask = requested_mask;
+  if (type() == IBV_QPT_XRC_SEND) mask &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (type() == IBV_QPT_XRC_RECV) mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (destroying_) return EINVAL;
   const ibv_qp_state cur = attr_.qp_state;
