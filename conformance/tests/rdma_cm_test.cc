@@ -11,6 +11,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -424,7 +425,9 @@ TEST_F(RdmaCmTest, ConnectWithTooMuchPrivateDataIsEinval) {
 //   message, the specified data will be passed to the remote side"; rdma_get_cm_event(3):
 //   REJECTED's status is the reason of the IB CM REJ, which for a consumer's reject is 28
 //   (IBTA Vol 1 12.6.7.2); the REJ carries 148 bytes of private data.
-// Checks: the server rejects with 148 bytes; the client gets REJECTED, status 28, with those bytes.
+//   librdmacm moves the QP of a rejected id to the error state (ucma_modify_qp_err on REJECTED).
+// Checks: the server rejects with 148 bytes; the client gets REJECTED, status 28, with those bytes,
+//   and the client's QP is then in ERROR.
 TEST_F(RdmaCmTest, RejectCarriesConsumerReasonAndPrivateData) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -440,6 +443,7 @@ TEST_F(RdmaCmTest, RejectCarriesConsumerReasonAndPrivateData) {
         const rdma_conn_param& got = client.event->param.conn;
         ASSERT_GE(got.private_data_len, kRejPrivateData);
         EXPECT_EQ(std::memcmp(got.private_data, rej.data(), kRejPrivateData), 0) << "REJ private data differs";
+        EXPECT_EQ(QpState(client.id->qp), IBV_QPS_ERR);
       },
       kChildTimeout, "rdma_reject with private data");
   EXPECT_TRUE(Passed(result));
@@ -448,8 +452,10 @@ TEST_F(RdmaCmTest, RejectCarriesConsumerReasonAndPrivateData) {
 // Rule: rdma_disconnect(3): "Disconnects a connection and transitions any associated QP to the
 //   error state ... After successfully disconnecting, an RDMA_CM_EVENT_DISCONNECTED event will be
 //   generated on both sides of the connection."
+//   The kernel reports no private data with DISCONNECTED (cma_ib_handler sets private_data_len for
+//   REQ, REP and REJ only).
 // Checks: after the client's rdma_disconnect its QP is in ERROR at once, and both ends get
-//   DISCONNECTED; the server's rdma_disconnect then returns 0.
+//   DISCONNECTED with private_data_len 0; the server's rdma_disconnect then returns 0.
 TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -461,9 +467,11 @@ TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
         EXPECT_EQ(QpState(client.id->qp), IBV_QPS_ERR);
         ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
         EXPECT_EQ(conn.event->id, conn.id.get());
+        EXPECT_EQ(conn.event->param.conn.private_data_len, 0);
         EXPECT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
         EXPECT_EQ(client.event->id, client.id.get());
+        EXPECT_EQ(client.event->param.conn.private_data_len, 0);
       },
       kChildTimeout, "rdma_disconnect");
   EXPECT_TRUE(Passed(result));
@@ -890,6 +898,341 @@ TEST_F(RdmaCmTest, PeerKilledGivesDisconnected) {
         EXPECT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
       },
       kChildTimeout, "a peer killed while connected");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_connect(3) and rdma_accept(3) take conn_param NULL when the id has a QP; librdmacm then
+//   uses the device's limits: rdma_connect asks for max_qp_init_rd_atom and max_qp_rd_atom, rdma_accept
+//   grants what the request offered within them (cma.c: rdma_connect, rdma_accept), so RDMA READ works.
+// Checks: connected with rdma_connect(id, NULL) and rdma_accept(id, NULL), both QPs have
+//   max_rd_atomic >= 1 and max_dest_rd_atomic >= 1, and a 64-byte RDMA READ of the server's buffer
+//   completes successfully with its bytes.
+TEST_F(RdmaCmTest, NullConnectionParamsAllowRdmaRead) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_EQ(rdma_connect(client.id.get(), nullptr), 0) << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
+        ASSERT_EQ(rdma_accept(conn.id.get(), nullptr), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+        for (rdma_cm_id* id : {client.id.get(), conn.id.get()}) {
+          ibv_qp_attr attr = {};
+          ibv_qp_init_attr init = {};
+          ASSERT_EQ(ibv_query_qp(id->qp, &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &init), 0);
+          EXPECT_GE(attr.max_rd_atomic, 1) << (id == client.id.get() ? "client" : "server");
+          EXPECT_GE(attr.max_dest_rd_atomic, 1) << (id == client.id.get() ? "client" : "server");
+        }
+        const auto served = Pattern(31);
+        std::array<uint8_t, 64> remote = {};
+        std::memcpy(remote.data(), served.data(), remote.size());
+        std::array<uint8_t, 64> local = {};
+        MrPtr remote_mr(rdma_reg_read(conn.id.get(), remote.data(), remote.size()));
+        ASSERT_NE(remote_mr, nullptr) << ErrnoName(errno);
+        MrPtr local_mr(rdma_reg_msgs(client.id.get(), local.data(), local.size()));
+        ASSERT_NE(local_mr, nullptr) << ErrnoName(errno);
+        ASSERT_EQ(rdma_post_read(client.id.get(), nullptr, local.data(), local.size(), local_mr.get(), 0,
+                                 reinterpret_cast<uintptr_t>(remote.data()), remote_mr->rkey),
+                  0)
+            << ErrnoName(errno);
+        ibv_wc wc = {};
+        ASSERT_EQ(rdma_get_send_comp(client.id.get(), &wc), 1) << ErrnoName(errno);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+        EXPECT_EQ(local, remote);
+      },
+      kChildTimeout, "rdma_connect and rdma_accept with NULL conn_param");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_connect(3): responder_resources "must be less than or equal to the local RDMA device
+//   attribute max_qp_rd_atom" (RDMA_MAX_RESP_RES asks for the maximum); librdmacm refuses more with
+//   EINVAL (cma.c: ucma_valid_param).
+// Checks: rdma_connect with responder_resources max_qp_rd_atom + 1 returns -1 with errno EINVAL; the
+//   same id then connects with max_qp_rd_atom (the server gets its CONNECT_REQUEST).
+TEST_F(RdmaCmTest, ConnectWithReadDepthAboveTheDeviceIsEinval) {
+  SKIP_IF(device_attr().max_qp_rd_atom >= 254) << "(max_qp_rd_atom + 1 would be RDMA_MAX_RESP_RES)";
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client, request;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        rdma_conn_param param = {};
+        param.responder_resources = static_cast<uint8_t>(device_attr().max_qp_rd_atom + 1);
+        IntCall call = CaptureErrno([&] { return rdma_connect(client.id.get(), &param); });
+        EXPECT_EQ(call.rc, -1);
+        EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
+        param.responder_resources = static_cast<uint8_t>(device_attr().max_qp_rd_atom);
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &request));
+        rdma_reject(request.id.get(), nullptr, 0);
+      },
+      kChildTimeout, "rdma_connect asking for more RDMA READ depth than the device has");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_get_cm_event(3): every reported event "must be acknowledged"; librdmacm counts a
+//   CONNECT_REQUEST against the listening id (ucma_process_conn_req keeps evt->id_priv the listener),
+//   so "Destruction of an rdma_cm_id will block until related events have been acknowledged" holds
+//   for the listener, not the new id; the IB CM rejects the request of a destroyed id
+//   (cm.c: cm_destroy_id in REQ_RCVD sends a REJ, consumer defined).
+// Checks: with the CONNECT_REQUEST read and not acknowledged, rdma_destroy_id of its new id returns 0
+//   within the return window, and the client gets REJECTED with status 28.
+TEST_F(RdmaCmTest, NewIdDestroyedBeforeTheAckRejectsTheRequest) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kReturnWindow,
+                                     &server.event));
+        rdma_cm_id* fresh = server.event->id;
+        BlockingCall destroy([fresh] { return rdma_destroy_id(fresh); });
+        if (!ExpectReturnsWithin(destroy, kReturnWindow)) return;
+        EXPECT_EQ(destroy.result(), 0);
+        server.event.reset();
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kRejConsumerDefined);
+      },
+      kChildTimeout, "rdma_destroy_id of a new id before its CONNECT_REQUEST is acked");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: the kernel's ucma_destroy_id destroys, with the listener, the new id of every CONNECT_REQUEST
+//   not read yet (ucma_cleanup_ctx_events), and the IB CM rejects their requests (cm_destroy_id in
+//   REQ_RCVD); rdma_destroy_id(3): the id's unread events go with it.
+// Checks: a listener is destroyed while a client's CONNECT_REQUEST is queued unread: rdma_destroy_id
+//   returns 0, the server's channel then has no event, and the client gets REJECTED with status 28.
+TEST_F(RdmaCmTest, ListenerDestroyedWithAnUnreadRequestRejectsIt) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_TRUE(WaitReadable(server.channel->fd, kReturnWindow)) << "no CONNECT_REQUEST came";
+        EXPECT_EQ(rdma_destroy_id(server.id.release()), 0) << ErrnoName(errno);
+        EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "an event of the destroyed listener";
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kRejConsumerDefined);
+      },
+      kChildTimeout, "rdma_destroy_id of a listener with an unread CONNECT_REQUEST");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: the kernel's rdma_disconnect fails only for an id that never had a connection (EINVAL without
+//   an IB CM id); otherwise it moves the QP to the error state, tries a DREQ and then a DREP, and
+//   returns 0 even when the IB CM refuses both (drivers/infiniband/core/cma.c: rdma_disconnect).
+// Checks: on a connection the client has disconnected (DISCONNECTED seen on both ends), a second
+//   rdma_disconnect on the client returns 0; rdma_disconnect on an id that only resolved its route
+//   returns -1 with errno EINVAL.
+TEST_F(RdmaCmTest, SecondDisconnectReturnsZero) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client, idle;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
+        client.event.reset();
+        conn.event.reset();
+        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        ASSERT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
+        EXPECT_EQ(rdma_disconnect(client.id.get()), 0) << "a second rdma_disconnect: " << ErrnoName(errno);
+        uint16_t port_number = ntohs(rdma_get_src_port(server.id.get()));
+        ASSERT_NO_FATAL_FAILURE(Resolve(&idle, RDMA_PS_TCP, port_number));
+        IntCall call = CaptureErrno([&] { return rdma_disconnect(idle.id.get()); });
+        EXPECT_EQ(call.rc, -1);
+        EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
+      },
+      kChildTimeout, "rdma_disconnect twice");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_disconnect(3) on an id made without a channel (synchronous, rdma_create_id(3) with
+//   channel NULL) returns once the disconnect is done: librdmacm's rdma_disconnect ends in
+//   ucma_complete, which waits for the id's next event (DISCONNECTED, after the peer's DREP).
+// Checks: a synchronous client connected to the server: its rdma_disconnect is still blocked after the
+//   block window, returns 0 within the return window of the server's rdma_disconnect, and its
+//   id->event is then DISCONNECTED.
+TEST_F(RdmaCmTest, SynchronousDisconnectWaitsForThePeer) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        uint16_t port_number = 0;
+        CmSide server, conn;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        rdma_cm_id* sync_id = nullptr;
+        ASSERT_EQ(rdma_create_id(nullptr, &sync_id, nullptr, RDMA_PS_TCP), 0) << ErrnoName(errno);
+        CmIdPtr client(sync_id);
+        sockaddr_in dst = Address(port_number);
+        ASSERT_EQ(rdma_resolve_addr(sync_id, nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs), 0)
+            << ErrnoName(errno);
+        ASSERT_EQ(rdma_resolve_route(sync_id, kResolveTimeoutMs), 0) << ErrnoName(errno);
+        PdPtr pd(ibv_alloc_pd(sync_id->verbs));
+        ASSERT_NE(pd, nullptr) << ErrnoName(errno);
+        ibv_qp_init_attr attr = {};
+        attr.qp_type = IBV_QPT_RC;
+        attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+        attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+        ASSERT_EQ(rdma_create_qp(sync_id, pd.get(), &attr), 0) << ErrnoName(errno);
+        BlockingCall connect([sync_id] {
+          rdma_conn_param param = {};
+          param.retry_count = 7;
+          return rdma_connect(sync_id, &param);
+        });
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        ASSERT_NO_FATAL_FAILURE(Accept(&conn));
+        if (!ExpectReturnsWithin(connect, kReturnWindow)) return;
+        ASSERT_EQ(connect.result(), 0);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+        conn.event.reset();
+        BlockingCall disconnect([sync_id] { return rdma_disconnect(sync_id); });
+        if (!ExpectBlocks(disconnect, kBlockWindow)) return;
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        if (!ExpectReturnsAfter(disconnect, [&] { rdma_disconnect(conn.id.get()); }, kReturnWindow)) return;
+        EXPECT_EQ(disconnect.result(), 0);
+        ASSERT_NE(sync_id->event, nullptr);
+        EXPECT_EQ(sync_id->event->event, RDMA_CM_EVENT_DISCONNECTED) << rdma_event_str(sync_id->event->event);
+      },
+      kChildTimeout, "rdma_disconnect of a synchronous id");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_migrate_id(3) moves an id to another event channel; librdmacm acknowledges a synchronous
+//   id's last event first (cma.c: rdma_migrate_id), so nothing is left to wait for.
+// Checks: a synchronous id whose rdma_resolve_addr returned (its ADDR_RESOLVED kept in id->event) is
+//   moved to a channel: rdma_migrate_id returns 0 within the return window, and the id's
+//   ROUTE_RESOLVED then arrives on that channel.
+TEST_F(RdmaCmTest, SynchronousIdMigratesToAChannel) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        uint16_t port_number = 0;
+        CmSide server;
+        ASSERT_NO_FATAL_FAILURE(Listen(&server, RDMA_PS_TCP, &port_number));
+        rdma_cm_id* sync_id = nullptr;
+        ASSERT_EQ(rdma_create_id(nullptr, &sync_id, nullptr, RDMA_PS_TCP), 0) << ErrnoName(errno);
+        CmIdPtr id(sync_id);
+        sockaddr_in dst = Address(port_number);
+        ASSERT_EQ(rdma_resolve_addr(sync_id, nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs), 0)
+            << ErrnoName(errno);
+        CmChannelPtr channel(rdma_create_event_channel());
+        ASSERT_NE(channel, nullptr) << ErrnoName(errno);
+        rdma_event_channel* target = channel.get();
+        BlockingCall migrate([sync_id, target] { return rdma_migrate_id(sync_id, target); });
+        if (!ExpectReturnsWithin(migrate, kReturnWindow)) return;
+        ASSERT_EQ(migrate.result(), 0);
+        EXPECT_EQ(sync_id->channel, target);
+        ASSERT_EQ(rdma_resolve_route(sync_id, kResolveTimeoutMs), 0) << ErrnoName(errno);
+        CmEventPtr event;
+        ASSERT_TRUE(GetCmEventWithin(target, RDMA_CM_EVENT_ROUTE_RESOLVED, kReturnWindow, &event));
+        EXPECT_EQ(event->id, sync_id);
+        event.reset();
+        id.reset();
+      },
+      kChildTimeout, "rdma_migrate_id of a synchronous id");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_connect(3) is asynchronous: it returns once the request is on its way, whatever the
+//   listener is doing; rdma_listen(3): backlog is the "backlog of incoming connection requests": the
+//   kernel's ucma holds at most that many CONNECT_REQUESTs unread and drops the others
+//   (ucma_event_handler), which the active side's CM sends again after its response timeout (rxe 6.1:
+//   about 4.4 s later).
+// Checks: with the listener (backlog 1) in a child process stopped with SIGSTOP, six clients' rdma_connect
+//   each return 0 within the return window; once the child is continued, it gets all six
+//   CONNECT_REQUESTs within 15 s and rejects each, and every client gets REJECTED with status 28.
+TEST_F(RdmaCmTest, RequestsBeyondTheBacklogOfAStoppedListenerAllArrive) {
+  constexpr std::chrono::milliseconds kRetransmitWindow = 15s;
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        constexpr int kClients = 6;
+        Pipe port_pipe, count_pipe;
+        ASSERT_GE(port_pipe.fds[0], 0) << ErrnoName(errno);
+        ASSERT_GE(count_pipe.fds[0], 0) << ErrnoName(errno);
+        const pid_t listener = fork();
+        ASSERT_GE(listener, 0) << ErrnoName(errno);
+        if (listener == 0) {
+          prctl(PR_SET_PDEATHSIG, SIGKILL);  // stopped or not, it goes with the test
+          CmSide server;
+          NewSide(&server, RDMA_PS_TCP);
+          sockaddr_in sin = Address(0);
+          if (!server.id || rdma_bind_addr(server.id.get(), reinterpret_cast<sockaddr*>(&sin)) != 0 ||
+              rdma_listen(server.id.get(), 1) != 0) {
+            _exit(1);
+          }
+          const uint16_t port_number = ntohs(rdma_get_src_port(server.id.get()));
+          if (write(port_pipe.fds[1], &port_number, sizeof port_number) != sizeof port_number) _exit(2);
+          int requests = 0;
+          for (; requests < kClients; ++requests) {
+            CmEventPtr event;
+            if (!GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_CONNECT_REQUEST, kRetransmitWindow, &event)) {
+              break;
+            }
+            rdma_reject(event->id, nullptr, 0);
+          }
+          _exit(write(count_pipe.fds[1], &requests, sizeof requests) == sizeof requests ? 0 : 3);
+        }
+        struct Reaper {
+          pid_t pid;
+          ~Reaper() {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+          }
+        } reaper{listener};
+        uint16_t port_number = 0;
+        ASSERT_TRUE(WaitReadable(port_pipe.fds[0], kReturnWindow) &&
+                    read(port_pipe.fds[0], &port_number, sizeof port_number) == sizeof port_number)
+            << "the listener in the child never said its port";
+        std::array<CmSide, kClients> clients;
+        for (CmSide& client : clients) {
+          ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+          ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        }
+        ASSERT_EQ(kill(listener, SIGSTOP), 0) << ErrnoName(errno);
+        for (CmSide& client : clients) {
+          rdma_cm_id* id = client.id.get();
+          BlockingCall connect([id] {
+            rdma_conn_param param = {};
+            return rdma_connect(id, &param);
+          });
+          if (!ExpectReturnsWithin(connect, kReturnWindow)) return;
+          ASSERT_EQ(connect.result(), 0);
+        }
+        ASSERT_EQ(kill(listener, SIGCONT), 0) << ErrnoName(errno);
+        for (CmSide& client : clients) {
+          ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kRetransmitWindow, &client.event));
+          EXPECT_EQ(client.event->status, kRejConsumerDefined);
+        }
+        int requests = -1;
+        ASSERT_TRUE(WaitReadable(count_pipe.fds[0], kReturnWindow) &&
+                    read(count_pipe.fds[0], &requests, sizeof requests) == sizeof requests)
+            << "the listener in the child never said how many requests came";
+        EXPECT_EQ(requests, kClients);
+      },
+      2 * kRetransmitWindow, "rdma_connect to a listener with backlog 1 in a stopped process");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: the kernel maps an IPv4 group to an IPoIB MGID (ip_ib_mc_map), and rdma_cm puts its own
+//   signature 0x01 in the MGID's fourth byte for RDMA_PS_UDP (cma.c: cma_set_mgid, mc_map[7] = 0x01,
+//   the MGID starting at mc_map + 4): ff12:4001:ffff::<the group's low 28 bits>.
+// Checks: on an InfiniBand port, RDMA_PS_UDP's MULTICAST_JOIN for 230.1.2.3 has an address handle
+//   whose GRH dgid is ff12:4001:ffff:0000:0000:0000:0601:0203.
+TEST_F(RdmaCmTest, UdpGroupOnInfinibandHasRdmaCmMgid) {
+  SKIP_IF(port_attr().link_layer != IBV_LINK_LAYER_INFINIBAND) << "(the port is not InfiniBand)";
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        sockaddr_in group = {};
+        group.sin_family = AF_INET;
+        group.sin_addr.s_addr = htonl(0xe6010203);  // 230.1.2.3
+        CmSide member;
+        ASSERT_NO_FATAL_FAILURE(JoinGroup(&member, &group));
+        const uint8_t want[16] = {0xff, 0x12, 0x40, 0x01, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x06, 0x01, 0x02, 0x03};
+        const ibv_gid& dgid = member.event->param.ud.ah_attr.grh.dgid;
+        EXPECT_EQ(std::memcmp(dgid.raw, want, sizeof want), 0)
+            << "MGID " << std::hex << int{dgid.raw[0]} << int{dgid.raw[1]} << ":" << int{dgid.raw[2]}
+            << int{dgid.raw[3]};
+        rdma_leave_multicast(member.id.get(), reinterpret_cast<sockaddr*>(&group));
+      },
+      kChildTimeout, "the MGID of an RDMA_PS_UDP group on InfiniBand");
   EXPECT_TRUE(Passed(result));
 }
 

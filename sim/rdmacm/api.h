@@ -31,9 +31,10 @@ int Guarded(F&& body) {
 }
 
 // For an id without a channel (synchronous, rdma_create_id with channel NULL):
-// waits for the event the call just caused, keeps it in id->event (acking the
-// previous one) and fails unless it is `expected` with status 0. Returns 0 at
-// once for an id with a channel. Must be called without CmService::mu().
-int CompleteSync(CmId* id, rdma_cm_event_type expected);
+// waits for the next event (the one the call caused), keeps it in id->event
+// (acking the previous one) and fails when its status is not 0, as
+// librdmacm's ucma_complete (REJECTED: ECONNREFUSED). Returns 0 at once for
+// an id with a channel. Must be called without CmService::mu().
+int CompleteSync(CmId* id);
 
 }  // namespace simverbs::rdmacm

@@ -12,6 +12,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <vector>
 #include <cstdint>
@@ -65,7 +66,11 @@ class CmId {
   uint64_t token = 0;     // the service's handle for this id's socket (0: none)
   int sock = -1;          // connection or listening socket
   int bound_sock = -1;    // rdma_bind_addr's reservation of the port; rdma_listen listens on it
-  int backlog = 0;
+  int backlog = 0;        // rdma_listen's, within 1..kMaxBacklog
+  // CONNECT_REQUESTs of this listener queued and not read yet (read by the
+  // program's thread without the service lock: EventChannel::Pop; one moved
+  // to another channel by rdma_migrate_id still counts).
+  std::atomic<int> unread_requests{0};
   uint32_t psn = 0;       // our starting PSN
   CmMessage remote;       // what the peer said of itself (REQ or REP)
   bool have_remote = false;
@@ -78,6 +83,7 @@ class CmId {
   bool peer_dreq = false;      // the peer asked to disconnect first
   // Events handed out and not acked (rdma_destroy_id waits for 0).
   int unacked = 0;
+  uint64_t acks = 0;  // events acked so far (rdma_migrate_id waits on it)
   std::condition_variable acked;
   ibv_qp_init_attr_ex* ep_qp_attr = nullptr;  // rdma_create_ep on a passive id: for rdma_get_request
   bool own_cqs = false;  // rdma_create_qp made the CQs and their channels

@@ -41,6 +41,8 @@ constexpr size_t kMaxPrivateData = 224;
 // IBTA CM reject reasons rdma_cm reports in the event's status.
 constexpr int kRejInvalidServiceId = 8;
 constexpr int kRejConsumerDefined = 28;
+// The kernel's net.rdma_ucm.max_backlog default: rdma_listen's backlog when it gives none (or more).
+constexpr int kMaxBacklog = 1024;
 // SIDR REP statuses (IBTA Vol 1 12.11.2), the status of the UD client's
 // UNREACHABLE: no listener for the service ID, and rdma_reject.
 constexpr int kSidrUnsupported = 1;

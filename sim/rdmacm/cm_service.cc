@@ -56,18 +56,21 @@ int BoundSocket(const std::string& name) {
 }
 
 // The size of the private data field a message of `type` carries to the
-// program (rdma_cm reports the whole field, zero-padded, as the kernel does).
+// program: the whole field, zero-padded, for the messages whose data the
+// kernel reports (REQ, REP, REJ and the SIDR ones); none for the RTU, DREQ
+// and DREP behind ESTABLISHED and DISCONNECTED (cma_ib_handler leaves
+// private_data_len 0 there).
 size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
   const size_t header = ps == RDMA_PS_IB ? 0 : kCmaHeader;
   switch (type) {
     case CmMessageType::kReq: return kReqPrivateData - header;
     case CmMessageType::kRep: return kRepPrivateData;
-    case CmMessageType::kRtu: return kRtuPrivateData;
     case CmMessageType::kRej: return kRejPrivateData;
-    case CmMessageType::kDreq: return kDreqPrivateData;
-    case CmMessageType::kDrep: return kDrepPrivateData;
     case CmMessageType::kSidrReq: return kSidrReqPrivateData - header;
     case CmMessageType::kSidrRep: return kSidrRepPrivateData;
+    case CmMessageType::kRtu:
+    case CmMessageType::kDreq:
+    case CmMessageType::kDrep: return 0;
   }
   return 0;
 }
@@ -135,7 +138,11 @@ void CmService::EnsureThread() {
 void CmService::Register(CmId* id, int sock, bool listener) {
   EnsureThread();
   const uint64_t token = next_token_++;
-  entries_[token] = Entry{id, sock, listener, nullptr};
+  Entry entry;
+  entry.id = id;
+  entry.sock = sock;
+  entry.listener = listener;
+  entries_[token] = entry;
   if (id) {
     id->token = token;
     id->sock = sock;
@@ -177,23 +184,41 @@ int CmService::Listen(CmId* id) {
   if (id->bound_sock < 0) {
     if (int err = Reserve(id)) return err;
   }
-  if (listen(id->bound_sock, id->backlog > 0 ? id->backlog : 128) != 0) return errno;
+  // The socket's queue is as long as the system allows: the backlog is
+  // the count of requests not read yet (OnRequest), as the kernel keeps it.
+  if (listen(id->bound_sock, SOMAXCONN) != 0) return errno;
   const int sock = id->bound_sock;
   id->bound_sock = -1;
   Register(id, sock, true);
   return 0;
 }
 
-int CmService::Connect(CmId* id, const CmMessage& req) {
+int CmService::Connect(CmId* id, const CmMessage& req, int lost) {
   int sock = -1;
   for (const std::string& address : {AddressText(id->dst()), std::string("any")}) {
-    sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    // Non-blocking: a listener whose queue is full must not stop this
+    // process's CM (its thread needs mu(), held here) nor the caller.
+    sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0) return errno;
     socklen_t len = 0;
     sockaddr_un a = AbstractAddress(SocketName(id->pub_.ps, address, AddressPort(id->dst())), &len);
-    if (connect(sock, reinterpret_cast<sockaddr*>(&a), len) == 0 && PeerIsUs(sock)) break;
+    const int rc = connect(sock, reinterpret_cast<sockaddr*>(&a), len);
+    const int err = rc == 0 ? 0 : errno;
+    if (rc == 0 && PeerIsUs(sock)) break;
     close(sock);
     sock = -1;
+    if (err == EAGAIN) {
+      // The listener has not taken the requests before ours yet: as a REQ
+      // lost on the way, sent again after kResponseTimeout (Resend).
+      CmTimer timer;
+      timer.kind = CmTimer::Kind::kResend;
+      timer.id = id;
+      timer.message = req;
+      timer.lost = lost + 1;
+      timers_.Add(kResponseTimeout, timer);
+      EnsureThread();
+      return 0;
+    }
   }
   if (sock < 0) return ECONNREFUSED;
   Register(id, sock, false);
@@ -240,12 +265,37 @@ void CmService::StartTimewait(CmId* id) {
 
 void CmService::OnTimers() {
   for (const CmTimer& timer : timers_.TakeDue()) {
+    if (timer.kind == CmTimer::Kind::kHeldRequest) {
+      OnHeldRequest(timer);
+      continue;
+    }
     if (!ids_.count(timer.id)) continue;
     if (timer.kind == CmTimer::Kind::kResend) {
       Resend(timer);
     } else if (timer.id->state == CmId::State::kDisconnected) {
       QueueEvent(timer.id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
     }
+  }
+}
+
+void CmService::OnHeldRequest(const CmTimer& timer) {
+  auto it = entries_.find(timer.token);
+  if (it == entries_.end() || !it->second.held || !it->second.listen_id) return;
+  if (timer.lost >= kMaxRetries) {
+    // The active side gave up on it (IB_CM_REQ_ERROR): its UNREACHABLE when the connection closes.
+    Drop(timer.token);
+    return;
+  }
+  const CmMessage req = it->second.request;
+  OnRequest(it->second.listen_id, timer.token, req);
+  it = entries_.find(timer.token);
+  if (it == entries_.end()) return;
+  if (it->second.held) {
+    CmTimer next = timer;
+    ++next.lost;
+    timers_.Add(kResponseTimeout, next);
+  } else if (!it->second.id) {
+    Drop(timer.token);  // refused (a fault)
   }
 }
 
@@ -260,12 +310,32 @@ void CmService::Resend(const CmTimer& timer) {
     case CmMessageType::kDreq: waiting = id->state == S::kDisconnecting; break;
     default: break;
   }
-  if (!waiting || id->sock < 0) return;
+  if (!waiting) return;
   if (timer.lost > kMaxRetries) {
     GiveUp(id, timer.message.type);
     return;
   }
+  if (id->sock < 0) {
+    // A request that found the listener's queue full: connect again.
+    if (timer.message.type != CmMessageType::kReq && timer.message.type != CmMessageType::kSidrReq) return;
+    if (Connect(id, timer.message, timer.lost) != 0) Refuse(id);
+    return;
+  }
   SendOrLose(id, id->sock, timer.message, timer.lost);  // a broken socket: OnPeerGone tells
+}
+
+void CmService::Refuse(CmId* id) {
+  // Nobody listens there: the remote CM rejects the request (invalid service
+  // ID; a SIDR REQ gets "service ID not supported").
+  id->state = CmId::State::kRouteResolved;
+  if (id->pub_.qp_type == IBV_QPT_UD) {
+    QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, kSidrUnsupported);
+    return;
+  }
+  CmMessage rej;
+  rej.type = CmMessageType::kRej;
+  rej.port_space = static_cast<uint16_t>(id->pub_.ps);
+  QueueEvent(id, RDMA_CM_EVENT_REJECTED, kRejInvalidServiceId, &rej);
 }
 
 void CmService::GiveUp(CmId* id, CmMessageType type) {
@@ -284,8 +354,9 @@ void CmService::GiveUp(CmId* id, CmMessageType type) {
       QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       return;
     case CmMessageType::kDreq:
+      // The kernel's IB_CM_DREQ_ERROR: DISCONNECTED with -ETIMEDOUT.
       id->state = S::kDisconnected;
-      QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
+      QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, -ETIMEDOUT);
       StartTimewait(id);
       return;
     default:
@@ -326,12 +397,26 @@ void CmService::Close(CmId* id) {
   id->bound_sock = -1;
   if (id->sock < 0) return;
   Drop(id->token);
-  // Accepted sockets that came through this listener and have not said REQ yet.
+  // Accepted sockets that came through this listener and have not said REQ
+  // yet, or whose REQ is held: nobody listens there any more (a REQ sent
+  // again would be rejected with "invalid service ID").
   std::vector<uint64_t> pending;
   for (const auto& [token, entry] : entries_) {
     if (entry.listen_id == id && !entry.id) pending.push_back(token);
   }
-  for (uint64_t token : pending) Drop(token);
+  for (uint64_t token : pending) {
+    const Entry& entry = entries_[token];
+    if (entry.held) {
+      CmMessage rej;
+      rej.type = entry.request.type == CmMessageType::kSidrReq ? CmMessageType::kSidrRep : CmMessageType::kRej;
+      rej.reason = entry.request.type == CmMessageType::kSidrReq ? kSidrUnsupported : kRejInvalidServiceId;
+      rej.port_space = entry.request.port_space;
+      rej.src = entry.request.dst;
+      rej.dst = entry.request.src;
+      send(entry.sock, &rej, sizeof rej, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    Drop(token);
+  }
   id->sock = -1;
   id->token = 0;
 }
@@ -455,7 +540,7 @@ void CmService::OnConnection(uint64_t token) {
       if ((m.type == CmMessageType::kReq || m.type == CmMessageType::kSidrReq) && entry.listen_id) {
         OnRequest(entry.listen_id, token, m);
         it = entries_.find(token);
-        if (it != entries_.end() && !it->second.id) {  // refused
+        if (it != entries_.end() && !it->second.id && !it->second.held) {  // refused
           Drop(token);
           return;
         }
@@ -470,6 +555,20 @@ void CmService::OnRequest(CmId* listener, uint64_t token, const CmMessage& req) 
   const LocalPort* port = listener->port ? listener->port : PortAddresses::Get().Find(
                                                                 reinterpret_cast<const sockaddr*>(&req.dst));
   if (!port) return;
+  // The kernel's ucma takes no more unread CONNECT_REQUESTs than the listen
+  // backlog (ucma_event_handler: ENOMEM) and the request is dropped; the
+  // active side sends it again later (measured on rxe: about 4 s later).
+  if (listener->unread_requests.load() >= listener->backlog) {
+    Entry& held = entries_[token];
+    held.held = true;
+    held.request = req;
+    CmTimer timer;
+    timer.kind = CmTimer::Kind::kHeldRequest;
+    timer.token = token;
+    timers_.Add(kResponseTimeout, timer);
+    return;
+  }
+  entries_[token].held = false;
   uint8_t reason = 0;
   if (faults_.TakeReject(&reason)) {
     // The CM answers for the listener, which never hears of the request.
@@ -505,8 +604,13 @@ void CmService::OnRequest(CmId* listener, uint64_t token, const CmMessage& req) 
   entry.id = id;
   id->sock = entry.sock;
   id->token = token;
-  // The request is the listener's event, about the new id.
-  QueueEvent(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req, listener, EventChannel::From(listener->pub_.channel));
+  // The request is the listener's event, about the new id: its ack counts
+  // against the listener (librdmacm's ucma_process_conn_req), so the new id
+  // can be destroyed before the ack, and the listener's destroy waits for it.
+  CmEvent* e = NewEvent(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0, &req, listener);
+  e->id = listener;
+  ++listener->unread_requests;
+  Deliver(listener, e, EventChannel::From(listener->pub_.channel));
 }
 
 void CmService::OnMessage(CmId* id, const CmMessage& m) {
@@ -516,6 +620,10 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
       if (id->state != S::kConnecting) return;
       id->remote = m;
       id->have_remote = true;
+      // What the passive side granted (the kernel's cm_rep_handler): its
+      // responder resources bound our initiator depth, and the other way.
+      id->initiator_depth = m.responder_resources;
+      id->responder_resources = m.initiator_depth;
       std::memcpy(id->pub_.route.addr.addr.ibaddr.dgid.raw, m.gid, 16);
       if (!id->pub_.qp) {
         // A QP the program manages: it moves it and calls rdma_establish.
@@ -554,6 +662,7 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
       if (id->state != S::kConnecting && id->state != S::kAccepted) return;
       id->state = S::kRouteResolved;
       Close(id);
+      id->ModifyQp(IBV_QPS_ERR);  // as librdmacm does on REJECTED (ucma_modify_qp_err)
       QueueEvent(id, RDMA_CM_EVENT_REJECTED, m.reason, &m);
       return;
     case CmMessageType::kDreq:

@@ -75,8 +75,13 @@ class CmService {
   // Requires: mu(). 0 or an errno.
   int Listen(CmId* id);
   // Connects to the peer of id->dst() and sends `req`; 0, or an errno when the
-  // address has no listener (ECONNREFUSED) or the socket layer failed.
-  int Connect(CmId* id, const CmMessage& req);
+  // address has no listener (ECONNREFUSED) or the socket layer failed. A
+  // listener whose queue is full is tried again later, as a lost REQ is
+  // (`lost`: the tries so far). Requires: mu().
+  int Connect(CmId* id, const CmMessage& req, int lost = 0);
+  // The answer to a request nobody listens for: REJECTED (invalid service
+  // ID), or UNREACHABLE for a SIDR REQ. Requires: mu().
+  void Refuse(CmId* id);
   int Send(CmId* id, const CmMessage& m);
   // Closes the id's socket; nothing more arrives for it.
   void Close(CmId* id);
@@ -133,11 +138,18 @@ class CmService {
   bool NameTaken(const std::string& name) const;
 
   struct Entry {
-    CmId* id = nullptr;  // nullptr: an accepted socket whose REQ has not come yet
+    CmId* id = nullptr;  // nullptr: an accepted socket whose REQ has not come yet, or is held
     int sock = -1;
     bool listener = false;
     CmId* listen_id = nullptr;  // for an accepted socket: the listener it came through
+    // A REQ the listener had no room for (its backlog of unread requests is
+    // full): the kernel drops it and the active side sends it again after its
+    // response timeout; here the passive side looks at it again every
+    // kResponseTimeout, up to kMaxRetries times (OnHeldRequest).
+    bool held = false;
+    CmMessage request;
   };
+  void OnHeldRequest(const CmTimer& timer);
 
   std::mutex mu_;
   int epoll_fd_ = -1;

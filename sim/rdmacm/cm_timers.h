@@ -1,7 +1,8 @@
 #pragma once
 
 // The connection manager's timers: the end of a connection's timewait
-// (TIMEWAIT_EXIT) and the resending of a message that got no answer. One
+// (TIMEWAIT_EXIT), the resending of a message that got no answer, and the
+// next look at a request held back by a full listen backlog. One
 // timerfd, armed for the earliest deadline, wakes the CM thread's epoll, so a
 // timer added from any thread is seen at once. Guarded by CmService::mu().
 
@@ -16,11 +17,12 @@ namespace simverbs::rdmacm {
 class CmId;
 
 struct CmTimer {
-  enum class Kind { kTimewait, kResend };
+  enum class Kind { kTimewait, kResend, kHeldRequest };
   Kind kind = Kind::kTimewait;
-  CmId* id = nullptr;
+  CmId* id = nullptr;  // (kHeldRequest: none yet)
   CmMessage message;  // kResend: what to send again
-  int lost = 0;       // kResend: how many times it has been lost so far
+  int lost = 0;       // kResend: how many times it has been lost so far; kHeldRequest: looks so far
+  uint64_t token = 0;  // kHeldRequest: the connection the request came on
 };
 
 class CmTimers {

@@ -1,10 +1,11 @@
 #include "event_channel.h"
 
-#include <sys/eventfd.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <new>
+#include <string>
 
 #include "cm_id.h"
 
@@ -16,18 +17,27 @@ EventChannel* EventChannel::Create() {
     errno = ENOMEM;
     return nullptr;
   }
-  channel->pub_.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (channel->pub_.fd < 0) {
+  int fds[2] = {-1, -1};
+  if (pipe2(fds, O_CLOEXEC) != 0) {
     const int err = errno;
     delete channel;
     errno = err;
     return nullptr;
   }
+  channel->pub_.fd = fds[0];
+  channel->write_fd_ = fds[1];
+  // The CM thread writes with the lock held: it must never block.
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  // A read end of our own, non-blocking whatever the program sets on fd.
+  const std::string self = "/proc/self/fd/" + std::to_string(fds[0]);
+  channel->drain_fd_ = open(self.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   return channel;
 }
 
 EventChannel::~EventChannel() {
   for (CmEvent* e : queue_) delete e;
+  if (drain_fd_ >= 0) close(drain_fd_);
+  if (write_fd_ >= 0) close(write_fd_);
   if (pub_.fd >= 0) close(pub_.fd);
 }
 
@@ -36,24 +46,31 @@ void EventChannel::Push(CmEvent* event) {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(event);
   }
-  const uint64_t one = 1;
-  // Cannot fail short of 2^64 - 1 queued events.
-  [[maybe_unused]] ssize_t n = write(pub_.fd, &one, sizeof one);
+  const char one = 1;
+  // Fails only with a full pipe (64 KiB of unread events): the fd is readable then anyway.
+  [[maybe_unused]] ssize_t n = write(write_fd_, &one, 1);
 }
 
 CmEvent* EventChannel::Pop() {
   for (;;) {
-    uint64_t count = 0;
-    const ssize_t n = read(pub_.fd, &count, sizeof count);
+    char token = 0;
+    const ssize_t n = read(pub_.fd, &token, 1);
     if (n < 0 && errno == EINTR) continue;
-    if (n != sizeof count) return nullptr;  // errno: EAGAIN with O_NONBLOCK
+    if (n == 0) {
+      // The channel was destroyed under this reader (its write end closed).
+      // The kernel's rdma_cm file keeps a reader blocked then, until the
+      // thread is cancelled or the process ends: so does this one, touching
+      // nothing of the channel (pause(2) is a cancellation point).
+      for (;;) pause();
+    }
+    if (n != 1) return nullptr;  // errno: EAGAIN with O_NONBLOCK
     std::lock_guard<std::mutex> lock(mu_);
-    // The count and the queue move together; a dropped event is skipped.
+    // Another reader, or a withdrawal, took the event this byte stood for.
     if (queue_.empty()) continue;
     CmEvent* e = queue_.front();
     queue_.pop_front();
-    if (!e->placeholder) return e;
-    delete e;
+    if (e->pub.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->id) --e->id->unread_requests;
+    return e;
   }
 }
 
@@ -65,11 +82,17 @@ bool EventChannel::Empty() {
 std::vector<CmEvent*> EventChannel::Withdraw(CmId* id) {
   std::vector<CmEvent*> taken;
   std::lock_guard<std::mutex> lock(mu_);
-  for (CmEvent*& e : queue_) {
-    if (e->placeholder || e->id != id) continue;
-    taken.push_back(e);
-    e = new CmEvent();
-    e->placeholder = true;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if ((*it)->id != id) {
+      ++it;
+      continue;
+    }
+    taken.push_back(*it);
+    it = queue_.erase(it);
+    // Its byte goes too, so the fd is readable only while an event waits.
+    // None left: a reader has it and finds one event fewer (Pop loops).
+    char token = 0;
+    if (drain_fd_ >= 0 && read(drain_fd_, &token, 1) < 0) continue;
   }
   return taken;
 }

@@ -1,10 +1,13 @@
 #pragma once
 
-// An rdma_event_channel: a queue of rdma_cm events and an eventfd that counts
-// them (EFD_SEMAPHORE), so the channel's fd is readable exactly while events
-// wait, works with poll/epoll, and with O_NONBLOCK set by the program
-// rdma_get_cm_event fails with EAGAIN, as librdmacm's read of the kernel's
-// rdma_cm file does.
+// An rdma_event_channel: a queue of rdma_cm events and a pipe holding one byte
+// per queued event, so the channel's fd (the pipe's read end) is readable
+// exactly while events wait, works with poll/epoll, and with O_NONBLOCK set
+// by the program rdma_get_cm_event fails with EAGAIN, as librdmacm's read of
+// the kernel's rdma_cm file does. The events of an id that is destroyed or
+// moved leave with their bytes, read through a second, non-blocking open of
+// the read end (/proc/self/fd), so the fd is not left readable with nothing
+// to read.
 
 #include <rdma/rdma_cma.h>
 
@@ -23,7 +26,6 @@ class CmId;
 struct CmEvent {
   rdma_cm_event pub = {};  // first: the program's pointer is ours
   CmId* id = nullptr;       // counted in id->unacked_ while not acked
-  bool placeholder = false;  // stands for a withdrawn event: never handed out
   uint8_t private_data[kMaxPrivateData] = {};
 
   static CmEvent* From(rdma_cm_event* e) { return reinterpret_cast<CmEvent*>(e); }
@@ -41,13 +43,14 @@ class EventChannel {
   CmEvent* Pop();
   bool Empty();
   // Takes the events of `id` that are queued and not read yet (the id is being
-  // destroyed or moved to another channel). Placeholders take their places,
-  // so the eventfd's count still matches the queue: Pop skips them.
+  // destroyed or moved to another channel), and their bytes.
   std::vector<CmEvent*> Withdraw(CmId* id);
 
  private:
   EventChannel() = default;
   rdma_event_channel pub_ = {};  // first: the program's pointer is ours
+  int write_fd_ = -1;            // the pipe's write end (non-blocking)
+  int drain_fd_ = -1;            // the read end opened again, non-blocking (-1: /proc missing)
   std::mutex mu_;
   std::deque<CmEvent*> queue_;
 };

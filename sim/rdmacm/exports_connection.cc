@@ -50,24 +50,75 @@ int TakeAddress(const sockaddr* addr, sockaddr* out) {
   return 0;
 }
 
-uint8_t Capped(uint8_t asked, int device_max) { return static_cast<uint8_t>(std::min<int>(asked, device_max)); }
+// The device's RDMA read/atomic limits, as librdmacm keeps them per device
+// (cma_dev->max_responder_resources, max_initiator_depth).
+struct RdAtomicLimits {
+  int responder_resources = 0;  // max_qp_rd_atom
+  int initiator_depth = 0;      // max_qp_init_rd_atom
+};
 
-int DeviceMaxRdAtomic(ibv_context* verbs) {
+RdAtomicLimits DeviceLimits(ibv_context* verbs) {
   ibv_device_attr attr = {};
-  return verbs && ibv_query_device(verbs, &attr) == 0 ? attr.max_qp_rd_atom : 0;
+  if (!verbs || ibv_query_device(verbs, &attr) != 0) return {};
+  return {attr.max_qp_rd_atom, attr.max_qp_init_rd_atom};
 }
 
-// The RDMA read/atomic depths a connection parameter asks for, within the device's.
-void TakeRdAtomic(CmId* id, const rdma_conn_param* param) {
-  const int max = DeviceMaxRdAtomic(id->pub_.verbs);
-  id->responder_resources = Capped(param->responder_resources, max);
-  id->initiator_depth = Capped(param->initiator_depth, max);
+// librdmacm's ucma_valid_param: on RDMA_PS_TCP, depths above the device's
+// (other than RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH, "as much as there is")
+// are EINVAL (rdma_connect(3): they "must be less than or equal to" the
+// device attributes).
+bool ValidRdAtomic(const CmId* id, const rdma_conn_param* param, const RdAtomicLimits& max) {
+  if (id->pub_.ps != RDMA_PS_TCP || !param) return true;
+  if (param->responder_resources != RDMA_MAX_RESP_RES && param->responder_resources > max.responder_resources) {
+    return false;
+  }
+  return param->initiator_depth == RDMA_MAX_INIT_DEPTH || param->initiator_depth <= max.initiator_depth;
 }
 
-void TakeConnParam(CmId* id, const rdma_conn_param* param) {
-  TakeRdAtomic(id, param);
-  id->retry_count = std::min<uint8_t>(param->retry_count, 7);
-  id->rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+// rdma_connect's depths (librdmacm): what the parameter asks for, or the
+// device's maximum when there is no parameter or it asks for RDMA_MAX_*.
+void TakeConnectRdAtomic(CmId* id, const rdma_conn_param* param, const RdAtomicLimits& max) {
+  id->initiator_depth = static_cast<uint8_t>(
+      param && param->initiator_depth != RDMA_MAX_INIT_DEPTH ? param->initiator_depth : max.initiator_depth);
+  id->responder_resources = static_cast<uint8_t>(param && param->responder_resources != RDMA_MAX_RESP_RES
+                                                     ? param->responder_resources
+                                                     : max.responder_resources);
+}
+
+// rdma_accept's depths (librdmacm): what the parameter asks for, or what the
+// request offered within the device's maximum.
+void TakeAcceptRdAtomic(CmId* id, const rdma_conn_param* param, const RdAtomicLimits& max) {
+  if (!param || param->initiator_depth == RDMA_MAX_INIT_DEPTH) {
+    id->initiator_depth = static_cast<uint8_t>(std::min<int>(id->initiator_depth, max.initiator_depth));
+  } else {
+    id->initiator_depth = param->initiator_depth;
+  }
+  if (!param || param->responder_resources == RDMA_MAX_RESP_RES) {
+    id->responder_resources = static_cast<uint8_t>(std::min<int>(id->responder_resources, max.responder_resources));
+  } else {
+    id->responder_resources = param->responder_resources;
+  }
+}
+
+// Frees what an id holds once nothing refers to it. Requires: no event of it is queued or unacked.
+void FreeId(CmId* id) {
+  delete id->pub_.route.path_rec;
+  delete id->ep_qp_attr;
+  if (id->sync) delete EventChannel::From(id->pub_.channel);
+  delete id;
+}
+
+// A request whose id the program never saw (its CONNECT_REQUEST was not read
+// when the listener went): rejected and its id destroyed, as the kernel's
+// ucma_cleanup_ctx_events destroys the id and the IB CM sends the REJ.
+// Requires: mu().
+void DropRequest(CmService& service, CmId* conn) {
+  CmMessage rej = conn->Message(CmMessageType::kRej);
+  rej.reason = cm::kRejConsumerDefined;
+  service.Send(conn, rej);
+  service.Close(conn);
+  service.Forget(conn);
+  FreeId(conn);
 }
 
 // Destroys the CQs and channels rdma_create_qp made for the id (it was given none).
@@ -87,7 +138,7 @@ void CopyPrivateData(CmMessage* m, const void* data, uint8_t len) {
 
 }  // namespace
 
-int cm::CompleteSync(CmId* id, rdma_cm_event_type expected) {
+int cm::CompleteSync(CmId* id) {
   if (!id->sync) return 0;
   if (id->pub_.event) {
     rdma_ack_cm_event(id->pub_.event);
@@ -96,9 +147,11 @@ int cm::CompleteSync(CmId* id, rdma_cm_event_type expected) {
   CmEvent* e = EventChannel::From(id->pub_.channel)->Pop();
   if (!e) return -1;
   id->pub_.event = &e->pub;
-  if (e->pub.event == expected && e->pub.status == 0) return 0;
-  if (e->pub.status < 0) return Fail(-e->pub.status);
-  return Fail(e->pub.event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : EIO);
+  // librdmacm's ucma_complete: the event's status decides, not its type.
+  const int status = e->pub.status;
+  if (status == 0) return 0;
+  if (e->pub.event == RDMA_CM_EVENT_REJECTED) return Fail(ECONNREFUSED);
+  return Fail(status < 0 ? -status : status);
 }
 
 extern "C" {
@@ -132,20 +185,24 @@ int rdma_destroy_id(rdma_cm_id* pub) {
     }
     CmService& service = CmService::Get();
     std::unique_lock<std::mutex> lock(service.mu());
+    if (id->state == State::kRequestReceived) {
+      // Not answered yet: the IB CM rejects the request of a destroyed id.
+      CmMessage rej = id->Message(CmMessageType::kRej);
+      rej.reason = cm::kRejConsumerDefined;
+      service.Send(id, rej);
+    }
     service.Close(id);  // a connected peer sees the socket close: its DISCONNECTED
     service.Forget(id);
     EventChannel* channel = EventChannel::From(pub->channel);
     // Events not read yet go with the id; events read must be acked first (rdma_ack_cm_event(3)).
     for (CmEvent* e : channel->Withdraw(id)) {
       --id->unacked;
+      if (e->pub.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->pub.id != pub) DropRequest(service, CmId::From(e->pub.id));
       delete e;
     }
     id->acked.wait(lock, [id] { return id->unacked <= 0; });
     lock.unlock();
-    delete pub->route.path_rec;
-    delete id->ep_qp_attr;
-    if (id->sync) delete channel;
-    delete id;
+    FreeId(id);
     return 0;
   });
 }
@@ -220,7 +277,7 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
     return 0;
   });
   if (rc != 0) return rc;
-  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ADDR_RESOLVED);
+  return cm::CompleteSync(CmId::From(pub));
 }
 
 int rdma_resolve_route(rdma_cm_id* pub, int /*timeout_ms*/) {
@@ -250,7 +307,7 @@ int rdma_resolve_route(rdma_cm_id* pub, int /*timeout_ms*/) {
     return 0;
   });
   if (rc != 0) return rc;
-  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ROUTE_RESOLVED);
+  return cm::CompleteSync(CmId::From(pub));
 }
 
 int rdma_create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
@@ -351,7 +408,13 @@ int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
     const size_t limit = (ud ? cm::kSidrReqPrivateData : cm::kReqPrivateData) - header;
     if (param && param->private_data_len > limit) return Fail(EINVAL);
     if (!ud && !pub->qp && !param) return Fail(EINVAL);  // nothing says which QP connects
-    if (param) TakeConnParam(id, param);
+    const RdAtomicLimits max = DeviceLimits(pub->verbs);
+    if (!ValidRdAtomic(id, param, max)) return Fail(EINVAL);
+    TakeConnectRdAtomic(id, param, max);
+    if (param) {
+      id->retry_count = std::min<uint8_t>(param->retry_count, 7);
+      id->rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
+    }
     id->psn = RandomPsn();
     CmMessage req = id->Message(ud ? CmMessageType::kSidrReq : CmMessageType::kReq);
     req.responder_resources = id->responder_resources;
@@ -365,23 +428,11 @@ int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
       CopyPrivateData(&req, param->private_data, param->private_data_len);
     }
     id->state = State::kConnecting;
-    if (service.Connect(id, req) != 0) {
-      // Nobody listens there: the remote CM rejects the request (invalid service ID;
-      // a SIDR REQ gets "service ID not supported").
-      id->state = State::kRouteResolved;
-      if (ud) {
-        service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, cm::kSidrUnsupported);
-      } else {
-        CmMessage rej;
-        rej.type = CmMessageType::kRej;
-        rej.port_space = static_cast<uint16_t>(pub->ps);
-        service.QueueEvent(id, RDMA_CM_EVENT_REJECTED, cm::kRejInvalidServiceId, &rej);
-      }
-    }
+    if (service.Connect(id, req) != 0) service.Refuse(id);
     return 0;
   });
   if (rc != 0) return rc;
-  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ESTABLISHED);
+  return cm::CompleteSync(CmId::From(pub));
 }
 
 int rdma_listen(rdma_cm_id* pub, int backlog) {
@@ -391,7 +442,9 @@ int rdma_listen(rdma_cm_id* pub, int backlog) {
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
     if (id->state != State::kAddrBound) return Fail(EINVAL);
-    id->backlog = backlog;
+    // The kernel's ucma_listen: a backlog outside 1..max_backlog (the
+    // net.rdma_ucm.max_backlog sysctl, 1024 by default) is max_backlog.
+    id->backlog = backlog > 0 && backlog < cm::kMaxBacklog ? backlog : cm::kMaxBacklog;
     if (int err = service.Listen(id)) return Fail(err);
     id->state = State::kListen;
     return 0;
@@ -435,7 +488,9 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (param && param->private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRepPrivateData)) return Fail(EINVAL);
     if (!ud && !pub->qp && !param) return Fail(EINVAL);
-    if (param) TakeRdAtomic(id, param);
+    const RdAtomicLimits max = DeviceLimits(pub->verbs);
+    if (!ValidRdAtomic(id, param, max)) return Fail(EINVAL);
+    TakeAcceptRdAtomic(id, param, max);
     if (id->sock < 0) {
       // The peer left before the answer.
       service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
@@ -463,7 +518,7 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
     return 0;
   });
   if (rc != 0 || pub->qp_type == IBV_QPT_UD) return rc;
-  return cm::CompleteSync(CmId::From(pub), RDMA_CM_EVENT_ESTABLISHED);
+  return cm::CompleteSync(CmId::From(pub));
 }
 
 int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_len) {
@@ -486,13 +541,28 @@ int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_
 }
 
 int rdma_disconnect(rdma_cm_id* pub) {
-  return Guarded([&] {
+  const int rc = Guarded([&] {
     if (!pub) return Fail(EINVAL);
     CmId* id = CmId::From(pub);
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
     const bool answering = id->state == State::kDisconnected && id->peer_dreq;
-    if (id->state != State::kConnected && !answering) return Fail(EINVAL);
+    if (id->state != State::kConnected && !answering) {
+      // The kernel's rdma_disconnect: EINVAL only for an id that never had a
+      // connection attempt; otherwise the QP goes to ERR, a DREQ or DREP is
+      // tried (the IB CM refuses both outside their states) and it returns 0.
+      switch (id->state) {
+        case State::kConnecting:
+        case State::kRequestReceived:
+        case State::kAccepted:
+        case State::kDisconnecting:
+        case State::kDisconnected:
+          id->ModifyQp(IBV_QPS_ERR);
+          return 0;
+        default:
+          return Fail(EINVAL);
+      }
+    }
     // The QP stops first: nothing completes after the disconnect but flushes.
     id->ModifyQp(IBV_QPS_ERR);
     if (service.Send(id, id->Message(answering ? CmMessageType::kDrep : CmMessageType::kDreq)) != 0 && !answering) {
@@ -512,6 +582,9 @@ int rdma_disconnect(rdma_cm_id* pub) {
     id->state = State::kDisconnecting;
     return 0;
   });
+  if (rc != 0) return rc;
+  // librdmacm's ucma_complete: a synchronous id waits for its next event.
+  return cm::CompleteSync(CmId::From(pub));
 }
 
 int rdma_establish(rdma_cm_id* pub) {
@@ -542,18 +615,29 @@ int rdma_migrate_id(rdma_cm_id* pub, rdma_event_channel* channel) {
   return Guarded([&] {
     if (!pub) return Fail(EINVAL);
     CmId* id = CmId::From(pub);
+    // librdmacm: a synchronous id moves to a channel only.
+    if (id->sync && !channel) return Fail(EINVAL);
     EventChannel* target = channel ? EventChannel::From(channel) : EventChannel::Create();
     if (!target) return -1;
+    // A synchronous id's last event is acked first, as librdmacm does.
+    if (id->sync && pub->event) {
+      rdma_ack_cm_event(pub->event);
+      pub->event = nullptr;
+    }
     std::unique_lock<std::mutex> lock(CmService::Get().mu());
     EventChannel* old = EventChannel::From(pub->channel);
-    // Events not read yet move along; events read are acked first (librdmacm waits the same way).
+    // At once, as the kernel moves an id to another file: events not read yet
+    // move along, and every new one goes to the new channel.
     std::vector<CmEvent*> moving = old->Withdraw(id);
-    const int queued = static_cast<int>(moving.size());
-    id->acked.wait(lock, [id, queued] { return id->unacked <= queued; });
     const bool old_private = id->sync;
     pub->channel = target->pub();
     id->sync = channel == nullptr;
     for (CmEvent* e : moving) target->Push(e);
+    // Then, as librdmacm, it waits until the events read from the old
+    // channel are acked (no new one is counted there any more).
+    const int read_before = id->unacked - static_cast<int>(moving.size());
+    const uint64_t acked_enough = id->acks + static_cast<uint64_t>(std::max(read_before, 0));
+    id->acked.wait(lock, [id, acked_enough] { return id->acks >= acked_enough; });
     if (old_private && old != target) delete old;
     return 0;
   });

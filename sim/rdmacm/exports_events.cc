@@ -50,6 +50,7 @@ int rdma_ack_cm_event(rdma_cm_event* event) {
       std::lock_guard<std::mutex> lock(CmService::Get().mu());
       if (e->id) {
         --e->id->unacked;
+        ++e->id->acks;
         e->id->acked.notify_all();
       }
     }

@@ -47,7 +47,9 @@ inline bool GroupOf(const sockaddr* addr, bool ethernet, bool udp_port_space, Mu
     } else {
       const uint8_t prefix[6] = {0xff, 0x12, 0x40, 0x1b, 0xff, 0xff};  // scope link, IPv4, default P_Key
       std::memcpy(gid.raw, prefix, sizeof prefix);
-      if (udp_port_space) gid.raw[7] = 0x01;
+      // rdma_cm's own signature in RDMA_PS_UDP (cma_set_mgid: mc_map[7] = 0x01,
+      // the MGID being mc_map + 4): ff12:4001:...
+      if (udp_port_space) gid.raw[3] = 0x01;
       std::memcpy(gid.raw + 12, ip, 4);
       gid.raw[12] &= 0x0f;
     }
