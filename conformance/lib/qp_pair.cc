@@ -462,10 +462,10 @@ ibv_mtu QpTest::DefaultMtu() const { return std::min(IBV_MTU_1024, port_attr().a
 
 testing::AssertionResult CreateEndOn(ibv_context* context, ibv_pd* pd, QpEnd* end, const EndConfig& config) {
   errno = 0;
-  if (config.send_cq_ex || config.send_cq_flags != 0) {
+  if (config.send_cq_ex || config.send_cq_flags != 0 || config.send_cq_wc_flags != 0) {
     ibv_cq_init_attr_ex attr = {};
     attr.cqe = static_cast<uint32_t>(config.send_cqe);
-    attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    attr.wc_flags = IBV_WC_STANDARD_FLAGS | config.send_cq_wc_flags;
     attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
     attr.flags = config.send_cq_flags;
     ibv_cq_ex* cq = ibv_create_cq_ex(context, &attr);

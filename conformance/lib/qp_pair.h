@@ -175,6 +175,7 @@ struct EndConfig {
   // ibv_create_cq_attr_flags (e.g. IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN).
   uint32_t send_cq_flags = 0;
   bool send_cq_ex = false;  // made with ibv_create_cq_ex even without flags
+  uint64_t send_cq_wc_flags = 0;  // wc_flags beyond IBV_WC_STANDARD_FLAGS (implies send_cq_ex)
   ibv_pd* pd = nullptr;  // nullptr: the fixture's PD
 };
 

@@ -1000,6 +1000,44 @@ TEST_F(QpDatapathTest, ArmedRecvCompletionRaisesOneEvent) {
   EXPECT_TRUE(NoCqEventWithin(channel_.get(), kQuietWindow)) << "a second event for one completion";
 }
 
+// Rule: ibv_create_cq_ex(3): with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, ibv_wc_read_completion_ts returns
+//   the completion's timestamp "in HCA clock units"; ibv_query_device_ex(3): hca_core_clock is the HCA
+//   clock's frequency and completion_timestamp_mask its valid bits; ibv_query_rt_values_ex(3) reads that
+//   clock (IBV_VALUES_MASK_RAW_CLOCK).
+// Checks: on a device with a completion_timestamp_mask, a_'s send CQ made with the flag: two RDMA WRITEs,
+//   each completed before the next is posted, have non-zero timestamps, the second not before the first,
+//   and the raw clock ibv_query_rt_values_ex reads afterwards is not before the second.
+TEST_F(QpDatapathTest, CompletionTimestampsFollowTheHcaClock) {
+  ibv_device_attr_ex attr_ex = {};
+  ASSERT_EQ(ibv_query_device_ex(context(), nullptr, &attr_ex), 0);
+  SKIP_IF(attr_ex.completion_timestamp_mask == 0) << "(the device has no completion timestamps)";
+  EndConfig config;
+  config.send_cq_wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ASSERT_TRUE(MakePair(config, ConnectParams{}));
+  ibv_cq_ex* cq = reinterpret_cast<ibv_cq_ex*>(a_.send_cq.get());
+  ibv_sge sge = src_.Sge(0, 64);
+  uint64_t stamps[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(PostOne(a_.get(), RdmaWr(10 + i, IBV_WR_RDMA_WRITE, &sge, 1, dst_.addr(), dst_.rkey())), 0);
+    ibv_poll_cq_attr poll = {};
+    int rc = ENOENT;
+    for (int tries = 0; tries < 1000000 && rc == ENOENT; ++tries) rc = ibv_start_poll(cq, &poll);
+    ASSERT_EQ(rc, 0) << "no completion of WRITE " << i;
+    EXPECT_EQ(cq->status, IBV_WC_SUCCESS);
+    stamps[i] = ibv_wc_read_completion_ts(cq);
+    ibv_end_poll(cq);
+  }
+  EXPECT_NE(stamps[0], 0u);
+  EXPECT_GE(stamps[1], stamps[0]);
+  ibv_values_ex values = {};
+  values.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  ASSERT_EQ(ibv_query_rt_values_ex(context(), &values), 0);
+  EXPECT_TRUE(values.comp_mask & IBV_VALUES_MASK_RAW_CLOCK);
+  const uint64_t clock = static_cast<uint64_t>(values.raw_clock.tv_sec) * 1000000000u +
+                         static_cast<uint64_t>(values.raw_clock.tv_nsec);
+  EXPECT_GE(clock & attr_ex.completion_timestamp_mask, stamps[1]);
+}
+
 // Rule: ibv_create_cq_ex(3): ibv_start_poll ... ibv_end_poll is a polling section of one CQ ("lock
 //   the CQ" against other pollers); nothing in ibv_post_send(3) or ibv_post_recv(3) forbids posting
 //   from inside it, the usual "repost as you poll" loop, and the HCA keeps writing CQEs meanwhile.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <new>
 
 #include "abi/c_api.h"
@@ -40,6 +41,13 @@ Cq::Cq(Context* ctx, const Params& p)
               &handle_.pub.comp_events_completed),
       ring_(static_cast<size_t>(p.cqe)) {
   handle_.Bind(this);
+  if (p.wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
+    stamps_.resize(ring_.size());
+    timespec real = {};
+    clock_gettime(CLOCK_REALTIME, &real);
+    wallclock_offset_ns_ = static_cast<int64_t>(real.tv_sec * 1000000000ll + real.tv_nsec) -
+                           static_cast<int64_t>(MonotonicNs());
+  }
   ibv_cq_ex& c = handle_.pub;
   c.context = ctx->ibv();
   c.channel = p.channel ? p.channel->ibv() : nullptr;
@@ -107,8 +115,13 @@ int Cq::Resize(int cqe) {
   if (cqe < 1 || cqe > max_cqe || static_cast<size_t>(cqe) < count_) return EINVAL;
   cqe = ActualSize(ctx_->device(), cqe);
   std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
-  for (size_t i = 0; i < count_; ++i) ring[i] = ring_[RingIndex(head_, i)];
+  std::vector<uint64_t> stamps(stamps_.empty() ? 0 : static_cast<size_t>(cqe));
+  for (size_t i = 0; i < count_; ++i) {
+    ring[i] = ring_[RingIndex(head_, i)];
+    if (!stamps.empty()) stamps[i] = stamps_[RingIndex(head_, i)];
+  }
   ring_ = std::move(ring);
+  stamps_ = std::move(stamps);
   head_ = 0;
   handle_.pub.cqe = cqe;
   return 0;
@@ -136,6 +149,7 @@ void Cq::DiscardQpCompletions(uint32_t qp_num) {
     const ibv_wc& wc = ring_[RingIndex(head_, i)];
     // has_current_ changes only under mu_: the entry being read is ring_[head_].
     if (wc.qp_num == qp_num && !(i == 0 && has_current_)) continue;
+    if (!stamps_.empty()) stamps_[RingIndex(head_, kept)] = stamps_[RingIndex(head_, i)];
     ring_[RingIndex(head_, kept++)] = wc;
   }
   count_ = kept;
@@ -166,6 +180,7 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
       // overwrite consumes it: the section goes on from the next oldest.
       Trace::Get().Cqe(handle_.pub.handle, wc);
       ring_[head_] = wc;
+      if (!stamps_.empty()) stamps_[head_] = MonotonicNs();
       head_ = RingIndex(head_, 1);
       has_current_ = false;
       NotifyLocked(wc, solicited);
@@ -180,6 +195,7 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
   Trace::Get().Cqe(handle_.pub.handle, wc);
   const size_t count = count_.load(std::memory_order_relaxed);
   ring_[RingIndex(head_, count)] = wc;
+  if (!stamps_.empty()) stamps_[RingIndex(head_, count)] = MonotonicNs();
   count_.store(count + 1, std::memory_order_release);
   if (arm_ != Arm::kNone) NotifyLocked(wc, solicited);  // (a polled CQ is not armed: no call)
   return PushResult::kOk;
@@ -361,6 +377,7 @@ ibv_cq_ex* Cq::CreateExOp(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
 // Requires: mu_ held, count_ > 0. Hands the oldest completion to the program.
 void Cq::LoadCurrentLocked() {
   current_ = ring_[head_];
+  current_stamp_ = stamps_.empty() ? 0 : stamps_[head_];
   has_current_ = true;
   handle_.pub.wr_id = current_.wr_id;
   handle_.pub.status = current_.status;
@@ -416,6 +433,18 @@ void Cq::EndPoll(ibv_cq_ex* ibcq) {
 
 const ibv_wc& Cq::Current(ibv_cq_ex* ibcq) { return From(ibcq)->current_; }
 
+uint64_t Cq::MonotonicNs() {
+  timespec now = {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1000000000u + static_cast<uint64_t>(now.tv_nsec);
+}
+
+uint64_t Cq::HcaTicks(const Device* device, uint64_t monotonic_ns) {
+  const uint64_t khz = device->profile().attr_ex.hca_core_clock;
+  const auto ticks = static_cast<unsigned __int128>(monotonic_ns) * khz / 1000000u;
+  return static_cast<uint64_t>(ticks) & device->profile().attr_ex.completion_timestamp_mask;
+}
+
 void Cq::InstallExOps() {
   ibv_cq_ex& c = handle_.pub;
   // Called by programs (ibv_start_poll ...): guarded as C entry points
@@ -433,11 +462,18 @@ void Cq::InstallExOps() {
   c.read_slid = [](ibv_cq_ex* cq) { return static_cast<uint32_t>(Current(cq).slid); };
   c.read_sl = [](ibv_cq_ex* cq) { return Current(cq).sl; };
   c.read_dlid_path_bits = [](ibv_cq_ex* cq) { return Current(cq).dlid_path_bits; };
-  c.read_completion_ts = [](ibv_cq_ex*) { return uint64_t{0}; };
+  // Stamped when the completion was written (stamps_), in HCA clock ticks.
+  c.read_completion_ts = [](ibv_cq_ex* cq) {
+    Cq* c = From(cq);
+    return HcaTicks(c->ctx_->device(), c->current_stamp_);
+  };
   c.read_cvlan = [](ibv_cq_ex*) { return uint16_t{0}; };
   c.read_flow_tag = [](ibv_cq_ex*) { return uint32_t{0}; };
   c.read_tm_info = [](ibv_cq_ex*, ibv_wc_tm_info* info) { std::memset(info, 0, sizeof *info); };
-  c.read_completion_wallclock_ns = [](ibv_cq_ex*) { return uint64_t{0}; };
+  c.read_completion_wallclock_ns = [](ibv_cq_ex* cq) {
+    Cq* c = From(cq);
+    return static_cast<uint64_t>(static_cast<int64_t>(c->current_stamp_) + c->wallclock_offset_ns_);
+  };
 }
 
 }  // namespace simverbs

@@ -48,6 +48,11 @@ class Cq {
   // The size a CQ asked to hold `cqe` entries gets on `device` (its profile's cq_size).
   static int ActualSize(const Device* device, int cqe);
 
+  // The HCA clock (hca_core_clock kHz), counted from CLOCK_MONOTONIC, and
+  // now on it: what completion timestamps and ibv_query_rt_values_ex read.
+  static uint64_t HcaTicks(const Device* device, uint64_t monotonic_ns);
+  static uint64_t MonotonicNs();
+
   static Cq* From(const ibv_cq* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }
   static Cq* From(const ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }
   ibv_cq* ibv() { return reinterpret_cast<ibv_cq*>(&handle_.pub); }
@@ -135,6 +140,10 @@ class Cq {
   bool in_section_ = false;  // mu_
   DataPathMutex mu_;  // taken by every poll that finds a completion, and every completion
   std::vector<ibv_wc> ring_;  // capacity = cqe
+  // When each entry of ring_ was written (CLOCK_MONOTONIC ns), for a CQ made
+  // with a completion timestamp in its wc_flags; empty otherwise.
+  std::vector<uint64_t> stamps_;
+  int64_t wallclock_offset_ns_ = 0;  // CLOCK_REALTIME - CLOCK_MONOTONIC when it was made
   size_t head_ = 0;
   // Written under mu_ (a load and a store: no locked instruction, as only
   // the holder writes it); read without it by a poller to answer an empty CQ
@@ -154,6 +163,7 @@ class Cq {
   // The entry the ibv_wc_read_* calls read (a copy: producers may write the
   // ring meanwhile); has_current_ while it is not consumed. poll_mu_.
   ibv_wc current_{};
+  uint64_t current_stamp_ = 0;
   bool has_current_ = false;
 };
 

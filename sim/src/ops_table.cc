@@ -118,6 +118,7 @@ void InstallOps(verbs_context* v) {
       reinterpret_cast<decltype(o._compat_query_port)>(Guard<QueryPortCompatOp, OnThrow::kErrno>::Call);
   v->query_port = Guard<QueryPortOp, OnThrow::kErrno>::Call;
   v->query_device_ex = Guard<QueryDeviceExOp, OnThrow::kErrno>::Call;
+  v->query_rt_values = Guard<QueryRtValuesOp, OnThrow::kErrno>::Call;
   o.poll_cq = Guard<Cq::PollOp, OnThrow::kNegativeErrno>::Call;
   o.req_notify_cq = Guard<Cq::ReqNotifyOp, OnThrow::kErrno>::Call;
   v->create_cq_ex = Guard<Cq::CreateExOp, OnThrow::kNullErrno>::Call;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "context.h"
+#include "cq.h"
 #include "device.h"
 #include "device_list.h"
 #include "fabric/fabric.h"
@@ -63,6 +64,20 @@ int QueryDeviceExOp(ibv_context* ctx, const ibv_query_device_ex_input* input, ib
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   const size_t n = std::min(attr_size, sizeof(ibv_device_attr_ex));
   std::memcpy(attr, &dev->profile().attr_ex, n);
+  return 0;
+}
+
+int QueryRtValuesOp(ibv_context* ctx, ibv_values_ex* values) {
+  Device* dev = DeviceOf(ctx);
+  if (!dev || !values) return EINVAL;
+  if (dev->profile().attr_ex.completion_timestamp_mask == 0) return EOPNOTSUPP;  // no HCA clock to read
+  uint32_t answered = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(Cq::HcaTicks(dev, Cq::MonotonicNs()));
+    answered |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = answered;
   return 0;
 }
 

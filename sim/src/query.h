@@ -14,6 +14,9 @@ int QueryDeviceOp(ibv_context* ctx, ibv_device_attr* attr);
 int QueryDeviceExOp(ibv_context* ctx, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                     size_t attr_size);
 int QueryPortOp(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr, size_t attr_len);
+// ibv_query_rt_values_ex: the HCA clock now (IBV_VALUES_MASK_RAW_CLOCK, in
+// raw_clock.tv_nsec as mlx5 gives it), the clock completion timestamps use.
+int QueryRtValuesOp(ibv_context* ctx, ibv_values_ex* values);
 // The IBVERBS_1.1 symbol's struct ends before ibv_port_attr::flags.
 int QueryPortCompatOp(ibv_context* ctx, uint8_t port_num, void* attr);
 int QueryGid(ibv_context* ctx, uint32_t port_num, int index, ibv_gid* gid);
