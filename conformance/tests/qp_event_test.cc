@@ -121,8 +121,11 @@ class QpDestroyBlockingTest : public SimTest {
 // Rule: ibv_get_async_event(3): "All async events that ibv_get_async_event() returns must be
 //   acknowledged using ibv_ack_async_event(). To avoid races, destroying an object (CQ, SRQ or QP)
 //   will wait for all affiliated events for the object to be acknowledged".
+//   libibverbs waits after the kernel has destroyed the QP (ibv_cmd_destroy_qp), so what the QP held
+//   is free during the wait: its PD can be deallocated.
 // Checks: with IBV_EVENT_QP_FATAL read for a QP and not acknowledged, ibv_destroy_qp is still
-//   blocked after 200 ms; after ibv_ack_async_event it returns 0 within 2 s.
+//   blocked after 200 ms, and ibv_dealloc_pd of the QP's PD meanwhile returns 0; after
+//   ibv_ack_async_event the destroy returns 0 within 2 s.
 TEST_F(QpDestroyBlockingTest, QpWaitsForUnackedAsyncEvent) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -140,6 +143,7 @@ TEST_F(QpDestroyBlockingTest, QpWaitsForUnackedAsyncEvent) {
         ASSERT_EQ(event.element.qp, qp);
         BlockingCall destroy([qp] { return ibv_destroy_qp(qp); });
         if (!ExpectBlocks(destroy, kBlockWindow)) return;
+        EXPECT_EQ(ibv_dealloc_pd(pd.release()), 0) << "the PD of a QP whose destroy waits for an ack";
         const auto ack = [&event] { ibv_ack_async_event(&event); };
         if (!ExpectReturnsAfter(destroy, ack, kReturnWindow)) return;
         EXPECT_EQ(destroy.result(), 0);
@@ -150,8 +154,10 @@ TEST_F(QpDestroyBlockingTest, QpWaitsForUnackedAsyncEvent) {
 
 // Rule: ibv_get_async_event(3): "destroying an object (CQ, SRQ or QP) will wait for all affiliated
 //   events for the object to be acknowledged".
+//   libibverbs waits after the kernel has destroyed the SRQ (ibv_cmd_destroy_srq): its PD can go meanwhile.
 // Checks: with IBV_EVENT_SRQ_LIMIT_REACHED read for an SRQ and not acknowledged, ibv_destroy_srq is
-//   still blocked after 200 ms; after ibv_ack_async_event it returns 0 within 2 s.
+//   still blocked after 200 ms, and ibv_dealloc_pd of its PD meanwhile returns 0; after
+//   ibv_ack_async_event the destroy returns 0 within 2 s.
 TEST_F(QpDestroyBlockingTest, SrqWaitsForUnackedAsyncEvent) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -168,6 +174,7 @@ TEST_F(QpDestroyBlockingTest, SrqWaitsForUnackedAsyncEvent) {
         ASSERT_EQ(event.element.srq, srq);
         BlockingCall destroy([srq] { return ibv_destroy_srq(srq); });
         if (!ExpectBlocks(destroy, kBlockWindow)) return;
+        EXPECT_EQ(ibv_dealloc_pd(pd.release()), 0) << "the PD of an SRQ whose destroy waits for an ack";
         const auto ack = [&event] { ibv_ack_async_event(&event); };
         if (!ExpectReturnsAfter(destroy, ack, kReturnWindow)) return;
         EXPECT_EQ(destroy.result(), 0);

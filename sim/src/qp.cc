@@ -514,9 +514,9 @@ int Qp::Destroy() {
       recv_cq_->RemoveQp(this);
     }
   }
-  events_.Purge(ctx_->async_events());
-  events_.WaitForAcks(qp_num());
-
+  // What the QP holds is free before the wait for acks, as libibverbs waits
+  // after the kernel has destroyed the QP (ibv_cmd_destroy_qp): a PD or SRQ
+  // may go meanwhile.
   if (xrcd_) {
     xrcd_->RemoveUser();  // an XRC_RECV QP holds no PD or SRQ of its own
   } else {
@@ -524,6 +524,8 @@ int Qp::Destroy() {
     if (srq_) srq_->RemoveUser();
   }
   ctx_->device()->Release(Device::Kind::kQp);
+  events_.Purge(ctx_->async_events());
+  events_.WaitForAcks(qp_num());
   delete this;
   return 0;
 }

@@ -266,14 +266,17 @@ int Srq::Destroy() {
     std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
     LeaveXrcDirectoryLocked();
   }
-  events_.Purge(ctx_->async_events());
-  events_.WaitForAcks(handle_.pub.handle);
+  // Free before the wait for acks, as the kernel destroys the SRQ before
+  // libibverbs waits (ibv_cmd_destroy_srq): its PD, XRC domain and CQ may go meanwhile.
   pd_->RemoveUser();
   if (xrcd_) {
     xrcd_->RemoveUser();
     cq_->RemoveSrq();
   }
   ctx_->device()->Release(Device::Kind::kSrq);
+  const uint32_t handle = handle_.pub.handle;
+  events_.Purge(ctx_->async_events());
+  events_.WaitForAcks(handle);
   delete this;
   return 0;
 }
