@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <memory>
 #include <thread>
 
 #include "conformance/lib/blocking_call.h"
@@ -19,7 +20,20 @@
 namespace conformance {
 namespace {
 
-class AsyncEventTest : public VerbsTest {};
+class AsyncEventTest : public VerbsTest {
+ protected:
+  // A thread in ibv_get_async_event on context (it acks what it gets), still blocked after the
+  // block window: no event is raised.
+  static void StartBlockedReader(ibv_context* context, std::unique_ptr<CancellableCall>* reader) {
+    *reader = std::make_unique<CancellableCall>([context] {
+      ibv_async_event event = {};
+      if (ibv_get_async_event(context, &event) == 0) ibv_ack_async_event(&event);
+    });
+    ASSERT_TRUE((*reader)->started());
+    std::this_thread::sleep_for(kBlockWindow);  // a bounded wait for a negative: it stays blocked
+    ASSERT_FALSE((*reader)->returned()) << "ibv_get_async_event returned with no event raised";
+  }
+};
 
 // Rule: ibv_get_async_event(3): "returns 0 on success, and -1 on error"; its non-blocking example
 //   sets O_NONBLOCK on ctx->async_fd to "Set the async events queue work mode to be non-blocked".
@@ -43,14 +57,9 @@ TEST_F(AsyncEventTest, CancelledReaderEndsAndTheDeviceCloses) {
       [&] {
         ibv_context* context = OpenAnotherContext().release();
         ASSERT_NE(context, nullptr);
-        CancellableCall reader([context] {
-          ibv_async_event event = {};
-          if (ibv_get_async_event(context, &event) == 0) ibv_ack_async_event(&event);
-        });
-        ASSERT_TRUE(reader.started());
-        std::this_thread::sleep_for(kBlockWindow);  // a bounded wait for a negative: it stays blocked
-        ASSERT_FALSE(reader.returned()) << "ibv_get_async_event returned with no event raised";
-        ASSERT_TRUE(reader.CancelAndJoin(kReturnWindow))
+        std::unique_ptr<CancellableCall> reader;
+        ASSERT_NO_FATAL_FAILURE(StartBlockedReader(context, &reader));
+        ASSERT_TRUE(reader->CancelAndJoin(kReturnWindow))
             << "the thread blocked in ibv_get_async_event did not end on pthread_cancel";
         BlockingCall close_device([context] { return ibv_close_device(context); });
         if (!ExpectReturnsWithin(close_device, kReturnWindow)) return;
@@ -71,17 +80,12 @@ TEST_F(AsyncEventTest, ForkedChildClosesTheDeviceOfABlockedParentReader) {
       [&] {
         ibv_context* context = OpenAnotherContext().release();
         ASSERT_NE(context, nullptr);
-        CancellableCall reader([context] {
-          ibv_async_event event = {};
-          if (ibv_get_async_event(context, &event) == 0) ibv_ack_async_event(&event);
-        });
-        ASSERT_TRUE(reader.started());
-        std::this_thread::sleep_for(kBlockWindow);  // a bounded wait for a negative: it stays blocked
-        ASSERT_FALSE(reader.returned()) << "ibv_get_async_event returned with no event raised";
+        std::unique_ptr<CancellableCall> reader;
+        ASSERT_NO_FATAL_FAILURE(StartBlockedReader(context, &reader));
         const ChildResult child = RunInChild([context] { return ibv_close_device(context) == 0 ? 0 : 1; },
                                              kReturnWindow, "ibv_close_device in a forked child");
         EXPECT_TRUE(Passed(child));
-        ASSERT_TRUE(reader.CancelAndJoin(kReturnWindow));
+        ASSERT_TRUE(reader->CancelAndJoin(kReturnWindow));
         EXPECT_EQ(ibv_close_device(context), 0);
       },
       kChildTimeout, "fork() while a thread is in ibv_get_async_event");

@@ -210,12 +210,7 @@ int CmService::Connect(CmId* id, const CmMessage& req, int lost) {
     if (err == EAGAIN) {
       // The listener has not taken the requests before ours yet: as a REQ
       // lost on the way, sent again after kResponseTimeout (Resend).
-      CmTimer timer;
-      timer.kind = CmTimer::Kind::kResend;
-      timer.id = id;
-      timer.message = req;
-      timer.lost = lost + 1;
-      timers_.Add(kResponseTimeout, timer);
+      ResendLater(id, req, lost + 1);
       EnsureThread();
       return 0;
     }
@@ -231,6 +226,15 @@ int CmService::Connect(CmId* id, const CmMessage& req, int lost) {
   return 0;
 }
 
+void CmService::ResendLater(CmId* id, const CmMessage& m, int lost) {
+  CmTimer timer;
+  timer.kind = CmTimer::Kind::kResend;
+  timer.id = id;
+  timer.message = m;
+  timer.lost = lost;
+  timers_.Add(kResponseTimeout, timer);
+}
+
 int CmService::Send(CmId* id, const CmMessage& m) {
   if (id->sock < 0) return ENOTCONN;
   return SendOrLose(id, id->sock, m, 0);
@@ -238,12 +242,7 @@ int CmService::Send(CmId* id, const CmMessage& m) {
 
 int CmService::SendOrLose(CmId* id, int sock, const CmMessage& m, int lost) {
   if (CmFaults::Resent(m.type) && faults_.TakeDrop(m.type)) {
-    CmTimer timer;
-    timer.kind = CmTimer::Kind::kResend;
-    timer.id = id;
-    timer.message = m;
-    timer.lost = lost + 1;
-    timers_.Add(kResponseTimeout, timer);
+    ResendLater(id, m, lost + 1);
     return 0;
   }
   if (send(sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof m)) return errno;

@@ -125,6 +125,8 @@ class CmService {
   // Sends m on sock unless a fault loses it; a lost message that needs an
   // answer is resent by a timer. `lost`: how often it was lost before.
   int SendOrLose(CmId* id, int sock, const CmMessage& m, int lost);
+  // Sends m for id again after kResponseTimeout (Resend); `lost`: the tries that failed so far.
+  void ResendLater(CmId* id, const CmMessage& m, int lost);
   void Register(CmId* id, int sock, bool listener);
   void OnListener(CmId* listener);
   void OnConnection(uint64_t token);
