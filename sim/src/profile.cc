@@ -355,6 +355,11 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
 
 ProfileLoad LoadProfileFile(const std::string& path) {
   ProfileLoad out;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    out.error = "profile " + path + ": is a directory (give a profile's name or the path of its .json file)";
+    return out;
+  }
   std::ifstream in(path);
   if (!in) {
     out.error = "profile " + path + ": cannot open: " + std::strerror(errno);
@@ -381,6 +386,8 @@ ProfileLoad LoadProfileFile(const std::string& path) {
     out.error = "profile " + path + ": not valid JSON: " + e.what();
   } catch (const ProfileError& e) {
     out.error = "profile " + path + ": " + e.what();
+  } catch (const std::ios_base::failure& e) {
+    out.error = "profile " + path + ": cannot read: " + e.what();
   }
   return out;
 }

@@ -126,7 +126,9 @@ int RunCmFault(const InjectOptions& o, CmKind kind) {
               kind == CmKind::kReject ? "CM_REJECT" : "CM_DROP", what.c_str(), post.delivered, post.answered,
               post.processes);
   if (post.answered < post.processes) {
-    std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms (pid %s)\n",
+    std::fprintf(stderr,
+                 "simverbs inject: %d process(es) did not answer within %d ms (pid %s); the request stays "
+                 "queued there and takes effect when they next run (do not inject it again for them)\n",
                  post.processes - post.answered, o.timeout_ms, post.silent.c_str());
     return 1;
   }
@@ -159,7 +161,8 @@ CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
   cmd->add_option("--reason", o->reason, "CM_REJECT: the IBTA reject reason the client sees (default 28)");
   cmd->add_option("--message", o->message, std::string("CM_DROP: the message lost, one of ") +
                                                 simverbs::kCmMessageNames + " (default REQ)");
-  cmd->add_option("--timeout-ms", o->timeout_ms, "How long to wait for every process to answer (default 5000)");
+  cmd->add_option("--timeout-ms", o->timeout_ms, "How long to wait for every process to answer (default 5000)")
+      ->check(CLI::PositiveNumber);
   return cmd;
 }
 
@@ -221,7 +224,9 @@ int RunInject(const InjectOptions& o) {
   std::printf("%s on %s: %u event(s) delivered; %d of %d process(es) answered\n", name, where.c_str(),
               post.delivered, post.answered, post.processes);
   if (post.answered < post.processes) {
-    std::fprintf(stderr, "simverbs inject: %d process(es) did not answer within %d ms (pid %s)\n",
+    std::fprintf(stderr,
+                 "simverbs inject: %d process(es) did not answer within %d ms (pid %s); the event stays queued "
+                 "there and is delivered when they next run (do not inject it again for them)\n",
                  post.processes - post.answered, o.timeout_ms, post.silent.c_str());
     return 1;
   }

@@ -140,6 +140,11 @@ int Record(const RecordOptions& options) {
 
   // What the device cannot tell (the behaviour, the description) stays as the file has it.
   Json existing = Json::object();
+  if (!options.output.empty() && std::filesystem::is_directory(options.output)) {
+    std::fprintf(stderr, "simverbs record: %s is a directory; give the path of the .json file to write\n",
+                 options.output.c_str());
+    return 2;
+  }
   if (!options.output.empty() && std::filesystem::exists(options.output)) {
     std::ifstream in(options.output);
     try {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,16 @@ std::string FindLibDir() {
   return {};
 }
 
-int Run(const std::string& profile, bool sysfs, const std::vector<std::string>& command) {
+// The profile a command uses: --profile, else the SIMVERBS_PROFILE the
+// library itself would take (a nested `simverbs run` keeps the outer one's).
+std::string ChosenProfile(const std::string& option) {
+  if (!option.empty()) return option;
+  const char* env = std::getenv("SIMVERBS_PROFILE");
+  return env ? env : "";
+}
+
+int Run(const std::string& option_profile, bool sysfs, const std::vector<std::string>& command) {
+  const std::string profile = ChosenProfile(option_profile);
   if (command.empty()) {
     std::fprintf(stderr, "simverbs run: no program given; usage: simverbs run [--profile P] -- PROGRAM [ARGS...]\n");
     return 2;
@@ -73,7 +83,11 @@ int Run(const std::string& profile, bool sysfs, const std::vector<std::string>& 
   std::string path = libdir;
   if (const char* old = std::getenv("LD_LIBRARY_PATH"); old && *old) path += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", path.c_str(), 1);
-  setenv("SIMVERBS_PROFILE", load.profile.path.c_str(), 1);
+  // Absolute: the program, and `simverbs inject` or `counters` run from
+  // another directory, find the same file.
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(load.profile.path, ec);
+  setenv("SIMVERBS_PROFILE", ec ? load.profile.path.c_str() : absolute.c_str(), 1);
 
   std::vector<char*> argv;
   for (const auto& arg : command) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -83,8 +97,8 @@ int Run(const std::string& profile, bool sysfs, const std::vector<std::string>& 
   return 127;
 }
 
-int Devices(const std::string& profile) {
-  const simverbs::ProfileLoad load = simverbs::LoadProfile(profile);
+int Devices(const std::string& option_profile) {
+  const simverbs::ProfileLoad load = simverbs::LoadProfile(ChosenProfile(option_profile));
   if (!load.error.empty()) {
     std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
     return 2;
@@ -150,12 +164,24 @@ int RunCommand(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "run") return RunCommand(argc, argv);
+  if (argc >= 2 && argv[1][0] != '-') {
+    static const std::set<std::string> kCommands = {"devices", "profiles", "record", "inject", "clean", "counters"};
+    if (!kCommands.count(argv[1])) {
+      std::fprintf(stderr,
+                   "simverbs: unknown command '%s'; the commands are run, devices, profiles, record, inject, "
+                   "clean and counters (simverbs --help, simverbs COMMAND --help)\n",
+                   argv[1]);
+      return 2;
+    }
+  }
 
   CLI::App app{"simverbs: a simulated RDMA HCA for unmodified verbs programs"};
   app.require_subcommand(1);
 
   std::string profile;
-  app.add_subcommand("run", "Run PROGRAM with the simulator in place of libibverbs: run [--profile P] -- PROGRAM ARGS...");
+  app.add_subcommand("run",
+                     "Run PROGRAM with the simulator in place of libibverbs: run [--profile P] [--sysfs] -- PROGRAM "
+                     "ARGS... (without --profile: $SIMVERBS_PROFILE, else sim-ib)");
   CLI::App* devices = app.add_subcommand("devices", "List the simulated devices of a profile");
   devices->add_option("--profile,-p", profile, "Device profile: a name or a .json path");
   app.add_subcommand("profiles", "List the profiles that can be given by name");

@@ -52,7 +52,7 @@ std::string CheckShmFd(int fd, const std::string& name, size_t size, int* err) {
     *err = EINVAL;
     return "shared memory " + ShmPath(name) + " is " + std::to_string(st.st_size) + " bytes, not the " +
            std::to_string(size) + " of this simverbs version's object: it was not used. Remove it (rm " + ShmPath(name) +
-           ", or 'simverbs clean') once no program of an older simverbs uses it";
+           ") once no program of another simverbs version uses it, or set SIMVERBS_FABRIC to another name";
   }
   return "";
 }

@@ -35,6 +35,8 @@ namespace simverbs {
 namespace fault_plan {
 namespace {
 
+constexpr uint64_t kMaxAfterMs = 365ull * 24 * 3600 * 1000;
+
 using nlohmann::json;
 
 struct PlanError : std::runtime_error {
@@ -374,6 +376,11 @@ Trigger ParseTrigger(const json& j, const std::string& where) {
     t.kind = Trigger::Kind::kAfterMs;
     if (!v->is_number_unsigned()) Fail(fields.Path("after_ms"), "expected a whole number of milliseconds");
     t.n = v->get<uint64_t>();
+    // Past this the steady clock's time point would wrap into the past and fire at once.
+    if (t.n > kMaxAfterMs) {
+      Fail(fields.Path("after_ms"), "at most " + std::to_string(kMaxAfterMs) + " (a year); leave the fault out to "
+                                    "never fire it");
+    }
     ++kinds;
   }
   if (const json* v = fields.Find("post_send")) {
@@ -414,7 +421,8 @@ Action ParseAction(const json& j, const std::string& where) {
 }
 
 Plan Parse(const std::string& path, const std::string& text) {
-  const json j = json::parse(text);
+  // Comments are taken, as in profiles (fixtures/FORMAT.md shows plans with them).
+  const json j = json::parse(text, nullptr, true, /*ignore_comments=*/true);
   Fields top(j, "plan");
   Plan plan;
   plan.path = path;

@@ -38,7 +38,9 @@ bool Scheduler::ParseSeed(const std::string& text, uint64_t* out) {
   if (text.empty() || text[0] == '-') return false;
   errno = 0;
   char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
+  // Decimal, or hex after 0x: a leading zero is not octal (010 is ten).
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const unsigned long long v = std::strtoull(text.c_str(), &end, hex ? 16 : 10);
   if (errno != 0 || !end || *end != '\0') return false;
   *out = v;
   return true;

@@ -4,8 +4,11 @@ the simulator in front of it; a bad profile is a clear error.
 
 usage: cli_check.py SIMVERBS_CLI
 """
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 cli = sys.argv[1]
 failures = []
@@ -15,7 +18,12 @@ def run(*args):
     return subprocess.run([cli, *args], capture_output=True, text=True, timeout=60)
 
 
+checks = 0
+
+
 def expect(what, cond, detail):
+    global checks
+    checks += 1
     if not cond:
         failures.append(f"{what}: {detail}")
 
@@ -49,7 +57,31 @@ r = run("run", "--", "/usr/bin/python3", "-c",
 expect("pyverbs lists the simulated devices", r.returncode == 0 and "'sim0', 'sim1'" in r.stdout,
        repr(r.stdout + r.stderr))
 
+r = run("frobnicate")
+expect("an unknown command exits 2 and names it and the commands",
+       r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr and "inject" in r.stderr, repr(r.stderr))
+
+r = run("devices", "--profile", "/tmp")
+expect("a directory as profile exits 2 and says so", r.returncode == 2 and "is a directory" in r.stderr,
+       f"exit {r.returncode}: {r.stderr!r}")
+
+r = subprocess.run([cli, "run", "--", "sh", "-c", 'echo "$SIMVERBS_PROFILE"'], capture_output=True, text=True,
+                   timeout=60, env=dict(os.environ, SIMVERBS_PROFILE="sim-roce"))
+expect("run without --profile keeps SIMVERBS_PROFILE", r.stdout.strip().endswith("sim-roce.json"), repr(r.stdout))
+
+with tempfile.TemporaryDirectory() as tmp:
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(cli)), "..", "..", "..", "fixtures", "devices",
+                             "sim-roce.json"), os.path.join(tmp, "mine.json"))
+    r = subprocess.run([os.path.abspath(cli), "run", "--profile", "mine.json", "--", "sh", "-c",
+                        'echo "$SIMVERBS_PROFILE"'], capture_output=True, text=True, timeout=60, cwd=tmp)
+    expect("run exports a relative --profile as an absolute path",
+           r.stdout.strip() == os.path.join(os.path.realpath(tmp), "mine.json") or
+           r.stdout.strip() == os.path.join(tmp, "mine.json"), repr(r.stdout + r.stderr))
+
+r = run("inject", "PORT_ERR", "--timeout-ms", "0")
+expect("inject refuses a timeout of 0", r.returncode != 0 and "timeout-ms" in r.stderr, repr(r.stderr))
+
 for f in failures:
     print("FAIL", f)
-print(f"{9 - len(failures)} passed, {len(failures)} failed")
+print(f"{checks - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)

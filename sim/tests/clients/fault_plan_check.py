@@ -130,11 +130,19 @@ for name, plan, needle in [
         ("timed-qp-event", fault({"after_ms": 1}, {"event": "QP_FATAL"}), "faults[0].action.qp"),
         ("bad-device", fault({"after_ms": 1}, {"event": "PORT_ERR", "device": "sim9"}), "faults[0].action.device"),
         ("zero-count", fault({"completions": 0}, {"event": "CQ_ERR"}), "faults[0].trigger.completions"),
+        # Beyond a year the deadline would wrap into the past and fire at once.
+        ("far-future", fault({"after_ms": 10000000000000}, {"event": "LID_CHANGE"}), "faults[0].trigger.after_ms"),
         ("no-faults", {"fault": []}, "plan.faults: missing field")]:
     rc, out, err, path = run_with_plan(name, plan, "0", "0")
     expect(f"broken plan {name}: the program cannot open the device", rc != 0 and "DONE" not in out, f"exit {rc}")
     expect(f"broken plan {name}: file and field in the message", f"SIMVERBS_FAULTS={path}: " in err and needle in err,
            repr(err[:300]))
+
+# Comments are taken, as in profiles (fixtures/FORMAT.md's example has them).
+rc, out, err, _ = run_with_plan("comments", '{\n  // a comment\n  "faults": [{"trigger": {"after_ms": 1}, '
+                                '"action": {"event": "LID_CHANGE"}}]  /* another */\n}', "0", "1")
+expect("a plan with comments loads and fires", rc == 0 and [line for line in out if line.startswith("EVENT")] ==
+       ["EVENT 11"], f"exit {rc}: {out} {err[:300]!r}")
 
 env = dict(os.environ, SIMVERBS_FABRIC=fabric, SIMVERBS_FAULTS=os.path.join(tmp, "missing.json"))
 r = subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, text=True, env=env, timeout=60)
