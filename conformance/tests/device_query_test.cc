@@ -5,9 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "conformance/lib/errno_capture.h"
@@ -17,6 +19,10 @@
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/verbs_test.h"
+
+// Exported by libibverbs (IBVERBS_1.0) for providers; declared in rdma-core's driver.h, which
+// Debian does not install.
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 namespace conformance {
 namespace {
@@ -265,11 +271,82 @@ TEST_F(DeviceQueryTest, QueryPkeyIndexZeroNonZero) {
   EXPECT_NE(be16toh(pkey) & 0x7fff, 0) << "P_Key 0 is 0x" << std::hex << be16toh(pkey);
 }
 
-// Rule: ibv_query_pkey(3): "returns 0 on success, and -1 on error."
-// Checks: index pkey_tbl_len (one past the table) returns -1.
+// Rule: ibv_query_pkey(3): "returns 0 on success, and -1 on error"; rdma-core 44 reads the entry
+//   from sysfs (ports/N/pkeys/I), so an index past the table fails with the open's ENOENT.
+// Checks: index pkey_tbl_len (one past the table) returns -1 with errno ENOENT.
 TEST_F(DeviceQueryTest, QueryPkeyFails_IndexOutOfRange) {
   uint16_t pkey = 0;
-  EXPECT_EQ(ibv_query_pkey(context(), port(), port_attr().pkey_tbl_len, &pkey), -1);
+  EXPECT_THAT(CaptureErrno([&] { return ibv_query_pkey(context(), port(), port_attr().pkey_tbl_len, &pkey); }),
+              FailsWithErrno(ENOENT));
+}
+
+// Rule: ibv_get_pkey_index(3) "returns an index in the P_Key table"; rdma-core 44 reads the entries
+//   0, 1, ... with ibv_query_pkey until one matches, and an empty entry reads 0x0000.
+// Checks: on a port whose table has an empty entry, ibv_get_pkey_index of P_Key 0x0000 returns the
+//   index of the first entry that ibv_query_pkey reads as 0x0000.
+TEST_F(DeviceQueryTest, GetPkeyIndexFindsTheFirstEmptyEntry) {
+  int first_empty = -1;
+  for (int i = 0; i < port_attr().pkey_tbl_len && first_empty < 0; ++i) {
+    uint16_t pkey = 1;
+    ASSERT_EQ(ibv_query_pkey(context(), port(), i, &pkey), 0) << "index " << i;
+    if (pkey == 0) first_empty = i;
+  }
+  SKIP_IF(first_empty < 0) << "(every P_Key entry is in use)";
+  EXPECT_EQ(ibv_get_pkey_index(context(), port(), 0), first_empty);
+}
+
+// Rule: ibv_query_gid_table(3) fills "entries" and "returns ... a negative errno value on error";
+//   rdma-core 44 passes the array to the kernel as one ioctl attribute whose length is 16 bits
+//   (fill_attr_out: a longer one is EINVAL); a NULL array is EINVAL as well (rxe 6.1 with rdma-core 44).
+// Checks: with entries NULL and room for one entry it returns -EINVAL; with a 4096-entry array (more
+//   than 65535 bytes) it returns -EINVAL.
+TEST_F(DeviceQueryTest, QueryGidTableFails_NullOrTooLongArray) {
+  EXPECT_EQ(ibv_query_gid_table(context(), nullptr, 1, 0), -EINVAL);
+  std::vector<ibv_gid_entry> entries(4096);
+  EXPECT_EQ(ibv_query_gid_table(context(), entries.data(), entries.size(), 0), -EINVAL);
+}
+
+// Rule: ibv_query_port(3) fills the port attributes; the exported ibv_query_port symbol is libibverbs'
+//   compatibility entry (verbs.h routes the call through ibv_query_port_ex), whose struct
+//   _compat_ibv_port_attr ends with flags, which it fills too (verbs.c: __lib_query_port).
+// Checks: the symbol called directly (not the verbs.h inline) gives the same flags, link_layer and
+//   active_mtu as the inline call, in a struct first filled with 0xaa bytes.
+TEST_F(DeviceQueryTest, QueryPortSymbolFillsFlags) {
+  ibv_port_attr inline_attr = {};
+  ASSERT_EQ(ibv_query_port(context(), port(), &inline_attr), 0);
+  ibv_port_attr symbol_attr;
+  std::memset(&symbol_attr, 0xaa, sizeof symbol_attr);
+  ASSERT_EQ((ibv_query_port)(context(), port(), reinterpret_cast<_compat_ibv_port_attr*>(&symbol_attr)), 0);
+  EXPECT_EQ(symbol_attr.flags, inline_attr.flags);
+  EXPECT_EQ(symbol_attr.link_layer, inline_attr.link_layer);
+  EXPECT_EQ(symbol_attr.active_mtu, inline_attr.active_mtu);
+}
+
+// Rule: ibv_read_sysfs_file (rdma-core's driver.h, verbs.c) returns the length read with a trailing
+//   newline taken off, and fails (-1) only when the text would have to be cut to be terminated.
+// Checks: a 6-byte file "Linux\n" read into 6 bytes gives 5 and "Linux"; "Linuxy" (no newline) into 6
+//   bytes gives -1; into 7 bytes 6 and "Linuxy".
+TEST_F(DeviceQueryTest, ReadSysfsFileTakesOffTheNewline) {
+  char dir[] = "/tmp/sysfs-read-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr) << ErrnoName(errno);
+  const std::string with_newline = std::string(dir) + "/a";
+  const std::string without = std::string(dir) + "/b";
+  for (const auto& [path, text] : {std::pair{with_newline, "Linux\n"}, std::pair{without, "Linuxy"}}) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT_GE(fd, 0) << ErrnoName(errno);
+    ASSERT_EQ(write(fd, text, 6), 6);
+    close(fd);
+  }
+  char buf[8] = {};
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "a", buf, 6), 5);
+  EXPECT_STREQ(buf, "Linux");
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "b", buf, 6), -1);
+  std::memset(buf, 0, sizeof buf);
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "b", buf, 7), 6);
+  EXPECT_STREQ(buf, "Linuxy");
+  unlink(with_newline.c_str());
+  unlink(without.c_str());
+  rmdir(dir);
 }
 
 // Rule: ibv_get_pkey_index(3): "accepts a P_Key in network byte order and ... returns an index

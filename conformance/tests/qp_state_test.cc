@@ -428,6 +428,29 @@ TEST_F(QpAttrTest, ModifyFails_AlternatePathOutOfRange) {
   EXPECT_TRUE(StateIs(IBV_QPS_INIT));
 }
 
+// Rule: ibv_modify_qp(3) and ibv_create_ah(3) take the source GID by its index; the kernel resolves it
+//   in the GID table and an empty entry has none (rdma_fill_sgid_attr -> rdma_get_gid_attr: ENODATA, in
+//   _ib_modify_qp and rdma_create_user_ah); ibv_query_gid_ex(3) reports an empty entry with ENODATA.
+// Checks: with sgid_index naming an entry of the port's table that ibv_query_gid_ex reports empty,
+//   INIT->RTR returns ENODATA (the QP stays in INIT) and ibv_create_ah returns NULL with errno ENODATA.
+TEST_F(QpAttrTest, ModifyAndCreateAhFail_EmptySourceGidEntry) {
+  int empty = -1;
+  for (int i = 0; i < port_attr().gid_tbl_len && empty < 0; ++i) {
+    ibv_gid_entry entry = {};
+    if (ibv_query_gid_ex(context(), port(), static_cast<uint32_t>(i), &entry, 0) == ENODATA) empty = i;
+  }
+  SKIP_IF(empty < 0) << "(every GID entry of the port is in use)";
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ASSERT_TRUE(DriveTo(IBV_QPS_INIT));
+  ibv_qp_attr attr = FullAttr(IBV_QPS_RTR);
+  attr.ah_attr.is_global = 1;
+  attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(empty);
+  attr.ah_attr.grh.hop_limit = 64;
+  EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kRtrRc), ReturnsErrno(ENODATA));
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_ah(pd(), &attr.ah_attr); }), ReturnsNullWithErrno(ENODATA));
+}
+
 // Rule: ibv_query_device(3): max_qp_init_rd_atom is the "Maximum depth per QP for initiation of RDMA Read &
 //   atomic operations"; IBTA Vol 1 ch. 11 (Modify Queue Pair): a value above the HCA's maximum is an invalid
 //   modifier.

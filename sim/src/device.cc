@@ -6,6 +6,7 @@
 #include "context.h"
 #include "fabric/fabric.h"
 #include "fault/fault_plan.h"
+#include "gid.h"
 #include "mr.h"
 #include "mw.h"
 #include "qp.h"
@@ -162,6 +163,12 @@ Qp* Device::FindQp(uint32_t qpn) const {
   last_qpn_ = qpn;
   last_qp_ = it->second;
   return it->second;
+}
+
+bool Device::HasGid(int port_num, uint32_t index) const {
+  if (!ValidPort(port_num)) return false;
+  const auto& gids = profile_.ports[port_num - 1].gids;
+  return index < gids.size() && !IsZeroGid(gids[index].gid);
 }
 
 }  // namespace simverbs

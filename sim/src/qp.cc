@@ -200,7 +200,9 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > d.max_qp_init_rd_atom) return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > d.max_qp_rd_atom) return EINVAL;
   if ((mask & IBV_QP_PATH_MIG_STATE) && a.path_mig_state > IBV_MIG_ARMED) return EINVAL;
-  if ((mask & IBV_QP_AV) && !AddressFits(a.ah_attr, p)) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    if (int err = AddressError(a.ah_attr, port, p)) return err;
+  }
   if (mask & IBV_QP_ALT_PATH) {
     // The alternate path is checked as the primary one is
     // (drivers/infiniband/core/uverbs_cmd.c: modify_qp wants a valid
@@ -208,18 +210,21 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
     // alt_timeout and the address; the P_Key index is looked up).
     if (!dev->ValidPort(a.alt_port_num) || a.alt_ah_attr.port_num != a.alt_port_num) return EINVAL;
     const ibv_port_attr& alt = dev->profile().ports[a.alt_port_num - 1].attr;
-    if (a.alt_timeout > 31 || a.alt_pkey_index >= alt.pkey_tbl_len || !AddressFits(a.alt_ah_attr, alt)) {
-      return EINVAL;
-    }
+    if (a.alt_timeout > 31 || a.alt_pkey_index >= alt.pkey_tbl_len) return EINVAL;
+    if (int err = AddressError(a.alt_ah_attr, a.alt_port_num, alt)) return err;
   }
   return 0;
 }
 
-bool Qp::AddressFits(const ibv_ah_attr& ah, const ibv_port_attr& port) const {
-  if (ah.port_num != 0 && !ctx_->device()->ValidPort(ah.port_num)) return false;
+int Qp::AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& port) const {
+  const Device* dev = ctx_->device();
+  if (ah.port_num != 0 && !dev->ValidPort(ah.port_num)) return EINVAL;
   // RoCE carries every packet in a GRH: an address without one is invalid there.
-  if (port.link_layer == IBV_LINK_LAYER_ETHERNET && !ah.is_global) return false;
-  return !ah.is_global || ah.grh.sgid_index < port.gid_tbl_len;
+  if (port.link_layer == IBV_LINK_LAYER_ETHERNET && !ah.is_global) return EINVAL;
+  if (!ah.is_global) return 0;
+  if (ah.grh.sgid_index >= port.gid_tbl_len) return EINVAL;
+  // An empty entry has no source address (the kernel's rdma_fill_sgid_attr: ENODATA).
+  return dev->HasGid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index) ? 0 : ENODATA;
 }
 
 void Qp::TransmitToPeerLocked(Packet&& p) {

@@ -174,8 +174,10 @@ class Qp {
   Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_init_attr_ex& attr, uint32_t qp_num);
   ~Qp();
   int CheckValues(const ibv_qp_attr& attr, int mask) const;
-  // Whether an address (primary or alternate path) is usable from `port`.
-  bool AddressFits(const ibv_ah_attr& ah, const ibv_port_attr& port) const;
+  // 0 when an address (primary or alternate path) is usable from port
+  // `port_num` (attributes `port`), else the errno: EINVAL, or ENODATA for a
+  // source GID entry that is empty.
+  int AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& port) const;
   // Every state change goes through here (traced). Requires: engine lock.
   void SetStateLocked(ibv_qp_state next);
   // Publishes what peers check of this QP in its state (Fabric::PublishQpLocked).

@@ -93,7 +93,10 @@ int QueryPortOp(ibv_context* ctx, uint8_t port_num, ibv_port_attr* attr, size_t 
 }
 
 int QueryPortCompatOp(ibv_context* ctx, uint8_t port_num, void* attr) {
-  return QueryPortOp(ctx, port_num, static_cast<ibv_port_attr*>(attr), offsetof(ibv_port_attr, flags));
+  // rdma-core's struct _compat_ibv_port_attr ends with flags (port_cap_flags2 and the speed fields after it
+  // are not there).
+  return QueryPortOp(ctx, port_num, static_cast<ibv_port_attr*>(attr),
+                     offsetof(ibv_port_attr, flags) + sizeof(ibv_port_attr::flags));
 }
 
 int QueryGid(ibv_context* ctx, uint32_t port_num, int index, ibv_gid* gid) {
@@ -126,6 +129,10 @@ ssize_t QueryGidTable(ibv_context* ctx, ibv_gid_entry* entries, size_t max_entri
                       size_t entry_size) {
   Device* dev = DeviceOf(ctx);
   if (!dev || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  // rdma-core 44 hands the array to the kernel as one ioctl attribute, whose
+  // length is 16 bits (fill_attr_out: more is EINVAL); a NULL array is
+  // EINVAL too (measured on rxe 6.1, kernel and rdma-core 44).
+  if (max_entries > 0xffff / entry_size || !entries) return -EINVAL;
   size_t n = 0;
   for (int port = 1; port <= dev->port_count(); ++port) {
     const PortProfile& p = dev->profile().ports[port - 1];
@@ -153,21 +160,24 @@ int QueryGidType(ibv_context* ctx, uint8_t port_num, unsigned index, int* type) 
 
 int QueryPkey(ibv_context* ctx, uint8_t port_num, int index, uint16_t* pkey_be) {
   Device* dev = DeviceOf(ctx);
-  if (!dev || !pkey_be || !dev->ValidPort(port_num)) return EINVAL;
+  if (!dev || !pkey_be) return EINVAL;
+  // rdma-core 44 reads ports/N/pkeys/I in sysfs: a port or index that has no
+  // file there fails with the open's ENOENT; every index of the table has one.
+  if (!dev->ValidPort(port_num)) return ENOENT;
   const PortProfile& p = dev->profile().ports[port_num - 1];
-  if (index < 0 || index >= p.attr.pkey_tbl_len) return EINVAL;
+  if (index < 0 || index >= p.attr.pkey_tbl_len) return ENOENT;
   *pkey_be = static_cast<size_t>(index) < p.pkeys.size() ? htons(p.pkeys[index]) : 0;
   return 0;
 }
 
 int GetPkeyIndex(ibv_context* ctx, uint8_t port_num, uint16_t pkey_be) {
-  Device* dev = DeviceOf(ctx);
-  if (!dev || !dev->ValidPort(port_num)) return -EINVAL;
-  const PortProfile& p = dev->profile().ports[port_num - 1];
-  for (size_t i = 0; i < p.pkeys.size(); ++i) {
-    if (htons(p.pkeys[i]) == pkey_be) return static_cast<int>(i);
+  // As rdma-core: ibv_query_pkey of index 0, 1, ... until it matches or fails
+  // (an empty entry reads 0x0000).
+  for (int i = 0;; ++i) {
+    uint16_t entry = 0;
+    if (int err = QueryPkey(ctx, port_num, i, &entry)) return -err;
+    if (entry == pkey_be) return i;
   }
-  return -ENOENT;
 }
 
 const char* SysfsValue(const char* dir, const char* file, char* scratch, size_t scratch_len) {

@@ -153,10 +153,17 @@ SIMVERBS_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char*
   return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
     char scratch[256];
     if (const char* value = SysfsValue(dir, file, scratch, sizeof scratch)) {
-      if (size == 0) return -1;
-      std::snprintf(buf, size, "%s", value);
-      size_t len = std::strlen(buf);
-      if (len > 0 && buf[len - 1] == '\n') buf[--len] = '\0';
+      // As rdma-core's, for a file of this text: a trailing newline becomes
+      // the terminator; text that fills the buffer without one fails.
+      size_t len = std::min(std::strlen(value), size);
+      std::memcpy(buf, value, len);
+      if (len > 0 && buf[len - 1] == '\n') {
+        buf[--len] = '\0';
+      } else if (len < size) {
+        buf[len] = '\0';
+      } else {
+        return -1;
+      }
       return static_cast<int>(len);
     }
     char path[512];
@@ -165,10 +172,15 @@ SIMVERBS_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char*
     if (fd < 0) return -1;
     const ssize_t len = read(fd, buf, size);
     close(fd);
-    if (len <= 0 || static_cast<size_t>(len) == size) return -1;
-    buf[len] = '\0';
+    if (len < 0) return -1;
     ssize_t n = len;
-    if (buf[n - 1] == '\n') buf[--n] = '\0';
+    if (n > 0 && buf[n - 1] == '\n') {
+      buf[--n] = '\0';
+    } else if (static_cast<size_t>(n) < size) {
+      buf[n] = '\0';
+    } else {
+      return -1;  // it would be cut to be terminated
+    }
     return static_cast<int>(n);
   });
 }

@@ -340,4 +340,5 @@ SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp* qp, const 
     return q && gid ? q->DetachMulticast(*gid, lid) : EINVAL;
   });
 }
-SIMVERBS_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return EOPNOTSUPP; }
+// rdma-core's returns 0 or a negative errno: no simulated port has a neighbour table to resolve from.
+SIMVERBS_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) { return -EOPNOTSUPP; }
