@@ -16,6 +16,8 @@ namespace {
 
 constexpr const char* kClassDir = "/sys/class";
 constexpr const char* kInfinibandDir = "/sys/class/infiniband";
+constexpr const char* kDevDir = "/dev";
+constexpr const char* kDevInfinibandDir = "/dev/infiniband";
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
@@ -73,6 +75,73 @@ std::string MakeInfinibandDir() {
   return error;
 }
 
+// /dev/infiniband does not exist (no RDMA driver loaded), and a directory
+// made in /dev would be made outside the namespace too: put a tmpfs on /dev
+// that holds every entry of the real one (directories and nodes bind-mounted
+// from it, links copied) plus an empty infiniband.
+std::string MakeDevInfinibandDir() {
+  const int real = open(kDevDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (real < 0) return Errno(std::string("open ") + kDevDir);
+  struct Entry {
+    std::string name;
+    unsigned char type;
+  };
+  std::vector<Entry> entries;
+  if (DIR* dir = fdopendir(dup(real))) {
+    while (dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") entries.push_back({name, entry->d_type});
+    }
+    closedir(dir);
+  }
+  std::string error;
+  if (mount("simverbs-dev", kDevDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+    error = Errno(std::string("mounting a tmpfs on ") + kDevDir);
+  }
+  for (size_t i = 0; error.empty() && i < entries.size(); ++i) {
+    const std::string target = std::string(kDevDir) + "/" + entries[i].name;
+    const std::string source = "/proc/self/fd/" + std::to_string(real) + "/" + entries[i].name;
+    if (entries[i].type == DT_LNK) {
+      char link[4096];
+      const ssize_t n = readlinkat(real, entries[i].name.c_str(), link, sizeof link - 1);
+      if (n < 0) continue;  // gone meanwhile
+      link[n] = '\0';
+      if (symlink(link, target.c_str()) != 0) error = Errno("symlink " + target);
+      continue;
+    }
+    const bool dir = entries[i].type == DT_DIR;
+    const int made = dir ? mkdir(target.c_str(), 0755) : mknod(target.c_str(), S_IFREG | 0600, 0);
+    if (made != 0 || mount(source.c_str(), target.c_str(), nullptr, MS_BIND | (dir ? MS_REC : 0), nullptr) != 0) {
+      error = Errno("bind-mounting " + target);
+    }
+  }
+  close(real);
+  if (error.empty() && mkdir(kDevInfinibandDir, 0755) != 0) error = Errno(std::string("mkdir ") + kDevInfinibandDir);
+  return error;
+}
+
+// /dev/infiniband/uverbsN for the simulated devices: programs such as UCX use
+// a device only when its uverbs node is a character device they may open for
+// reading and writing. Each is /dev/null bind-mounted (mknod is refused in a
+// user namespace); nothing reads it, the verbs go to the simulator.
+std::string MakeUverbsNodes(size_t count) {
+  struct stat st = {};
+  if (stat(kDevInfinibandDir, &st) == 0) {
+    // A real RDMA stack is loaded: hide its nodes, as its devices are hidden.
+    if (mount("simverbs-uverbs", kDevInfinibandDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+      return Errno(std::string("mounting a tmpfs on ") + kDevInfinibandDir);
+    }
+  } else if (std::string error = MakeDevInfinibandDir(); !error.empty()) {
+    return error;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const std::string node = std::string(kDevInfinibandDir) + "/uverbs" + std::to_string(i);
+    if (mknod(node.c_str(), S_IFREG | 0600, 0) != 0 && errno != EEXIST) return Errno("creating " + node);
+    if (mount("/dev/null", node.c_str(), nullptr, MS_BIND, nullptr) != 0) return Errno("bind-mounting " + node);
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
@@ -98,7 +167,7 @@ std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
       if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + path);
     }
   }
-  return "";
+  return MakeUverbsNodes(device_names.size());
 }
 
 }  // namespace simverbs

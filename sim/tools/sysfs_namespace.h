@@ -10,7 +10,9 @@ namespace simverbs {
 // devices, each with the loopback interface as its net device
 // (/sys/class/infiniband/<dev>/device/net/lo). That is where pyverbs and
 // similar tools look for a device's IP address (then `ip addr show lo` gives
-// 127.0.0.1, which rdma_cm resolves to the first simulated port). Nothing
+// 127.0.0.1, which rdma_cm resolves to the first simulated port), and
+// /dev/infiniband/uverbsN, the device nodes (a character device, /dev/null)
+// that some programs check for before they use a device (UCX). Nothing
 // outside the namespace changes. Without root it first enters a user namespace
 // that maps the caller's uid and gid to themselves. Returns "" or what went
 // wrong and how to fix it.
