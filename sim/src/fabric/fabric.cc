@@ -1555,6 +1555,10 @@ constexpr uint64_t kLookAfterWorkNs = 50'000;
 constexpr uint64_t kLookAfterPlacedWritesNs = 1'000'000;
 constexpr uint32_t kPlacedWritesForStream = 32;
 constexpr int kSpinTurnsPerLook = 64;
+// How soon the progress thread looks again at packets it left to an
+// application that polls: if it has not polled once by then, they are taken
+// here (one short nap per millisecond at most while it does poll).
+constexpr int kLookAgainAtPacketsLeftUs = 50;
 
 }  // namespace
 
@@ -1602,6 +1606,11 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
   int room_retries = 0;  // bounds the loop when a peer's ring says it has room but takes nothing
   uint64_t windows_swept_at = 0;
   bool spin_found_packet = false;
+  // Packets left to an application that polls (app_drains), and where the
+  // ring and its poll count stood then.
+  bool left_to_app = false;
+  uint64_t left_tail = 0;
+  uint64_t left_polls = 0;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
@@ -1634,7 +1643,28 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // kPollDrainReceives receive WQEs' worth a poll; taking them here too
     // would fill its receive queue faster than it reposts (perftest reposts
     // what it polls) and run it dry: RNR NAKs, or lost datagrams.
-    const bool app_drains = app_flushes && !ring_->Empty();
+    bool app_drains = app_flushes && !ring_->Empty();
+    // But an application that polls only between waits elsewhere (UCX polls
+    // between poll(2) calls on its sockets) may leave them there: a READ or
+    // an atomic, which an HCA answers without the target's CPU, would wait
+    // for its next poll. Left once, they are looked at again after a short
+    // nap; if the application has not polled once meanwhile, we take them.
+    bool look_again_soon = false;
+    if (app_drains) {
+      const uint64_t tail = ring_->tail();
+      const uint64_t polls = ring_->polls();
+      if (left_to_app && tail == left_tail && polls == left_polls) {
+        app_drains = false;
+        left_to_app = false;
+      } else {
+        look_again_soon = !left_to_app;  // (seen polling since: the usual nap)
+        left_to_app = true;
+        left_tail = tail;
+        left_polls = polls;
+      }
+    } else {
+      left_to_app = false;
+    }
     const bool inbound = !ring_->Empty() && !app_drains;
     if (inbound) ring_->PrefetchNextPacket();
     if (flush || inbound) {
@@ -1697,7 +1727,9 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
       const auto lock = LockForProgress(app_active);
       if (lock.owns_lock()) SettleOwedWakesLocked(true);
     }
-    if (lock_busy || app_drains) {
+    if (app_drains && look_again_soon) {
+      ring_->NapMicros(seq, kLookAgainAtPacketsLeftUs);
+    } else if (lock_busy || app_drains) {
       ring_->Nap(seq, 1);  // (Sleep would return at once: the ring holds packets)
     } else {
       ring_->Sleep(seq, app_polling || !backlog_empty_ ? 1 : 20);

@@ -17,10 +17,14 @@ namespace simverbs {
 namespace {
 
 // A futex on shared memory (not FUTEX_PRIVATE): it works across processes.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
-  timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, timeout_ms < 0 ? nullptr : &ts,
+void FutexWaitMicros(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_us) {
+  timespec ts{static_cast<time_t>(timeout_us / 1000000), static_cast<long>(timeout_us % 1000000) * 1000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, timeout_us < 0 ? nullptr : &ts,
           nullptr, 0);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
+  FutexWaitMicros(word, expected, timeout_ms < 0 ? -1 : int64_t{timeout_ms} * 1000);
 }
 
 void FutexWake(std::atomic<uint32_t>* word) {
@@ -265,6 +269,8 @@ void PacketRing::Sleep(uint32_t seq, int timeout_ms) {
 namespace simverbs {
 
 void PacketRing::Nap(uint32_t seq, int timeout_ms) { FutexWait(&wake_seq_, seq, timeout_ms); }
+
+void PacketRing::NapMicros(uint32_t seq, int timeout_us) { FutexWaitMicros(&wake_seq_, seq, timeout_us); }
 
 void PacketRing::Interrupt() {
   wake_seq_.fetch_add(1, std::memory_order_release);

@@ -224,6 +224,7 @@ class PacketRing {
   // The same while the ring holds packets that the application drains: no
   // producer wakes it (Interrupt still does).
   void Nap(uint32_t seq, int timeout_ms);
+  void NapMicros(uint32_t seq, int timeout_us);
   // Ends a Sleep at once (used to stop the consumer).
   void Interrupt();
   // A wake a producer owed: if the owner's progress thread sleeps, wakes it.
