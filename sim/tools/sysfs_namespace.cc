@@ -112,7 +112,13 @@ std::string MakeDevInfinibandDir() {
     const bool dir = entries[i].type == DT_DIR;
     const int made = dir ? mkdir(target.c_str(), 0755) : mknod(target.c_str(), S_IFREG | 0600, 0);
     if (made != 0 || mount(source.c_str(), target.c_str(), nullptr, MS_BIND | (dir ? MS_REC : 0), nullptr) != 0) {
-      error = Errno("bind-mounting " + target);
+      // /dev/shm holds the fabric: without it the program would be on a
+      // fabric of its own. Another entry that cannot be had is left out.
+      if (entries[i].name == "shm") {
+        error = Errno("bind-mounting " + target);
+      } else if (made == 0) {
+        dir ? rmdir(target.c_str()) : unlink(target.c_str());
+      }
     }
   }
   close(real);
