@@ -58,8 +58,12 @@ class Fields {
     auto it = j_.find(key);
     return it == j_.end() ? nullptr : &*it;
   }
+  // A whole number from 1 to INT32_MAX: every count and port is stored in an int or unsigned, where a
+  // larger one would wrap (4294967297 would be 1).
   uint64_t Count(const std::string& key, const json& v) const {
-    if (!v.is_number_unsigned() || v.get<uint64_t>() == 0) Fail(Path(key), "expected a whole number from 1 up");
+    if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > INT32_MAX) {
+      Fail(Path(key), "expected a whole number from 1 to " + std::to_string(INT32_MAX));
+    }
     return v.get<uint64_t>();
   }
   void Finish() const {

@@ -132,6 +132,8 @@ for name, plan, needle in [
         ("zero-count", fault({"completions": 0}, {"event": "CQ_ERR"}), "faults[0].trigger.completions"),
         # Beyond a year the deadline would wrap into the past and fire at once.
         ("far-future", fault({"after_ms": 10000000000000}, {"event": "LID_CHANGE"}), "faults[0].trigger.after_ms"),
+        # 2^32 + 1 would wrap to port 1.
+        ("huge-port", fault({"after_ms": 1}, {"event": "PORT_ERR", "port": 4294967297}), "faults[0].action.port"),
         ("no-faults", {"fault": []}, "plan.faults: missing field")]:
     rc, out, err, path = run_with_plan(name, plan, "0", "0")
     expect(f"broken plan {name}: the program cannot open the device", rc != 0 and "DONE" not in out, f"exit {rc}")
