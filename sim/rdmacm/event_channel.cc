@@ -1,11 +1,11 @@
 #include "event_channel.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <new>
-#include <string>
 
 #include "cm_id.h"
 
@@ -17,8 +17,10 @@ EventChannel* EventChannel::Create() {
     errno = ENOMEM;
     return nullptr;
   }
+  // A stream socket pair rather than a pipe: recv(MSG_DONTWAIT) takes a
+  // withdrawn event's byte without blocking whatever the program set on fd.
   int fds[2] = {-1, -1};
-  if (pipe2(fds, O_CLOEXEC) != 0) {
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     const int err = errno;
     delete channel;
     errno = err;
@@ -28,15 +30,11 @@ EventChannel* EventChannel::Create() {
   channel->write_fd_ = fds[1];
   // The CM thread writes with the lock held: it must never block.
   fcntl(fds[1], F_SETFL, O_NONBLOCK);
-  // A read end of our own, non-blocking whatever the program sets on fd.
-  const std::string self = "/proc/self/fd/" + std::to_string(fds[0]);
-  channel->drain_fd_ = open(self.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   return channel;
 }
 
 EventChannel::~EventChannel() {
   for (CmEvent* e : queue_) delete e;
-  if (drain_fd_ >= 0) close(drain_fd_);
   if (write_fd_ >= 0) close(write_fd_);
   if (pub_.fd >= 0) close(pub_.fd);
 }
@@ -47,7 +45,7 @@ void EventChannel::Push(CmEvent* event) {
     queue_.push_back(event);
   }
   const char one = 1;
-  // Fails only with a full pipe (64 KiB of unread events): the fd is readable then anyway.
+  // Fails only with a full socket buffer (a hundred thousand unread events): the fd is readable then anyway.
   [[maybe_unused]] ssize_t n = write(write_fd_, &one, 1);
 }
 
@@ -92,7 +90,7 @@ std::vector<CmEvent*> EventChannel::Withdraw(CmId* id) {
     // Its byte goes too, so the fd is readable only while an event waits.
     // None left: a reader has it and finds one event fewer (Pop loops).
     char token = 0;
-    if (drain_fd_ >= 0 && read(drain_fd_, &token, 1) < 0) continue;
+    if (recv(pub_.fd, &token, 1, MSG_DONTWAIT) < 0) continue;
   }
   return taken;
 }

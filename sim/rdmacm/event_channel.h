@@ -1,13 +1,12 @@
 #pragma once
 
-// An rdma_event_channel: a queue of rdma_cm events and a pipe holding one byte
-// per queued event, so the channel's fd (the pipe's read end) is readable
-// exactly while events wait, works with poll/epoll, and with O_NONBLOCK set
-// by the program rdma_get_cm_event fails with EAGAIN, as librdmacm's read of
-// the kernel's rdma_cm file does. The events of an id that is destroyed or
-// moved leave with their bytes, read through a second, non-blocking open of
-// the read end (/proc/self/fd), so the fd is not left readable with nothing
-// to read.
+// An rdma_event_channel: a queue of rdma_cm events and a stream socket pair
+// holding one byte per queued event, so the channel's fd (one end) is
+// readable exactly while events wait, works with poll/epoll, and with
+// O_NONBLOCK set by the program rdma_get_cm_event fails with EAGAIN, as
+// librdmacm's read of the kernel's rdma_cm file does. The events of an id
+// that is destroyed or moved leave with their bytes (recv with MSG_DONTWAIT),
+// so the fd is not left readable with nothing to read.
 
 #include <rdma/rdma_cma.h>
 
@@ -49,8 +48,7 @@ class EventChannel {
  private:
   EventChannel() = default;
   rdma_event_channel pub_ = {};  // first: the program's pointer is ours
-  int write_fd_ = -1;            // the pipe's write end (non-blocking)
-  int drain_fd_ = -1;            // the read end opened again, non-blocking (-1: /proc missing)
+  int write_fd_ = -1;            // the other end of the socket pair (non-blocking)
   std::mutex mu_;
   std::deque<CmEvent*> queue_;
 };
