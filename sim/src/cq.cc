@@ -433,12 +433,6 @@ void Cq::EndPoll(ibv_cq_ex* ibcq) {
 
 const ibv_wc& Cq::Current(ibv_cq_ex* ibcq) { return From(ibcq)->current_; }
 
-uint64_t Cq::MonotonicNs() {
-  timespec now = {};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1000000000u + static_cast<uint64_t>(now.tv_nsec);
-}
-
 uint64_t Cq::HcaTicks(const Device* device, uint64_t monotonic_ns) {
   const uint64_t khz = device->profile().attr_ex.hca_core_clock;
   const auto ticks = static_cast<unsigned __int128>(monotonic_ns) * khz / 1000000u;

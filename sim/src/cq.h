@@ -48,10 +48,9 @@ class Cq {
   // The size a CQ asked to hold `cqe` entries gets on `device` (its profile's cq_size).
   static int ActualSize(const Device* device, int cqe);
 
-  // The HCA clock (hca_core_clock kHz), counted from CLOCK_MONOTONIC, and
-  // now on it: what completion timestamps and ibv_query_rt_values_ex read.
+  // The HCA clock (hca_core_clock kHz) at a time of CLOCK_MONOTONIC
+  // (MonotonicNs): what completion timestamps and ibv_query_rt_values_ex read.
   static uint64_t HcaTicks(const Device* device, uint64_t monotonic_ns);
-  static uint64_t MonotonicNs();
 
   static Cq* From(const ibv_cq* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }
   static Cq* From(const ibv_cq_ex* cq) { return Handle<ibv_cq_ex, Cq>::From(cq); }

@@ -165,10 +165,10 @@ Qp* Device::FindQp(uint32_t qpn) const {
   return it->second;
 }
 
-bool Device::HasGid(int port_num, uint32_t index) const {
-  if (!ValidPort(port_num)) return false;
+const GidProfile* Device::Gid(int port_num, uint32_t index) const {
+  if (!ValidPort(port_num)) return nullptr;
   const auto& gids = profile_.ports[port_num - 1].gids;
-  return index < gids.size() && !IsZeroGid(gids[index].gid);
+  return index < gids.size() && !IsZeroGid(gids[index].gid) ? &gids[index] : nullptr;
 }
 
 }  // namespace simverbs

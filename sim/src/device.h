@@ -42,8 +42,9 @@ class Device {
   uint64_t guid_be() const { return profile_.attr_ex.orig_attr.node_guid; }
   int port_count() const { return static_cast<int>(profile_.ports.size()); }
   bool ValidPort(int port_num) const { return port_num >= 1 && port_num <= port_count(); }
-  // Whether the port's GID table holds a valid (non-zero) entry at index.
-  bool HasGid(int port_num, uint32_t index) const;
+  // The port's GID entry at index when it is valid (in the profile's table
+  // and not all zero), else nullptr.
+  const GidProfile* Gid(int port_num, uint32_t index) const;
 
   // Port attributes as ibv_query_port reports them now.
   ibv_port_attr PortAttr(int port_num) const;

@@ -224,7 +224,7 @@ int Qp::AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& p
   if (!ah.is_global) return 0;
   if (ah.grh.sgid_index >= port.gid_tbl_len) return EINVAL;
   // An empty entry has no source address (the kernel's rdma_fill_sgid_attr: ENODATA).
-  return dev->HasGid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index) ? 0 : ENODATA;
+  return dev->Gid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index) ? 0 : ENODATA;
 }
 
 void Qp::TransmitToPeerLocked(Packet&& p) {

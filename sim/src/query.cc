@@ -23,15 +23,6 @@ Device* DeviceOf(ibv_context* ctx) {
   return c ? c->device() : nullptr;
 }
 
-// A GID entry is "valid" when it is in the profile's table and not all zero.
-const GidProfile* GidAt(Device* dev, uint32_t port_num, uint32_t index) {
-  if (!dev->ValidPort(static_cast<int>(port_num))) return nullptr;
-  const PortProfile& port = dev->profile().ports[port_num - 1];
-  if (index >= port.gids.size()) return nullptr;
-  const GidProfile& g = port.gids[index];
-  return IsZeroGid(g.gid) ? nullptr : &g;
-}
-
 ibv_gid_type GidEntryType(const Device* dev, uint32_t port_num, const GidProfile& g) {
   if (dev->profile().ports[port_num - 1].attr.link_layer != IBV_LINK_LAYER_ETHERNET) return IBV_GID_TYPE_IB;
   return g.kind == GidKind::kRoceV2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
@@ -74,7 +65,7 @@ int QueryRtValuesOp(ibv_context* ctx, ibv_values_ex* values) {
   uint32_t answered = 0;
   if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
     values->raw_clock.tv_sec = 0;
-    values->raw_clock.tv_nsec = static_cast<long>(Cq::HcaTicks(dev, Cq::MonotonicNs()));
+    values->raw_clock.tv_nsec = static_cast<long>(Cq::HcaTicks(dev, MonotonicNs()));
     answered |= IBV_VALUES_MASK_RAW_CLOCK;
   }
   values->comp_mask = answered;
@@ -104,7 +95,7 @@ int QueryGid(ibv_context* ctx, uint32_t port_num, int index, ibv_gid* gid) {
   if (!dev || !gid || !dev->ValidPort(static_cast<int>(port_num))) return EINVAL;
   if (index < 0 || index >= dev->profile().ports[port_num - 1].attr.gid_tbl_len) return EINVAL;
   // An empty slot reads as the zero GID, as rdma-core does for ENODATA.
-  const GidProfile* g = GidAt(dev, port_num, static_cast<uint32_t>(index));
+  const GidProfile* g = dev->Gid(static_cast<int>(port_num), static_cast<uint32_t>(index));
   if (g) {
     *gid = g->gid;
   } else {
@@ -119,7 +110,7 @@ int QueryGidEx(ibv_context* ctx, uint32_t port_num, uint32_t index, ibv_gid_entr
   if (!dev || !entry || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
   if (!dev->ValidPort(static_cast<int>(port_num))) return EINVAL;
   if (index >= static_cast<uint32_t>(dev->profile().ports[port_num - 1].attr.gid_tbl_len)) return EINVAL;
-  const GidProfile* g = GidAt(dev, port_num, index);
+  const GidProfile* g = dev->Gid(static_cast<int>(port_num), index);
   if (!g) return ENODATA;
   FillGidEntry(dev, port_num, index, *g, entry);
   return 0;
@@ -137,7 +128,7 @@ ssize_t QueryGidTable(ibv_context* ctx, ibv_gid_entry* entries, size_t max_entri
   for (int port = 1; port <= dev->port_count(); ++port) {
     const PortProfile& p = dev->profile().ports[port - 1];
     for (uint32_t i = 0; i < p.gids.size(); ++i) {
-      const GidProfile* g = GidAt(dev, port, i);
+      const GidProfile* g = dev->Gid(port, i);
       if (!g) continue;
       if (n == max_entries) return -EINVAL;  // the caller's array is too small
       FillGidEntry(dev, port, i, *g, reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) +
@@ -152,7 +143,7 @@ int QueryGidType(ibv_context* ctx, uint8_t port_num, unsigned index, int* type) 
   Device* dev = DeviceOf(ctx);
   if (!dev || !type || !dev->ValidPort(port_num)) return EINVAL;
   if (index >= static_cast<unsigned>(dev->profile().ports[port_num - 1].attr.gid_tbl_len)) return EINVAL;
-  const GidProfile* g = GidAt(dev, port_num, index);
+  const GidProfile* g = dev->Gid(static_cast<int>(port_num), index);
   // rdma-core reports IB/RoCEv1 for an empty entry.
   *type = g && GidEntryType(dev, port_num, *g) == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
   return 0;
