@@ -78,6 +78,19 @@ size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
 // The epoll token of the timerfd (sockets' tokens start at 1).
 constexpr uint64_t kTimersToken = 0;
 
+// The CM's own answer, on the request's connection, to a request no id took:
+// a REJ with `rej_reason`, or for a SIDR REQ a SIDR REP with `sidr_status`.
+void AnswerRequest(int sock, const CmMessage& req, uint8_t rej_reason, uint8_t sidr_status) {
+  const bool sidr = req.type == CmMessageType::kSidrReq;
+  CmMessage answer;
+  answer.type = sidr ? CmMessageType::kSidrRep : CmMessageType::kRej;
+  answer.reason = sidr ? sidr_status : rej_reason;
+  answer.port_space = req.port_space;
+  answer.src = req.dst;
+  answer.dst = req.src;
+  send(sock, &answer, sizeof answer, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 }  // namespace
 
 CmService& CmService::Get() {
@@ -405,15 +418,7 @@ void CmService::Close(CmId* id) {
   }
   for (uint64_t token : pending) {
     const Entry& entry = entries_[token];
-    if (entry.held) {
-      CmMessage rej;
-      rej.type = entry.request.type == CmMessageType::kSidrReq ? CmMessageType::kSidrRep : CmMessageType::kRej;
-      rej.reason = entry.request.type == CmMessageType::kSidrReq ? kSidrUnsupported : kRejInvalidServiceId;
-      rej.port_space = entry.request.port_space;
-      rej.src = entry.request.dst;
-      rej.dst = entry.request.src;
-      send(entry.sock, &rej, sizeof rej, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    if (entry.held) AnswerRequest(entry.sock, entry.request, kRejInvalidServiceId, kSidrUnsupported);
     Drop(token);
   }
   id->sock = -1;
@@ -571,13 +576,7 @@ void CmService::OnRequest(CmId* listener, uint64_t token, const CmMessage& req) 
   uint8_t reason = 0;
   if (faults_.TakeReject(&reason)) {
     // The CM answers for the listener, which never hears of the request.
-    CmMessage rej;
-    rej.type = req.type == CmMessageType::kSidrReq ? CmMessageType::kSidrRep : CmMessageType::kRej;
-    rej.reason = req.type == CmMessageType::kSidrReq ? kSidrReject : reason;
-    rej.port_space = req.port_space;
-    rej.src = req.dst;
-    rej.dst = req.src;
-    send(entries_[token].sock, &rej, sizeof rej, MSG_NOSIGNAL | MSG_DONTWAIT);
+    AnswerRequest(entries_[token].sock, req, reason, kSidrReject);
     return;  // the caller drops the connection
   }
   EventChannel* channel = EventChannel::From(listener->pub_.channel);

@@ -108,14 +108,21 @@ void FreeId(CmId* id) {
   delete id;
 }
 
+// An id destroyed before it answered its request: the IB CM rejects the
+// request of a destroyed id (cm_destroy_id in REQ_RCVD, consumer defined).
+// Requires: mu().
+void RejectIfUnanswered(CmService& service, CmId* id) {
+  if (id->state != State::kRequestReceived) return;
+  CmMessage rej = id->Message(CmMessageType::kRej);
+  rej.reason = cm::kRejConsumerDefined;
+  service.Send(id, rej);
+}
+
 // A request whose id the program never saw (its CONNECT_REQUEST was not read
 // when the listener went): rejected and its id destroyed, as the kernel's
-// ucma_cleanup_ctx_events destroys the id and the IB CM sends the REJ.
-// Requires: mu().
+// ucma_cleanup_ctx_events destroys the id. Requires: mu().
 void DropRequest(CmService& service, CmId* conn) {
-  CmMessage rej = conn->Message(CmMessageType::kRej);
-  rej.reason = cm::kRejConsumerDefined;
-  service.Send(conn, rej);
+  RejectIfUnanswered(service, conn);
   service.Close(conn);
   service.Forget(conn);
   FreeId(conn);
@@ -185,12 +192,7 @@ int rdma_destroy_id(rdma_cm_id* pub) {
     }
     CmService& service = CmService::Get();
     std::unique_lock<std::mutex> lock(service.mu());
-    if (id->state == State::kRequestReceived) {
-      // Not answered yet: the IB CM rejects the request of a destroyed id.
-      CmMessage rej = id->Message(CmMessageType::kRej);
-      rej.reason = cm::kRejConsumerDefined;
-      service.Send(id, rej);
-    }
+    RejectIfUnanswered(service, id);
     service.Close(id);  // a connected peer sees the socket close: its DISCONNECTED
     service.Forget(id);
     EventChannel* channel = EventChannel::From(pub->channel);
