@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -164,16 +163,6 @@ int RunCommand(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "run") return RunCommand(argc, argv);
-  if (argc >= 2 && argv[1][0] != '-') {
-    static const std::set<std::string> kCommands = {"devices", "profiles", "record", "inject", "clean", "counters"};
-    if (!kCommands.count(argv[1])) {
-      std::fprintf(stderr,
-                   "simverbs: unknown command '%s'; the commands are run, devices, profiles, record, inject, "
-                   "clean and counters (simverbs --help, simverbs COMMAND --help)\n",
-                   argv[1]);
-      return 2;
-    }
-  }
 
   CLI::App app{"simverbs: a simulated RDMA HCA for unmodified verbs programs"};
   app.require_subcommand(1);
@@ -209,6 +198,20 @@ int main(int argc, char** argv) {
   CLI::App* counters = AddCountersCommand(app, &counters_fabric);
 
 
+  // An unknown command named, with the ones there are (CLI11 would only say one is required).
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + command->get_name();
+      known = known || command->get_name() == argv[1];
+    }
+    if (!known) {
+      std::fprintf(stderr, "simverbs: unknown command '%s'; the commands are %s (simverbs --help, simverbs "
+                   "COMMAND --help)\n", argv[1], names.c_str());
+      return 2;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   if (devices->parsed()) return Devices(profile);
   if (inject->parsed()) return RunInject(inject_options);

@@ -149,22 +149,31 @@ SIMVERBS_EXPORT const char* ibv_get_sysfs_path(void) {
   return env && *env ? env : "/sys";
 }
 
+namespace {
+
+// The `len` bytes read into buf (of `size`) as rdma-core's ibv_read_sysfs_file
+// leaves them: a trailing newline becomes the terminator; text that fills the
+// buffer without one fails (-1: it would be cut to be terminated).
+int TerminateRead(char* buf, size_t len, size_t size) {
+  if (len > 0 && buf[len - 1] == '\n') {
+    buf[--len] = '\0';
+  } else if (len < size) {
+    buf[len] = '\0';
+  } else {
+    return -1;
+  }
+  return static_cast<int>(len);
+}
+
+}  // namespace
+
 SIMVERBS_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   return Guarded<OnThrow::kMinusOneErrno>([&]() -> int {
     char scratch[256];
     if (const char* value = SysfsValue(dir, file, scratch, sizeof scratch)) {
-      // As rdma-core's, for a file of this text: a trailing newline becomes
-      // the terminator; text that fills the buffer without one fails.
-      size_t len = std::min(std::strlen(value), size);
+      const size_t len = std::min(std::strlen(value), size);
       std::memcpy(buf, value, len);
-      if (len > 0 && buf[len - 1] == '\n') {
-        buf[--len] = '\0';
-      } else if (len < size) {
-        buf[len] = '\0';
-      } else {
-        return -1;
-      }
-      return static_cast<int>(len);
+      return TerminateRead(buf, len, size);
     }
     char path[512];
     std::snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -172,16 +181,7 @@ SIMVERBS_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char*
     if (fd < 0) return -1;
     const ssize_t len = read(fd, buf, size);
     close(fd);
-    if (len < 0) return -1;
-    ssize_t n = len;
-    if (n > 0 && buf[n - 1] == '\n') {
-      buf[--n] = '\0';
-    } else if (static_cast<size_t>(n) < size) {
-      buf[n] = '\0';
-    } else {
-      return -1;  // it would be cut to be terminated
-    }
-    return static_cast<int>(n);
+    return len < 0 ? -1 : TerminateRead(buf, static_cast<size_t>(len), size);
   });
 }
 
