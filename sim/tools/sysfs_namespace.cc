@@ -45,43 +45,26 @@ std::string EnterUserNamespace() {
   return "";
 }
 
-// /sys/class/infiniband does not exist (no RDMA driver loaded) and sysfs takes
-// no new directories: put a tmpfs on /sys/class that holds every class of the
-// real one (bind-mounted from it) plus an empty infiniband.
-std::string MakeInfinibandDir() {
-  const int real = open(kClassDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (real < 0) return Errno(std::string("open ") + kClassDir);
-  std::vector<std::string> classes;
-  if (DIR* dir = fdopendir(dup(real))) {
-    while (dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") classes.push_back(name);
+// `parent`/`name` as an empty directory of ours (`what` names the tmpfs on
+// it). When it exists (a real RDMA stack is loaded) a tmpfs on it hides
+// its entries, as the simulator's libibverbs hides the real devices. When it
+// does not, neither sysfs nor /dev may get a new directory (sysfs takes none,
+// and one made in /dev would show outside the namespace too): a tmpfs on
+// `parent` holds every entry of the real one (directories and nodes
+// bind-mounted from it, links copied) plus an empty `name`. An entry that
+// cannot be kept fails the whole, unless `optional` says it may be left out.
+std::string EmptyDirOfOurOwn(const std::string& parent, const std::string& name, const std::string& what,
+                             bool (*optional)(const std::string& entry)) {
+  const std::string path = parent + "/" + name;
+  struct stat st = {};
+  if (stat(path.c_str(), &st) == 0) {
+    if (mount(("simverbs-" + what).c_str(), path.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+      return Errno("mounting a tmpfs on " + path);
     }
-    closedir(dir);
+    return "";
   }
-  std::string error;
-  if (mount("simverbs-class", kClassDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
-    error = Errno(std::string("mounting a tmpfs on ") + kClassDir);
-  }
-  for (size_t i = 0; error.empty() && i < classes.size(); ++i) {
-    const std::string target = std::string(kClassDir) + "/" + classes[i];
-    const std::string source = "/proc/self/fd/" + std::to_string(real) + "/" + classes[i];
-    if (mkdir(target.c_str(), 0755) != 0 || mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-      error = Errno("bind-mounting " + target);
-    }
-  }
-  close(real);
-  if (error.empty() && mkdir(kInfinibandDir, 0755) != 0) error = Errno(std::string("mkdir ") + kInfinibandDir);
-  return error;
-}
-
-// /dev/infiniband does not exist (no RDMA driver loaded), and a directory
-// made in /dev would be made outside the namespace too: put a tmpfs on /dev
-// that holds every entry of the real one (directories and nodes bind-mounted
-// from it, links copied) plus an empty infiniband.
-std::string MakeDevInfinibandDir() {
-  const int real = open(kDevDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (real < 0) return Errno(std::string("open ") + kDevDir);
+  const int real = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (real < 0) return Errno("open " + parent);
   struct Entry {
     std::string name;
     unsigned char type;
@@ -89,17 +72,18 @@ std::string MakeDevInfinibandDir() {
   std::vector<Entry> entries;
   if (DIR* dir = fdopendir(dup(real))) {
     while (dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") entries.push_back({name, entry->d_type});
+      const std::string entry_name = entry->d_name;
+      if (entry_name != "." && entry_name != "..") entries.push_back({entry_name, entry->d_type});
     }
     closedir(dir);
   }
   std::string error;
-  if (mount("simverbs-dev", kDevDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
-    error = Errno(std::string("mounting a tmpfs on ") + kDevDir);
+  const std::string parent_what = "simverbs-" + parent.substr(parent.rfind('/') + 1);  // simverbs-class, -dev
+  if (mount(parent_what.c_str(), parent.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
+    error = Errno("mounting a tmpfs on " + parent);
   }
   for (size_t i = 0; error.empty() && i < entries.size(); ++i) {
-    const std::string target = std::string(kDevDir) + "/" + entries[i].name;
+    const std::string target = parent + "/" + entries[i].name;
     const std::string source = "/proc/self/fd/" + std::to_string(real) + "/" + entries[i].name;
     if (entries[i].type == DT_LNK) {
       char link[4096];
@@ -112,9 +96,7 @@ std::string MakeDevInfinibandDir() {
     const bool dir = entries[i].type == DT_DIR;
     const int made = dir ? mkdir(target.c_str(), 0755) : mknod(target.c_str(), S_IFREG | 0600, 0);
     if (made != 0 || mount(source.c_str(), target.c_str(), nullptr, MS_BIND | (dir ? MS_REC : 0), nullptr) != 0) {
-      // /dev/shm holds the fabric: without it the program would be on a
-      // fabric of its own. Another entry that cannot be had is left out.
-      if (entries[i].name == "shm") {
+      if (!optional(entries[i].name)) {
         error = Errno("bind-mounting " + target);
       } else if (made == 0) {
         dir ? rmdir(target.c_str()) : unlink(target.c_str());
@@ -122,22 +104,22 @@ std::string MakeDevInfinibandDir() {
     }
   }
   close(real);
-  if (error.empty() && mkdir(kDevInfinibandDir, 0755) != 0) error = Errno(std::string("mkdir ") + kDevInfinibandDir);
+  if (error.empty() && mkdir(path.c_str(), 0755) != 0) error = Errno("mkdir " + path);
   return error;
 }
+
+// Every class of /sys/class is kept.
+bool NoClassOptional(const std::string&) { return false; }
+// /dev/shm holds the fabric: without it the program would be on a fabric of
+// its own. Another /dev entry that cannot be had is left out.
+bool DevEntryOptional(const std::string& entry) { return entry != "shm"; }
 
 // /dev/infiniband/uverbsN for the simulated devices: programs such as UCX use
 // a device only when its uverbs node is a character device they may open for
 // reading and writing. Each is /dev/null bind-mounted (mknod is refused in a
 // user namespace); nothing reads it, the verbs go to the simulator.
 std::string MakeUverbsNodes(size_t count) {
-  struct stat st = {};
-  if (stat(kDevInfinibandDir, &st) == 0) {
-    // A real RDMA stack is loaded: hide its nodes, as its devices are hidden.
-    if (mount("simverbs-uverbs", kDevInfinibandDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
-      return Errno(std::string("mounting a tmpfs on ") + kDevInfinibandDir);
-    }
-  } else if (std::string error = MakeDevInfinibandDir(); !error.empty()) {
+  if (std::string error = EmptyDirOfOurOwn(kDevDir, "infiniband", "uverbs", DevEntryOptional); !error.empty()) {
     return error;
   }
   for (size_t i = 0; i < count; ++i) {
@@ -158,13 +140,7 @@ std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
   }
   // Nothing mounted here may reach the rest of the system.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return Errno("making / private");
-  struct stat st = {};
-  if (stat(kInfinibandDir, &st) == 0) {
-    // A real RDMA stack is loaded: hide its devices, as the simulator's libibverbs does.
-    if (mount("simverbs-infiniband", kInfinibandDir, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") != 0) {
-      return Errno(std::string("mounting a tmpfs on ") + kInfinibandDir);
-    }
-  } else if (std::string error = MakeInfinibandDir(); !error.empty()) {
+  if (std::string error = EmptyDirOfOurOwn(kClassDir, "infiniband", "infiniband", NoClassOptional); !error.empty()) {
     return error;
   }
   for (const std::string& name : device_names) {
