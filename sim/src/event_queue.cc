@@ -127,10 +127,8 @@ std::vector<const EventQueue::Waiter*> EventQueue::OurWaitersLocked() const {
 
 bool EventQueue::ClaimableLocked(const QueuedEvent& e, uint64_t me) const {
   if (e.waiter == 0 || e.waiter == me) return true;
-  for (const Waiter* w : OurWaitersLocked()) {
-    if (w->id == e.waiter) return false;
-  }
-  return true;
+  const auto w = std::find_if(waiters_.begin(), waiters_.end(), [&e](const Waiter& x) { return x.id == e.waiter; });
+  return w == waiters_.end() || w->pid != getpid();
 }
 
 void EventQueue::Push(const QueuedEvent& ev) {
