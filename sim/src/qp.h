@@ -144,8 +144,8 @@ class Qp {
   // Packet.
   bool ReceiveWholeReadResponseLocked(ibv_qp_type transport, uint32_t psn, const uint8_t* bytes, uint32_t length);
   void OnTimer();                   // its retransmit or RNR timer fired
-  // The link to a process it holds UD or UC packets for takes packets again
-  // (Fabric::UnreliableMayGo): sends what waits.
+  // The link to a process it holds requests for takes packets again
+  // (Fabric::RequestMayGo): sends what waits.
   void ResumeSendLocked();
   // False if, after draining answers, the QP no longer waits for anything.
   bool TimerStillDue() const;
@@ -198,9 +198,9 @@ class Qp {
   // as PostSend, ProgressLocked and ExecuteLocked would. False: nothing was
   // done; the general path goes on.
   bool PostOneSendLocked(const ibv_send_wr& wr);
-  // A UD or UC send WQE whose packets must wait: the link to the destination's
-  // process holds packets back (Fabric::UnreliableMayGo, which resumes us).
-  bool UnreliableWaitsLocked(const SendWqe& wqe);
+  // A send WQE whose packets must wait: the link to the destination's
+  // process holds packets back (Fabric::RequestMayGo, which resumes us).
+  bool LinkHoldsLocked(const SendWqe& wqe);
   // The send WQE at `index` has IBV_SEND_FENCE and an RDMA READ or atomic
   // before it is not answered yet: it waits (ibv_post_send(3)).
   bool FenceWaitsLocked(size_t index) const;

@@ -322,7 +322,7 @@ void Qp::ProgressLocked() {
   while ((state() == IBV_QPS_RTS || (state() == IBV_QPS_SQD && next_to_send_ < sq_.size() &&
                                      sq_[next_to_send_].before_sqd)) &&
          !rnr_wait_ && next_to_send_ < sq_.size() && sq_[next_to_send_].deferred == IBV_WC_SUCCESS &&
-         !UnreliableWaitsLocked(sq_[next_to_send_]) && !FenceWaitsLocked(next_to_send_)) {
+         !LinkHoldsLocked(sq_[next_to_send_]) && !FenceWaitsLocked(next_to_send_)) {
     const size_t index = next_to_send_++;
     try {
       ExecuteLocked(index);
@@ -347,9 +347,12 @@ bool Qp::FenceWaitsLocked(size_t index) const {
   return false;
 }
 
-bool Qp::UnreliableWaitsLocked(const SendWqe& wqe) {
-  // RC needs no holding back: what a full backlog drops, its retransmission recovers.
-  if ((type() != IBV_QPT_UD && type() != IBV_QPT_UC) || !Fabric::Get().Backlogged()) return false;
+bool Qp::LinkHoldsLocked(const SendWqe& wqe) {
+  // Every transport waits (a lossless link): RC too, whose retransmission
+  // would recover what a full backlog drops, but resending a window of
+  // messages for each one dropped made a stream of WRITEs with immediate
+  // crawl (qperf rc_rdma_write_bw).
+  if (!Fabric::Get().Backlogged()) return false;
   const bool ud = type() == IBV_QPT_UD;
   const AddressVector& av = ud ? wqe.av : AddressVector::From(attr_.ah_attr);
   const uint32_t dst_qpn = ud ? wqe.remote_qpn : attr_.dest_qp_num;
@@ -357,7 +360,7 @@ bool Qp::UnreliableWaitsLocked(const SendWqe& wqe) {
   if (ud && IsMulticastDestination(av)) return false;
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable (lost), or a QP of ours
-  return !Fabric::Get().UnreliableMayGo(dst->index(), dst_qpn, device()->index(), qp_num());
+  return !Fabric::Get().RequestMayGo(dst->index(), dst_qpn, device()->index(), qp_num());
 }
 
 void Qp::ResumeSendLocked() {

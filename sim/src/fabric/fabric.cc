@@ -939,7 +939,7 @@ namespace {
 // bare ACK or NAK: what tells a stream from a ping-pong (PushNow).
 bool IsWork(Packet::Kind kind) { return kind != Packet::Kind::kAck && kind != Packet::Kind::kNak; }
 
-// A transport whose lost packets nobody sends again (UnreliableMayGo).
+// A transport whose lost packets nobody sends again (RequestMayGo).
 bool Unreliable(ibv_qp_type transport) { return transport == IBV_QPT_UD || transport == IBV_QPT_UC; }
 
 }  // namespace
@@ -1017,7 +1017,7 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   // The peer's ring is full. A packet waits in order, within a bound (beyond
   // it a reliable one is recovered by the requester's retransmission); an
   // unreliable one (UD, UC) is discarded only while the peer has held its
-  // ring full for a head-of-queue lifetime (UnreliableMayGo). A READ answer (a stream) waits
+  // ring full for a head-of-queue lifetime (RequestMayGo). A READ answer (a stream) waits
   // as one entry and is cut into packets as room appears.
   // (A lossless packet is never dropped: nobody would send it again. An
   // answered WRITE waits here only when it lost a race for the last slots:
@@ -1107,7 +1107,7 @@ bool Fabric::FlushBacklogLocked() {
       }
     }
     if ((peer.backlog.empty() || peer.discarding) && !peer.held_senders.empty()) {
-      // Unreliable packets held back for it may go now (or be discarded). (No memory
+      // Requests held back for it may go now (or be discarded). (No memory
       // to list them: they stay listed, for the next flush.)
       try {
         resume_.insert(resume_.end(), peer.held_senders.begin(), peer.held_senders.end());
@@ -1152,7 +1152,7 @@ void Fabric::DiscardUnreliableLocked(Peer& peer) {
   }
 }
 
-bool Fabric::UnreliableMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn) {
+bool Fabric::RequestMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn) {
   int slot = -1;
   Peer* peer = ReachOwner(device_index, qpn, &slot);
   if (!peer || peer->backlog.empty() || peer->discarding) return true;

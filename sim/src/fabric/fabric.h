@@ -187,12 +187,12 @@
 // Backlogs are bounded: a packet that finds the peer's ring full waits in
 // order in a backlog of at most kMaxBacklog packets per peer, beyond which a
 // reliable one is dropped and the requester's retransmission recovers it.
-// Links are lossless, so an unreliable packet (UD, UC: nobody would send it
-// again) is not dropped either: its QP holds its send queue while a backlog
-// waits for that peer (UnreliableMayGo), as an HCA without link credits
-// does, and its send completions come as its packets leave. Only a peer that
-// keeps its ring full for a switch's head-of-queue lifetime (a stopped
-// process) has unreliable packets to it discarded.
+// Links are lossless, so a requester does not fill the backlog: its QP (of
+// any transport) holds its send queue while a backlog waits for that peer
+// (RequestMayGo), as an HCA without link credits does; a UD or UC QP's send
+// completions come as its packets leave. Answers (ACKs, READ responses) are
+// not held. Only a peer that keeps its ring full for a switch's head-of-queue
+// lifetime (a stopped process) has unreliable packets to it discarded.
 
 #include <sys/uio.h>
 
@@ -356,23 +356,23 @@ class Fabric {
   // process owns it (the packet is lost). When the peer's ring is full, a
   // reliable packet waits in a backlog, in order, until there is room (up to
   // kMaxBacklog; a UD or UC packet while the peer is discarding,
-  // UnreliableMayGo); a packet beyond that bound is dropped and counted
+  // RequestMayGo); a packet beyond that bound is dropped and counted
   // (CountXmitDiscard).
   // Requires: engine lock.
   bool SendRemote(int device_index, const Packet& pkt);
-  // Whether a UD or UC packet for the owner of (device, qpn) may leave now.
-  // Links are lossless (InfiniBand's credits; RoCE's PFC, as deployed for
-  // RDMA): such a packet waits for room like any other, and while a backlog
-  // waits for that process the UD or UC QP (src_device, src_qpn) holds its
-  // send queue (false). It is resumed (Qp::ResumeSendLocked) once the backlog
-  // has gone, or once the peer has kept its ring full for a head-of-queue
-  // lifetime: from then until its ring takes packets again, UD and UC packets
-  // to it are discarded and counted, as a switch discards a packet stuck at
-  // the head of its queue.
+  // Whether a request for the owner of (device, qpn) may leave now. Links
+  // are lossless (InfiniBand's credits; RoCE's PFC, as deployed for RDMA):
+  // a packet waits for room like any other, and while a backlog waits for
+  // that process the QP (src_device, src_qpn) holds its send queue (false).
+  // It is resumed (Qp::ResumeSendLocked) once the backlog has gone, or once
+  // the peer has kept its ring full for a head-of-queue lifetime: from then
+  // until its ring takes packets again, UD and UC packets to it are
+  // discarded and counted, as a switch discards a packet stuck at the head of
+  // its queue (RC ones wait in the backlog, up to its bound).
   // Requires: engine lock.
-  bool UnreliableMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn);
-  // Packets wait in a backlog for some peer: without one, every UD and UC
-  // packet may go (UnreliableMayGo), and its route need not be looked up.
+  bool RequestMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn);
+  // Packets wait in a backlog for some peer: without one, every request may
+  // go (RequestMayGo), and its route need not be looked up.
   bool Backlogged() const { return !backlog_empty_.load(std::memory_order_relaxed); }
   // A multicast datagram: a copy to every other process of the fabric, which
   // hands it to the group's members it has. A full ring loses that copy.
@@ -484,8 +484,8 @@ class Fabric {
     }
     std::deque<Packet> backlog;
     uint64_t held_since_ns = 0;  // the backlog began, or last moved
-    bool discarding = false;     // held its ring full for kHeadOfQueueLifetimeNs (UnreliableMayGo)
-    std::vector<HeldSender> held_senders;  // our UD and UC QPs that hold their sends for it
+    bool discarding = false;     // held its ring full for kHeadOfQueueLifetimeNs (RequestMayGo)
+    std::vector<HeldSender> held_senders;  // our QPs that hold their sends for it
   };
   std::vector<HeldSender> resume_;  // FlushBacklogLocked: QPs to resume once it has flushed
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer

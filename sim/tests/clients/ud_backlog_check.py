@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""Links are lossless for unreliable transports too: a UD or UC stream to a
-live receiver that is slower than its sender loses nothing at the link
-(ib_send_bw -c UD/UC -s 64 -n 200000: port_xmit_discards stays 0; UD lost tens
-of thousands when a full ring dropped datagrams, and UC lost its packets beyond
-the sender's backlog bound when the receiver fell behind). Whether the
+"""Links are lossless: a UD or UC stream to a live receiver that is slower
+than its sender loses nothing at the link (ib_send_bw -c UD/UC -s 64 -n 200000:
+port_xmit_discards stays 0; UD lost tens of thousands when a full ring dropped
+datagrams, and UC lost its packets beyond the sender's backlog bound when the
+receiver fell behind). Nor does an RC stream with more packets in flight than
+that bound (qperf rc_rdma_write_bw: 1024 WRITEs with immediate of 64 KiB in
+2 KiB packets, through the rings): its requester waits for the link instead of
+having packets dropped and sending a window again for each (it lost about
+20000 packets a second, at a third of the rate). Whether the
 receiver had a receive posted for each is not asked: a message that finds none
 is lost, as on InfiniBand, and perftest's server then waits for it, so it is
 stopped once its client has ended.
@@ -122,6 +126,40 @@ def live_stream_discards(transport, live_port):
             p.communicate()
 
 
+def rc_stream_discards(live_port):
+    """port_xmit_discards of sim0 port 1 after 2 s of qperf rc_rdma_write_bw to a live server, on a fabric of
+    its own kept (with its counters) by ibv_asyncwatch; None when it could not be read."""
+    live_env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-live-rc")
+    holder = subprocess.Popen([cli, "run", "--", "ibv_asyncwatch", "-d", "sim0"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=live_env)
+    procs = [holder]
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and read_xmit_discards(live_env)[0] is None:
+            time.sleep(0.05)  # until ibv_asyncwatch has joined the fabric
+        server = subprocess.Popen([cli, "run", "--", "qperf", "-lp", live_port], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, env=live_env)
+        procs.append(server)
+        if not wait_listening(int(live_port), server, time.time() + 20):
+            failures.append(f"the qperf server never listened: {server.communicate(timeout=20)[0][-300:]!r}")
+            return None
+        client = subprocess.run([cli, "run", "--", "qperf", "127.0.0.1", "-lp", live_port, "-t", "2", "-m", "64K",
+                                 "rc_rdma_write_bw"], capture_output=True, text=True, env=live_env, timeout=120)
+        if client.returncode != 0 or not re.search(r"bw\s*=\s*[0-9.]+ [GM]B/sec", client.stdout):
+            failures.append(f"qperf rc_rdma_write_bw did not complete: {client.stdout[-300:]!r} "
+                            f"{client.stderr[-300:]!r}")
+            return None
+        print(f"qperf rc_rdma_write_bw: {' '.join(client.stdout.split())}")
+        discards, printed = read_xmit_discards(live_env)
+        if discards is None:
+            failures.append(f"simverbs counters printed no sim0 port 1 port_xmit_discards for the RC stream: {printed}")
+        return discards
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+
+
 def rss_kib(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
@@ -135,6 +173,11 @@ for n, transport in enumerate(("UD", "UC")):
         failures.append(f"a {transport} stream to a live server lost {discards} packets at the link "
                         "(port_xmit_discards)")
     print(f"{transport} stream to a live server: sim0 port 1 port_xmit_discards {discards}")
+
+discards = rc_stream_discards(str(int(port) + 3))
+if discards:
+    failures.append(f"an RC stream to a live server lost {discards} packets at the link (port_xmit_discards)")
+print(f"RC stream to a live server: sim0 port 1 port_xmit_discards {discards}")
 
 server = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 client = None
@@ -187,5 +230,5 @@ finally:
 
 for f in failures:
     print("FAIL", f)
-print(f"{3 - min(len(failures), 3)} passed, {len(failures)} failed")
+print(f"{4 - min(len(failures), 4)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
