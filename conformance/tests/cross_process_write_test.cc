@@ -1823,6 +1823,101 @@ TEST_F(CrossProcessWriteTest, LargeSendsLandInTheChildsReceives) {
       setup);
 }
 
+// Rule: ibv_post_send(3): an RDMA WRITE with immediate writes its gather list at remote_addr and
+//   consumes a receive WQE; ibv_poll_cq(3): that receive completes with IBV_WC_RECV_RDMA_WITH_IMM,
+//   IBV_WC_WITH_IMM and the immediate data (byte_len is the WRITE's length on the providers we
+//   match: rxe_resp.c do_complete); IBTA 9.5: messages complete in order.
+// Checks: the parent writes kLargeSends' lengths (16 KiB, 64 KiB + 5, 1 MiB) with immediate data
+//   k + 1, then 16 bytes, into the child's MR back to back, in one list: all four complete with
+//   success, in order; the child's four receives (of no SGE) complete in order with
+//   IBV_WC_RECV_RDMA_WITH_IMM and their immediate data, and its MR holds every byte.
+TEST_F(CrossProcessWriteTest, LargeWritesWithImmediateLandAndCompleteTheirReceives) {
+  Buffer source;
+  ASSERT_TRUE(source.Register(pd(), kLargeSendBytes + 16));
+  ChildSetup setup;
+  setup.length = kLargeSendBytes + 64;
+  setup.post_recv = false;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        for (uint64_t k = 0; k < 4; ++k) ASSERT_EQ(PostRecv(c.qp, 7 + k, nullptr, 0), 0);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(c.recv_cq, 4, &wcs, kChildTimeout / 2)) << "the child did not receive all four";
+        for (size_t k = 0; k < 4; ++k) {
+          SCOPED_TRACE("receive " + std::to_string(7 + k));
+          EXPECT_EQ(wcs[k].wr_id, 7 + k);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+          EXPECT_EQ(wcs[k].byte_len, k < 3 ? kLargeSends[k] : 16u);
+          EXPECT_TRUE(wcs[k].wc_flags & IBV_WC_WITH_IMM) << DescribeWc(wcs[k]);
+          EXPECT_EQ(wcs[k].imm_data, htonl(static_cast<uint32_t>(k + 1)));
+        }
+        EXPECT_TRUE(Read(c.buf, kLargeSendBytes + 16) == Pattern(9, kLargeSendBytes + 16))
+            << "the MR holds other bytes than the WRITEs'";
+      },
+      [&](const Target& target, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        source.FillPattern(9);
+        std::vector<ibv_sge> sges;
+        size_t at = 0;
+        for (const size_t length : kLargeSends) {
+          sges.push_back(source.Sge(at, static_cast<uint32_t>(length)));
+          at += length;
+        }
+        sges.push_back(source.Sge(at, 16));
+        std::vector<ibv_send_wr> wrs;
+        at = 0;
+        for (size_t k = 0; k < sges.size(); ++k) {
+          wrs.push_back(RdmaWr(k + 1, IBV_WR_RDMA_WRITE_WITH_IMM, &sges[k], 1, target.addr + at, target.rkey));
+          wrs[k].imm_data = htonl(static_cast<uint32_t>(k + 1));
+          at += sges[k].length;
+        }
+        ASSERT_EQ(PostList(a_.get(), &wrs), 0);
+        std::vector<ibv_wc> wcs;
+        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 4, &wcs, kChildTimeout / 2)) << "the WRITEs did not complete";
+        for (size_t k = 0; k < wcs.size(); ++k) {
+          EXPECT_EQ(wcs[k].wr_id, k + 1);
+          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+        }
+      },
+      setup);
+}
+
+// Rule: ibv_modify_qp(3): rnr_retry 0 means no retry after an RNR NAK; IBTA 9.7.5.2.8: the
+//   responder answers a request that needs a receive WQE with an RNR NAK when none is posted, and
+//   executes nothing of that request.
+// Checks: the child posts no receive; the parent (rnr_retry 0) writes 1 MiB with immediate data
+//   into the child's MR: it completes with IBV_WC_RNR_RETRY_EXC_ERR, and the child's MR is still
+//   all zero once the parent has seen that.
+TEST_F(CrossProcessWriteTest, LargeWriteWithImmediateWithoutAReceiveDoesNotLand) {
+  constexpr size_t kBytes = size_t{1} << 20;
+  Buffer source;
+  ASSERT_TRUE(source.Register(pd(), kBytes));
+  ChildSetup setup;
+  setup.length = kBytes;
+  setup.post_recv = false;
+  setup.rnr_retry = 0;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        EXPECT_TRUE(Read(c.buf, kBytes) == std::vector<uint8_t>(kBytes, 0)) << "the refused WRITE landed";
+      },
+      [&](const Target& target, int to_child, int) {
+        source.FillPattern(10);
+        ibv_sge sge = source.Sge(0, kBytes);
+        ibv_send_wr wr = RdmaWr(1, IBV_WR_RDMA_WRITE_WITH_IMM, &sge, 1, target.addr, target.rkey);
+        wr.imm_data = htonl(0x5eed);
+        ASSERT_EQ(PostOne(a_.get(), wr), 0);
+        std::vector<ibv_wc> wcs;
+        ASSERT_TRUE(PollCompletions(a_.send_cq.get(), 1, &wcs, kChildTimeout / 2)) << "the WRITE did not complete";
+        EXPECT_EQ(wcs[0].status, IBV_WC_RNR_RETRY_EXC_ERR) << DescribeWc(wcs[0]);
+        EXPECT_EQ(write(to_child, "x", 1), 1);
+      },
+      setup);
+}
+
 // Rule: ibv_post_send(3): the buffers of a WR may be reused once its completion has been polled;
 //   ibv_modify_qp(3) to IBV_QPS_ERR flushes the outstanding WRs (IBV_WC_WR_FLUSH_ERR). A SEND that
 //   completed flushed is not delivered, least of all with bytes written into its buffer after that.

@@ -60,10 +60,11 @@ class Qp {
   // the ring does not; from 256 KiB on it was 1.6-2x as fast, and the call is
   // under 1% of its copy.
   static constexpr uint64_t kMinPlacedReadBytes = 256 * 1024;
-  // An RC SEND this long to a QP of another process is pulled by the
-  // responder when it can (SendPulledLocked, PullSendLocked): one system call
-  // that copies the bytes from our buffer into the receive, instead of two
-  // copies through the ring per path-MTU packet.
+  // An RC SEND (or WRITE with immediate) this long to a QP of another
+  // process is pulled by the responder when it can (SendPulledLocked,
+  // PullSendLocked): one system call that copies the bytes from our buffer
+  // into the receive (or the MR), instead of two copies through the ring per
+  // path-MTU packet.
   static constexpr uint64_t kMinPulledSendBytes = 16 * 1024;
   // The most one process_vm_readv reads (Linux's MAX_RW_COUNT): a longer
   // SEND goes through the ring.
@@ -256,9 +257,9 @@ class Qp {
   // A READ of at least kMinPlacedReadBytes from a QP of another process, read
   // by the requester itself: true when it was (then it is complete).
   bool PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu);
-  // An RC SEND of at least kMinPulledSendBytes in one piece of our memory
-  // (`whole`), to a QP of another process that pulls SENDs: sent as one
-  // packet that tells the responder where to read it. False: nothing was
+  // An RC SEND or WRITE with immediate of at least kMinPulledSendBytes in
+  // one piece of our memory (`whole`), to a QP of another process that pulls
+  // SENDs: sent as one packet that tells the responder where to read it. False: nothing was
   // sent, take the copying path. Requires: engine lock.
   bool SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu);
   // The QP we send to pulls SENDs now.
@@ -306,6 +307,15 @@ class Qp {
   // receive WQE taken: reads its bytes from the requester's buffer into that
   // receive (fabric/fabric.h). False: it was dropped, NAKed or failed here.
   bool PullSendLocked(const Packet& pkt);
+  // The same for a pulled WRITE with immediate, its receive WQE taken and
+  // its RETH checked: reads its bytes into `to` (the MR's, at the RETH).
+  bool PullWriteLocked(const Packet& pkt, uint8_t* to);
+  // What the two share: reads the message at `addr` (of `epoch`) into
+  // place_iov_; on a failure puts the receive back, and NAKs a pull the
+  // kernel refused so that it is sent again through the rings.
+  bool PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch);
+  // The pulled message comes from the QP we are connected to.
+  bool FromOurRequesterLocked(const Packet& pkt) const;
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);
   // The positive ACK of an accepted message: held back while the engine
   // delivers a burst (Engine::DeferAck), sent at once otherwise.

@@ -726,14 +726,16 @@ bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qp
   return true;
 }
 
-// The responder reads the SEND's bytes itself, in PSN order, when it takes
-// the packet (Qp::PullSendLocked; fabric/fabric.h), so nothing in front of it
-// needs to be answered first. Our buffer must stay as it is until then: the
+// The responder reads the SEND's (or WRITE with immediate's) bytes itself, in
+// PSN order, when it takes the packet (Qp::PullSendLocked, PullWriteLocked;
+// fabric/fabric.h), so nothing in front of it needs to be answered first. Our buffer must stay as it is until then: the
 // program may not touch it before the SEND completes (ibv_post_send(3)), and
 // a flush withdraws the epoch the packet carries first (SetStateLocked). Not
 // a SEND that went out in packets before: its responder may hold part of it.
 bool Qp::SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu) {
-  if ((wqe.opcode != IBV_WR_SEND && wqe.opcode != IBV_WR_SEND_WITH_IMM) || type() != IBV_QPT_RC || wqe.is_inline ||
+  const bool write = wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if ((wqe.opcode != IBV_WR_SEND && wqe.opcode != IBV_WR_SEND_WITH_IMM && !write) || type() != IBV_QPT_RC ||
+      wqe.is_inline ||
       !whole || wqe.length > kMaxPulledSendBytes || pull_epoch_ == 0 || wqe.sent_in_packets ||
       !PeerPullsSendsLocked()) {
     return false;
@@ -742,9 +744,14 @@ bool Qp::SendPulledLocked(SendWqe& wqe, const uint8_t* whole, uint32_t mtu) {
   // Not placed (MayPlaceLocked): its bytes are still ours to read.
   Packet p = PlacedPacketLocked(wqe, av, attr_.dest_qp_num, static_cast<uint32_t>((wqe.length + mtu - 1) / mtu));
   wqe.pulled = true;
-  // Where to read it, and under which epoch (a SEND has no RETH of its own).
-  p.remote_addr = reinterpret_cast<uintptr_t>(whole);
-  p.rkey = pull_epoch_;
+  // Where to read it, and under which epoch (Packet::placed).
+  if (write) {
+    p.compare_add = reinterpret_cast<uintptr_t>(whole);
+    p.swap = pull_epoch_;
+  } else {
+    p.remote_addr = reinterpret_cast<uintptr_t>(whole);
+    p.rkey = pull_epoch_;
+  }
   p.solicited = wqe.solicited;
   p.imm_data = wqe.imm_data;
   TransmitToPeerLocked(std::move(p));

@@ -262,7 +262,11 @@ void Qp::ReceiveRequest(const Packet& pkt) {
                          has_recv ? -1 : AccessErrorEvent());
           return;
         }
-        if (!pkt.placed) MoveBytes(mr->Translate(write_va_, len), pkt.payload.data(), len);
+        if (!pkt.placed) {
+          MoveBytes(mr->Translate(write_va_, len), pkt.payload.data(), len);
+        } else if (pkt.op == IBV_WR_RDMA_WRITE_WITH_IMM && !PullWriteLocked(pkt, mr->Translate(write_va_, len))) {
+          return;
+        }
         write_va_ += len;
       }
       recv_offset_ = pkt.dma_length;
@@ -377,11 +381,30 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   }
 }
 
-bool Qp::PullSendLocked(const Packet& pkt) {
+bool Qp::FromOurRequesterLocked(const Packet& pkt) const {
   // Only from the QP we are connected to: a packet that names another (a
   // stale one from before ibv_modify_qp, or a forged one) is dropped.
   const int src_device = pkt.src_device ? pkt.src_device->index() : -1;
-  if (pkt.src_qpn != attr_.dest_qp_num || src_device < 0 || src_device != RemoteDeviceIndex()) {
+  return pkt.src_qpn == attr_.dest_qp_num && src_device >= 0 && src_device == RemoteDeviceIndex();
+}
+
+bool Qp::PullWriteLocked(const Packet& pkt, uint8_t* to) {
+  if (!FromOurRequesterLocked(pkt)) {
+    PutBackRecvLocked();
+    return false;
+  }
+  place_iov_.clear();
+  try {
+    place_iov_.push_back(iovec{to, pkt.dma_length});
+  } catch (const std::bad_alloc&) {
+    PutBackRecvLocked();  // no memory for the list: as a packet lost, sent again
+    return false;
+  }
+  return PullLocked(pkt, pkt.compare_add, static_cast<uint32_t>(pkt.swap));
+}
+
+bool Qp::PullSendLocked(const Packet& pkt) {
+  if (!FromOurRequesterLocked(pkt)) {
     PutBackRecvLocked();
     return false;
   }
@@ -410,7 +433,11 @@ bool Qp::PullSendLocked(const Packet& pkt) {
     place_iov_.push_back(iovec{mr->Translate(sge.addr, n), n});
     left -= n;
   }
-  const Fabric::PullResult result = Fabric::Get().PullSend(src_device, pkt.src_qpn, pkt.rkey, pkt.remote_addr,
+  return PullLocked(pkt, pkt.remote_addr, pkt.rkey);
+}
+
+bool Qp::PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch) {
+  const Fabric::PullResult result = Fabric::Get().PullSend(pkt.src_device->index(), pkt.src_qpn, epoch, addr,
                                                            pkt.dma_length, place_iov_.data(), place_iov_.size());
   if (result == Fabric::PullResult::kPulled) return true;
   // Not read: the receive goes back. Withdrawn (the requester flushed it, or

@@ -39,7 +39,7 @@ namespace simverbs {
 namespace {
 
 // The low byte is the version of the layout of the segment and of its rings' packets.
-constexpr uint64_t kMagic = 0x53494d4641425247;  // "SIMFABRG"
+constexpr uint64_t kMagic = 0x53494d4641425248;  // "SIMFABRH"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit

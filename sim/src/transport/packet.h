@@ -82,7 +82,11 @@ struct Packet {
   Payload payload;
   // A WRITE whose data the requester already put in the responder's memory
   // (fabric/fabric.h): no payload, and one packet stands for the whole
-  // message, which still takes `psn_count` PSNs (one per path MTU).
+  // message, which still takes `psn_count` PSNs (one per path MTU). On a
+  // SEND or a WRITE with immediate, the message the responder pulls from the
+  // requester's memory (Qp::SendPulledLocked): a SEND, which has no RETH,
+  // says where in remote_addr and the pull epoch in rkey; a WRITE with
+  // immediate, whose RETH those are, in compare_add and swap.
   bool placed = false;
   uint32_t psn_count = 1;
   // A placed RDMA WRITE (no immediate) that the requester completed itself:
