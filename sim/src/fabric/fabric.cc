@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -192,7 +193,12 @@ bool JudgedByLocks(uint64_t magic) {
   return (magic >> 8) != (kMagic >> 8) || version < '0' || version > '4';
 }
 
-std::string RingName(const std::string& segment, int slot) { return segment + "-p" + std::to_string(slot); }
+// "+": no fabric's name holds one, so no ring's name is another fabric's
+// segment (with "-p<slot>", fabric "job"'s ring 1 was fabric "job-p1").
+constexpr char kRingSeparator[] = "+p";
+std::string RingName(const std::string& segment, int slot) {
+  return segment + kRingSeparator + std::to_string(slot);
+}
 
 std::string SegmentPrefix() { return "/simverbs-" + std::to_string(geteuid()) + "-"; }
 
@@ -394,6 +400,14 @@ std::string Fabric::Attach(int* err) {
     }
   }
   segment_name_ = SegmentPrefix() + fabric_name_;
+  // Every name in /dev/shm (without shm_open's leading '/') fits NAME_MAX:
+  // the longest is the last slot's ring.
+  const size_t longest = RingName(segment_name_, kMaxProcs - 1).size() - 1;
+  if (longest > NAME_MAX) {
+    *err = EINVAL;
+    return "SIMVERBS_FABRIC=\"" + fabric_name_ + "\": too long (at most " +
+           std::to_string(fabric_name_.size() - (longest - NAME_MAX)) + " characters)";
+  }
   const Profile& profile = DeviceList::Get().profile();
   join_profile_path_ = profile.path;
   join_profile_hash_ = HashFile(profile.path);
@@ -2013,15 +2027,20 @@ SweepReport Fabric::Sweep(const std::string& keep) {
                             (alive == 1 ? "" : "es") + ")");
     }
   }
-  // Then rings (and the memory objects "<ring>-mr+<n>" of earlier versions)
-  // ("<segment>-p<slot>[-mr+<n>]") whose fabric
-  // is gone. Looked up now, not in the listing: a fabric may have been created
-  // since.
+  // Then rings ("<segment>+p<slot>"; earlier versions' "<segment>-p<slot>",
+  // and their memory objects "<ring>-mr+<n>") whose fabric is gone. Looked
+  // up now, not in the listing: a fabric may have been created since. An
+  // earlier version's name may be a fabric's of ours ("job-p1"): what has a
+  // segment's size is not taken for one.
   for (const ShmEntry& e : entries) {
     std::string segment = e.name;
-    const size_t mr = segment.rfind("-mr+");
-    if (mr != std::string::npos) segment.resize(mr);
-    const size_t p = segment.rfind("-p");
+    size_t p = segment.rfind(kRingSeparator);
+    if (p == std::string::npos) {
+      if (e.size == sizeof(FabricSegment)) continue;
+      const size_t mr = segment.rfind("-mr+");
+      if (mr != std::string::npos) segment.resize(mr);
+      p = segment.rfind("-p");
+    }
     if (p == std::string::npos || p + 2 == segment.size() ||
         segment.find_first_not_of("0123456789", p + 2) != std::string::npos) {
       continue;  // not a ring or an object of ours

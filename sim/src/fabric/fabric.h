@@ -7,9 +7,9 @@
 // ("/simverbs-<uid>-<SIMVERBS_FABRIC>") that holds the process table, the QP
 // number directory (device, QPN → owning process) and the per-device QP
 // number and key counters, plus one inbound packet ring per process
-// ("/simverbs-<uid>-<fabric>-p<slot>"). A packet for a QP of another process
-// is pushed into that process's ring; the owner runs the responder (or
-// completer) logic itself, so remote memory is only ever touched by the
+// ("/simverbs-<uid>-<fabric>+p<slot>": a fabric's name has no '+'). A
+// packet for a QP of another process is pushed into that process's ring; the
+// owner runs the responder (or completer) logic itself, so remote memory is only ever touched by the
 // process that registered it, against its own registrations. The owner
 // drains its ring whenever it polls a CQ (no system call; a poll delivers at
 // most kPollDrainReceives messages into receive WQEs), and a per-process

@@ -44,7 +44,7 @@ print(f"fabric-fuzz: seed {seed} (replay: {' '.join(sys.argv[:4])} --seed {seed}
 
 def objects(name):
     return sorted(glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}") +
-                  glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}-p*"))
+                  glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}+p*"))
 
 
 def flip_some(name, count):

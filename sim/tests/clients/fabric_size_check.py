@@ -22,7 +22,7 @@ checks = 1
 PROCESSES = 130
 
 env = dict(os.environ, SIMVERBS_FABRIC=fabric)
-rings = lambda: glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{fabric}-p*")
+rings = lambda: glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{fabric}+p*")
 servers = []
 try:
     for i in range(PROCESSES):

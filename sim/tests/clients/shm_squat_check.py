@@ -62,9 +62,9 @@ def squat_with_a_real_fabric(path):
     own = f"/dev/shm/simverbs-{ATTACKER}-{fabric}"
     try:
         deadline = time.time() + 20
-        while time.time() < deadline and not os.path.exists(own + "-p0"):
+        while time.time() < deadline and not os.path.exists(own + "+p0"):
             time.sleep(0.05)
-        if not os.path.exists(own + "-p0"):
+        if not os.path.exists(own + "+p0"):
             raise SystemExit(f"the attacker's own fabric {own} did not appear")
         r = as_user(ATTACKER, [sys.executable, "-c",
                                f"import os, shutil; fd = os.open({path!r}, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666); "
@@ -105,7 +105,7 @@ try:
     cleanup()
 
     # 2. The victim's first packet ring (its segment is made fresh, but the ring's name is taken).
-    ring = segment + "-p0"
+    ring = segment + "+p0"
     squat(ring)
     r = victim()
     if r.returncode == 0:

@@ -2,8 +2,9 @@
 """What a fabric whose last process was killed leaves in /dev/shm is removed:
 by `simverbs clean`, and by the next program of the same user that opens a
 device on any fabric, whatever was written into its segment. A fabric with a
-live process is kept, and so is one of a version that kept its processes'
-liveness in the segment (up to "SIMFABR4").
+live process is kept (whatever its name: "<fabric>-p1" was taken for a ring),
+and so is one of a version that kept its processes' liveness in the segment
+(up to "SIMFABR4"). A fabric name too long for its rings' names is refused.
 
 usage: sweep_check.py SIMVERBS_CLI FABRIC PORT
 """
@@ -21,7 +22,7 @@ failures = []
 
 def objects(name):
     return sorted(glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}") +
-                  glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}-p*"))
+                  glob.glob(f"/dev/shm/simverbs-{os.geteuid()}-{name}+p*"))
 
 
 def start_server(name, p):
@@ -130,7 +131,29 @@ if not os.path.exists(segment(fabric + "-h")):
 os.unlink(segment(fabric + "-h"))
 subprocess.run([cli, "clean"], capture_output=True, timeout=60)
 
+# 7. A live fabric whose name ends as a ring's did ("<fabric>-p<slot>") is kept, by both, when no fabric of
+# the shorter name is there (its segment was taken for a ring of that fabric, and removed).
+server = start_server(fabric + "-p1", port + 9)
+try:
+    live = objects(fabric + "-p1")
+    subprocess.run([cli, "clean"], capture_output=True, timeout=60)
+    subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, timeout=60,
+                   env=dict(os.environ, SIMVERBS_FABRIC=fabric + "-c"))
+    if objects(fabric + "-p1") != live:
+        failures.append(f"a live fabric named like a ring was removed: {live} -> {objects(fabric + '-p1')}")
+finally:
+    server.kill()
+    server.wait()
+subprocess.run([cli, "clean"], capture_output=True, timeout=60)
+
+# 8. A fabric name too long for its rings' names is refused at ibv_open_device, saying how long it may be.
+r = subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, SIMVERBS_FABRIC="x" * 240))
+if r.returncode == 0 or "too long (at most" not in r.stderr:
+    failures.append(f"a 240-character fabric name was not refused as too long: {r.stdout[-200:]!r} "
+                    f"{r.stderr[-300:]!r}")
+
 for f in failures:
     print("FAIL", f)
-print(f"{6 - min(len(failures), 6)} passed, {len(failures)} failed")
+print(f"{8 - min(len(failures), 8)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
