@@ -310,10 +310,13 @@ TEST_F(RdmaCmTest, ChannelFdIsPollableAndNonBlocking) {
 }
 
 // Rule: rdma_resolve_addr(3): "If successful, the specified rdma_cm_id will be bound to a local
-//   device"; rdma_resolve_route(3) completes with RDMA_CM_EVENT_ROUTE_RESOLVED (rdma_get_cm_event(3)).
-// Checks: resolving the port's own address binds the id to the device and port under test
-//   (id->verbs names it, id->port_num is the port), and the route then resolves with status 0;
-//   rdma_get_peer_addr is the address resolved.
+//   device"; without src_addr it "will be bound to a source address based on the local routing
+//   tables" (the kernel's addr4_resolve takes the route's source, which for an address of this host
+//   is that address); rdma_resolve_route(3) completes with RDMA_CM_EVENT_ROUTE_RESOLVED.
+// Checks: resolving the port's own address (no source given) binds the id to the device and port
+//   under test (id->verbs names it, id->port_num is the port), and the route then resolves with
+//   status 0; rdma_get_peer_addr is the address resolved, rdma_get_local_addr the same address (not
+//   the wildcard) with a port rdma_cm chose.
 TEST_F(RdmaCmTest, ResolveBindsTheIdToTheDeviceAndPort) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -326,8 +329,50 @@ TEST_F(RdmaCmTest, ResolveBindsTheIdToTheDeviceAndPort) {
         EXPECT_EQ(peer->sin_family, AF_INET);
         EXPECT_EQ(peer->sin_addr.s_addr, address_.s_addr);
         EXPECT_EQ(ntohs(rdma_get_dst_port(client.id.get())), 7471);
+        const auto* local = reinterpret_cast<const sockaddr_in*>(rdma_get_local_addr(client.id.get()));
+        EXPECT_EQ(local->sin_family, AF_INET);
+        EXPECT_EQ(local->sin_addr.s_addr, address_.s_addr) << "the id's source is not the route's";
+        EXPECT_NE(rdma_get_src_port(client.id.get()), 0);
       },
       kChildTimeout, "rdma_resolve_addr and rdma_resolve_route");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_getaddrinfo(3): "If node is not given, rdma_getaddrinfo will attempt to resolve the RDMA
+//   address, route, and connection data to the given hints.ai_src_addr, hints.ai_dst_addr, or
+//   hints.ai_route" (librdmacm's addrinfo.c copies the hints' flags, family, QP type, port space and
+//   addresses into the result).
+// Checks: with node and service NULL and hints that give a destination (the port's address, port
+//   7472) and a source (the same address, port 0), RC, RDMA_PS_TCP, AF_INET: the result holds both
+//   addresses byte for byte with their lengths, and the hints' QP type, port space and family.
+TEST_F(RdmaCmTest, GetaddrinfoWithHintsAloneGivesTheirAddresses) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        sockaddr_in dst = Address(7472);
+        sockaddr_in src = Address(0);
+        rdma_addrinfo hints = {};
+        hints.ai_family = AF_INET;
+        hints.ai_qp_type = IBV_QPT_RC;
+        hints.ai_port_space = RDMA_PS_TCP;
+        hints.ai_dst_addr = reinterpret_cast<sockaddr*>(&dst);
+        hints.ai_dst_len = sizeof dst;
+        hints.ai_src_addr = reinterpret_cast<sockaddr*>(&src);
+        hints.ai_src_len = sizeof src;
+        rdma_addrinfo* res = nullptr;
+        ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0) << ErrnoName(errno);
+        ASSERT_NE(res, nullptr);
+        ASSERT_EQ(res->ai_dst_len, sizeof dst);
+        ASSERT_NE(res->ai_dst_addr, nullptr) << "the hints' destination was dropped";
+        EXPECT_EQ(std::memcmp(res->ai_dst_addr, &dst, sizeof dst), 0);
+        ASSERT_EQ(res->ai_src_len, sizeof src);
+        ASSERT_NE(res->ai_src_addr, nullptr);
+        EXPECT_EQ(std::memcmp(res->ai_src_addr, &src, sizeof src), 0);
+        EXPECT_EQ(res->ai_qp_type, IBV_QPT_RC);
+        EXPECT_EQ(res->ai_port_space, RDMA_PS_TCP);
+        EXPECT_EQ(res->ai_family, AF_INET);
+        rdma_freeaddrinfo(res);
+      },
+      kChildTimeout, "rdma_getaddrinfo");
   EXPECT_TRUE(Passed(result));
 }
 

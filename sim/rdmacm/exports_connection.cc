@@ -273,6 +273,14 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
       return 0;
     }
     if (!id->port) id->AttachPort(remote);
+    // The route's source (the kernel's addr4_resolve): every simulated port's
+    // address is this host's, which the route reaches from that address, so
+    // a wildcard source becomes the destination's address (its port stays).
+    if (cm::IsWildcard(id->src()) && id->src()->sa_family == dst_addr->sa_family) {
+      const uint16_t source_port = cm::AddressPort(id->src());
+      std::memcpy(id->src(), dst_addr, cm::AddressLength(dst_addr));
+      cm::SetAddressPort(id->src(), source_port);
+    }
     pub->route.addr.addr.ibaddr.dgid = remote->ConnectionGid();
     id->state = State::kAddrResolved;
     service.QueueEvent(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0);

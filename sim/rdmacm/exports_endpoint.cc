@@ -45,6 +45,13 @@ sockaddr* Lookup(const char* node, const char* service, int family, bool passive
   return addr;
 }
 
+// A copy of `len` bytes of `addr` that rdma_freeaddrinfo frees; nullptr: no memory.
+sockaddr* CopyAddress(const sockaddr* addr, socklen_t len) {
+  auto* copy = static_cast<sockaddr*>(std::malloc(len));
+  if (copy) std::memcpy(copy, addr, len);
+  return copy;
+}
+
 }  // namespace
 
 extern "C" {
@@ -55,29 +62,38 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
     if (!res || (!node && !service && !hints)) return Fail(EINVAL);
     auto* ai = static_cast<rdma_addrinfo*>(std::calloc(1, sizeof(rdma_addrinfo)));
     if (!ai) return Fail(ENOMEM);
-    ai->ai_flags = hints ? hints->ai_flags : 0;
-    ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
-    ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type
-                                                 : (ai->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
-    const int family = hints && hints->ai_family ? hints->ai_family : AF_UNSPEC;
-    const bool passive = ai->ai_flags & RAI_PASSIVE;
-    ai->ai_family = family;
+    const auto fail = [&](int err) {
+      rdma_freeaddrinfo(ai);
+      return Fail(err);
+    };
     if (node || service) {
+      ai->ai_flags = hints ? hints->ai_flags : 0;
+      ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+      ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type
+                                                   : (ai->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
+      const int family = hints && hints->ai_family ? hints->ai_family : AF_UNSPEC;
+      const bool passive = ai->ai_flags & RAI_PASSIVE;
       sockaddr* addr = Lookup(node, service, family, passive, passive ? &ai->ai_src_len : &ai->ai_dst_len);
-      if (!addr) {
-        const int err = errno;
-        std::free(ai);
-        return Fail(err);
-      }
+      if (!addr) return fail(errno);
       (passive ? ai->ai_src_addr : ai->ai_dst_addr) = addr;
       ai->ai_family = addr->sa_family;
+    } else {
+      // The hints as they are, their destination too (rdma_getaddrinfo(3):
+      // resolved "based on the hints.ai_src_addr, hints.ai_dst_addr").
+      ai->ai_flags = hints->ai_flags;
+      ai->ai_family = hints->ai_family;
+      ai->ai_qp_type = hints->ai_qp_type;
+      ai->ai_port_space = hints->ai_port_space;
+      if (hints->ai_dst_addr && hints->ai_dst_len) {
+        ai->ai_dst_addr = CopyAddress(hints->ai_dst_addr, hints->ai_dst_len);
+        if (!ai->ai_dst_addr) return fail(ENOMEM);
+        ai->ai_dst_len = hints->ai_dst_len;
+      }
     }
     if (!ai->ai_src_addr && hints && hints->ai_src_addr && hints->ai_src_len) {
-      ai->ai_src_addr = static_cast<sockaddr*>(std::calloc(1, hints->ai_src_len));
-      if (ai->ai_src_addr) {
-        std::memcpy(ai->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-        ai->ai_src_len = hints->ai_src_len;
-      }
+      ai->ai_src_addr = CopyAddress(hints->ai_src_addr, hints->ai_src_len);
+      if (!ai->ai_src_addr) return fail(ENOMEM);
+      ai->ai_src_len = hints->ai_src_len;
     }
     if (ai->ai_family == AF_UNSPEC && ai->ai_src_addr) ai->ai_family = ai->ai_src_addr->sa_family;
     *res = ai;
