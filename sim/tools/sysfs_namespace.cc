@@ -130,6 +130,33 @@ std::string MakeUverbsNodes(size_t count) {
   return "";
 }
 
+// Makes the mount that holds `path` private, with every mount below it:
+// nothing mounted there from now on reaches another namespace. Looks at
+// `path`, then each parent, for the mount point (making a directory that is
+// none private fails with EINVAL).
+std::string MakeMountHoldingPrivate(std::string path) {
+  for (;;) {
+    if (mount(nullptr, path.c_str(), nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) return "";
+    if (errno != EINVAL || path == "/") return Errno("making the mount that holds " + path + " private");
+    const size_t slash = path.rfind('/');
+    path = slash == 0 ? "/" : path.substr(0, slash);
+  }
+}
+
+// Nothing mounted on `paths` may reach the rest of the system: all of / is
+// made private, or, where / is no mount point (a chroot), each mount that
+// holds one of `paths`.
+std::string MakeMountsPrivate(const std::vector<std::string>& paths) {
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0) return "";
+  if (errno != EINVAL) return Errno("making / private");
+  for (const std::string& path : paths) {
+    if (std::string error = MakeMountHoldingPrivate(path); !error.empty()) {
+      return error + " (/ is no mount point: in a chroot, mount /sys and /dev in it first)";
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
@@ -138,8 +165,7 @@ std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
   if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0) {
     if (std::string error = EnterUserNamespace(); !error.empty()) return error;
   }
-  // Nothing mounted here may reach the rest of the system.
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return Errno("making / private");
+  if (std::string error = MakeMountsPrivate({kClassDir, kDevDir}); !error.empty()) return error;
   if (std::string error = EmptyDirOfOurOwn(kClassDir, "infiniband", "infiniband", NoClassOptional); !error.empty()) {
     return error;
   }
