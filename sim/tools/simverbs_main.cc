@@ -72,9 +72,7 @@ int Run(const std::string& option_profile, bool sysfs, const std::vector<std::st
     return 2;
   }
   if (sysfs) {
-    std::vector<std::string> names;
-    for (const auto& dev : load.profile.devices) names.push_back(dev.name);
-    if (std::string error = simverbs::EnterSysfsNamespace(names); !error.empty()) {
+    if (std::string error = simverbs::EnterSysfsNamespace(load.profile.devices); !error.empty()) {
       std::fprintf(stderr, "simverbs run --sysfs: %s\n", error.c_str());
       return 2;
     }

@@ -159,7 +159,29 @@ std::string MakeMountsPrivate(const std::vector<std::string>& paths) {
 
 }  // namespace
 
-std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
+// ports/<n>/gid_attrs of `device` (a directory of ours): each GID's type as
+// the kernel names it, and on an Ethernet port its net device.
+std::string WriteGidAttributes(const std::string& device, const DeviceProfile& profile) {
+  for (size_t p = 0; p < profile.ports.size(); ++p) {
+    const PortProfile& port = profile.ports[p];
+    const bool ethernet = port.attr.link_layer == IBV_LINK_LAYER_ETHERNET;
+    const std::string attrs = device + "/ports/" + std::to_string(p + 1) + "/gid_attrs";
+    for (const std::string& path : {device + "/ports", device + "/ports/" + std::to_string(p + 1), attrs,
+                                    attrs + "/types", attrs + "/ndevs"}) {
+      if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + path);
+    }
+    for (size_t i = 0; i < port.gids.size(); ++i) {
+      const std::string type = ethernet && port.gids[i].kind == GidKind::kRoceV2 ? "RoCE v2\n" : "IB/RoCE v1\n";
+      const std::string index = std::to_string(i);
+      if (!WriteFile(attrs + "/types/" + index, type) || (ethernet && !WriteFile(attrs + "/ndevs/" + index, "lo\n"))) {
+        return Errno("writing " + attrs + "/*/" + index);
+      }
+    }
+  }
+  return "";
+}
+
+std::string EnterSysfsNamespace(const std::vector<DeviceProfile>& devices) {
   // Root needs only a mount namespace; in a container without CAP_SYS_ADMIN a
   // user namespace may still give one.
   if (geteuid() != 0 || unshare(CLONE_NEWNS) != 0) {
@@ -169,13 +191,14 @@ std::string EnterSysfsNamespace(const std::vector<std::string>& device_names) {
   if (std::string error = EmptyDirOfOurOwn(kClassDir, "infiniband", "infiniband", NoClassOptional); !error.empty()) {
     return error;
   }
-  for (const std::string& name : device_names) {
-    const std::string device = std::string(kInfinibandDir) + "/" + name;
+  for (const DeviceProfile& profile : devices) {
+    const std::string device = std::string(kInfinibandDir) + "/" + profile.name;
     for (const std::string& path : {device, device + "/device", device + "/device/net", device + "/device/net/lo"}) {
       if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + path);
     }
+    if (std::string error = WriteGidAttributes(device, profile); !error.empty()) return error;
   }
-  return MakeUverbsNodes(device_names.size());
+  return MakeUverbsNodes(devices.size());
 }
 
 }  // namespace simverbs
