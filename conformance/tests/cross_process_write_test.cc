@@ -1182,6 +1182,62 @@ TEST_F(CrossProcessWriteTest, DeregistrationDoesNotWaitForAStalledWriter) {
       });
 }
 
+// Rule: ibv_post_send(3): a WR's buffers are the program's again once its completion is polled;
+//   ibv_modify_qp(3) to IBV_QPS_ERR flushes outstanding WRs (IBV_WC_WR_FLUSH_ERR). What the program
+//   writes into the buffer after that completion is never sent: no byte of it reaches the peer's
+//   memory, and the peer completes no receive for the flushed message.
+// Checks: (simulator only) the child's MR holds 0xEE and a receive is posted; the parent posts a
+//   64 KiB WRITE with immediate data whose source is guarded by userfaultfd, so the child's read of
+//   it (a pull: sim/src/fabric/fabric.h) waits on its first page. The parent moves its QP to ERR
+//   (ibv_modify_qp returns once it stops waiting for that read), polls the WRITE's
+//   IBV_WC_WR_FLUSH_ERR, releases the source (its pages read as zero) and writes 0x42 over it. Then
+//   the child completes no receive within kBlockWindow and every byte of its MR is still 0xEE.
+TEST_F(CrossProcessWriteTest, WriteWithImmediateReadAfterItsFlushDoesNotLand) {
+  SKIP_IF(!Sim()) << "(a kernel driver pins the userfaultfd-guarded source at ibv_reg_mr; the held read is the "
+                     "simulator's pull)";
+  UserfaultBuffer held(kLength);
+  SKIP_IF(!held.error().empty()) << held.error();
+  MrPtr held_mr(ibv_reg_mr(pd(), held.addr(), kLength, IBV_ACCESS_LOCAL_WRITE));
+  ASSERT_NE(held_mr, nullptr);
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [](const Child& c) {
+        std::memset(c.buf, 0xee, kLength);
+        ASSERT_EQ(write(c.to_parent, "r", 1), 1);
+        char step = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2)) << "the parent never flushed its WRITE";
+        ASSERT_EQ(read(c.from_parent, &step, 1), 1);
+        ibv_wc wc = {};
+        EXPECT_FALSE(PollOneCompletion(c.recv_cq, &wc, kBlockWindow))
+            << "a receive completed for the flushed WRITE: " << DescribeWc(wc);
+        EXPECT_TRUE(Read(c.buf, kLength) == std::vector<uint8_t>(kLength, 0xee))
+            << "bytes the parent wrote after the WRITE's flush completion reached the MR";
+        ASSERT_EQ(write(c.to_parent, "d", 1), 1);
+      },
+      [&](const Target& target, int to_child, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        ibv_sge sge = {reinterpret_cast<uintptr_t>(held.addr()), static_cast<uint32_t>(kLength), held_mr->lkey};
+        ibv_send_wr wr = RdmaWr(1, IBV_WR_RDMA_WRITE_WITH_IMM, &sge, 1, target.addr, target.rkey);
+        wr.imm_data = htonl(0x5eed);
+        ASSERT_EQ(PostOne(a_.get(), wr), 0);
+        const bool held_now = held.WaitForAccess(kReturnWindow);
+        EXPECT_TRUE(held_now) << "nothing read the WRITE's source buffer";
+        ibv_qp_attr attr = {};
+        attr.qp_state = IBV_QPS_ERR;
+        BlockingCall flush([&] { return ibv_modify_qp(a_.get(), &attr, IBV_QP_STATE); });
+        EXPECT_TRUE(flush.WaitFor(kChildTimeout / 2)) << "ibv_modify_qp(ERR) waited for the held read for good";
+        ibv_wc wc = {};
+        EXPECT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kReturnWindow)) << "the WRITE was not flushed";
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+        held.Release();
+        std::memset(held.addr(), 0x42, kLength);
+        EXPECT_EQ(write(to_child, "f", 1), 1);
+        char step = 0;
+        EXPECT_TRUE(WaitReadable(from_child, kChildTimeout)) << "the child did not finish its checks";
+        EXPECT_EQ(read(from_child, &step, 1), 1);
+      });
+}
+
 // Rule: ibv_modify_qp(3): max_rd_atomic READs may be outstanding at once (max_dest_rd_atomic at the
 //   responder); IBTA 9.4.3 / 9.7.5.1.6: the responder answers each READ with its data in MTU-sized
 //   response packets, one PSN each, and the link's flow control holds packets back rather than

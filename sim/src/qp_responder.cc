@@ -400,7 +400,7 @@ bool Qp::PullWriteLocked(const Packet& pkt, uint8_t* to) {
     PutBackRecvLocked();  // no memory for the list: as a packet lost, sent again
     return false;
   }
-  return PullLocked(pkt, pkt.compare_add, static_cast<uint32_t>(pkt.swap));
+  return PullLocked(pkt, pkt.compare_add, static_cast<uint32_t>(pkt.swap), true);
 }
 
 bool Qp::PullSendLocked(const Packet& pkt) {
@@ -433,12 +433,13 @@ bool Qp::PullSendLocked(const Packet& pkt) {
     place_iov_.push_back(iovec{mr->Translate(sge.addr, n), n});
     left -= n;
   }
-  return PullLocked(pkt, pkt.remote_addr, pkt.rkey);
+  return PullLocked(pkt, pkt.remote_addr, pkt.rkey, false);
 }
 
-bool Qp::PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch) {
+bool Qp::PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch, bool staged) {
   const Fabric::PullResult result = Fabric::Get().PullSend(pkt.src_device->index(), pkt.src_qpn, epoch, addr,
-                                                           pkt.dma_length, place_iov_.data(), place_iov_.size());
+                                                           pkt.dma_length, place_iov_.data(), place_iov_.size(),
+                                                           staged);
   if (result == Fabric::PullResult::kPulled) return true;
   // Not read: the receive goes back. Withdrawn (the requester flushed it, or
   // is gone), or failed otherwise (its buffer unmapped): as a packet lost on

@@ -676,7 +676,7 @@ bool Fabric::PullsSends(int device_index, uint32_t dst_qpn) {
 }
 
 Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t epoch, uint64_t addr,
-                                    uint64_t length, const iovec* local, size_t local_count) {
+                                    uint64_t length, const iovec* local, size_t local_count, bool staged) {
   if (!segment_ || device_index < 0 || device_index >= kMaxDevices || epoch == 0) return PullResult::kWithdrawn;
   const int slot = OwnerSlot(device_index, src_qpn);
   // The requester's QP is gone (or is ours: a SEND within a process is never pulled).
@@ -699,10 +699,45 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   if (e.pulls.load(std::memory_order_seq_cst) != epoch || e.qpn.load() != src_qpn || e.slot.load() != slot) {
     return PullResult::kWithdrawn;
   }
-  const iovec remote{reinterpret_cast<void*>(addr), length};
-  const ssize_t n = process_vm_readv(pid, local, local_count, &remote, 1, 0);
-  if (n == static_cast<ssize_t>(length)) return PullResult::kPulled;
-  return n < 0 && (errno == EPERM || errno == ENOSYS) ? PullResult::kRefused : PullResult::kFailed;
+  const auto refused = [] { return errno == EPERM || errno == ENOSYS ? PullResult::kRefused : PullResult::kFailed; };
+  const auto still_granted = [&] { return e.pulls.load(std::memory_order_seq_cst) == epoch; };
+  if (!staged) {
+    const iovec remote{reinterpret_cast<void*>(addr), length};
+    const ssize_t n = process_vm_readv(pid, local, local_count, &remote, 1, 0);
+    if (n < 0) return refused();
+    if (n != static_cast<ssize_t>(length)) return PullResult::kFailed;
+    return still_granted() ? PullResult::kPulled : PullResult::kWithdrawn;
+  }
+  try {
+    const uint64_t staging = std::min(length, kPullChunkBytes);
+    if (pull_staging_.size() < staging) pull_staging_.resize(staging);
+  } catch (const std::bad_alloc&) {
+    return PullResult::kFailed;
+  }
+  size_t at = 0;          // local[at] gets the next byte,
+  uint64_t at_offset = 0;  // at this offset in it
+  for (uint64_t done = 0; done < length;) {
+    const uint64_t piece = std::min(length - done, kPullChunkBytes);
+    const iovec staging{pull_staging_.data(), piece};
+    const iovec remote{reinterpret_cast<void*>(addr + done), piece};
+    const ssize_t n = process_vm_readv(pid, &staging, 1, &remote, 1, 0);
+    if (n < 0) return refused();
+    if (n != static_cast<ssize_t>(piece)) return PullResult::kFailed;
+    if (!still_granted()) return PullResult::kWithdrawn;
+    for (uint64_t copied = 0; copied < piece && at < local_count;) {
+      const uint64_t room = local[at].iov_len - at_offset;
+      const uint64_t take = std::min(room, piece - copied);
+      std::memcpy(static_cast<uint8_t*>(local[at].iov_base) + at_offset, pull_staging_.data() + copied, take);
+      copied += take;
+      at_offset += take;
+      if (at_offset == local[at].iov_len) {
+        ++at;
+        at_offset = 0;
+      }
+    }
+    done += piece;
+  }
+  return PullResult::kPulled;
 }
 
 void Fabric::PublishQpLocked(int device_index, uint32_t qpn, uint64_t pd, uint32_t accepts, uint32_t peer,
@@ -1028,6 +1063,11 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
     backlog_empty_ = false;
     return true;
   }
+  QueueForPeerLocked(slot, *peer, pkt, src_device);
+  return true;
+}
+
+void Fabric::QueueForPeerLocked(int slot, Peer& peer, const Packet& pkt, int src_device) {
   // The peer's ring is full. A packet waits in order, within a bound (beyond
   // it a reliable one is recovered by the requester's retransmission); an
   // unreliable one (UD, UC) is discarded only while the peer has held its
@@ -1036,20 +1076,19 @@ bool Fabric::SendRemote(int device_index, const Packet& pkt) {
   // (A lossless packet is never dropped: nobody would send it again. An
   // answered WRITE waits here only when it lost a race for the last slots:
   // PushesNow said no to the rest.)
-  if (!pkt.Lossless() && ((Unreliable(pkt.transport) && peer->discarding) || peer->backlog.size() >= kMaxBacklog)) {
+  if (!pkt.Lossless() && ((Unreliable(pkt.transport) && peer.discarding) || peer.backlog.size() >= kMaxBacklog)) {
     CountXmitDiscard(src_device, pkt.src_port);
-    return true;
+    return;
   }
-  const bool started = peer->backlog.empty();
+  const bool started = peer.backlog.empty();
   if (started) {
     backlogged_.push_back(slot);
-    peer->ring->SetWaiting(slot_, generation_);
-    peer->held_since_ns = MonotonicNs();
+    peer.ring->SetWaiting(slot_, generation_);
+    peer.held_since_ns = MonotonicNs();
   }
-  peer->backlog.push_back(pkt);
+  peer.backlog.push_back(pkt);
   backlog_empty_ = false;
-  if (started && pkt.stream) FlushPeerLocked(slot, *peer);
-  return true;
+  if (started && pkt.stream) FlushPeerLocked(slot, peer);
 }
 
 void Fabric::SendToAllPeers(const Packet& pkt) {

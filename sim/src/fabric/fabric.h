@@ -342,15 +342,23 @@ class Fabric {
   bool PullsSends(int device_index, uint32_t dst_qpn);
   // The responder's pull: copies the `length` bytes at `addr` in the memory
   // of the process that owns the QP (device, src_qpn) to `local` (our
-  // memory), if that QP still grants `epoch`. kWithdrawn: it does not (the
-  // SEND was flushed, or the QP is gone): nothing was read. kRefused: the
-  // kernel does not let us read that process (ptrace rules); the SEND must go
-  // through the rings. kFailed: the read failed or fell short otherwise (the
-  // requester unmapped the buffer, or is gone): as a packet lost.
+  // memory), if that QP still grants `epoch`, before and after the read.
+  // kWithdrawn: it does not (the SEND was flushed, or the QP is gone): the
+  // message is not to be taken. The requester waits for a read under way
+  // before it reports the flush, but only so long (kRevokeWaitNs): a read it
+  // stopped waiting for may have read what the program wrote after the
+  // flush. Into a receive that is not completed that is no harm; into the
+  // memory of an MR it is (a WRITE with immediate), so `staged` reads
+  // kPullChunkBytes at a time into a buffer of ours and copies a piece to
+  // `local` only once the epoch is seen to hold after its read. kRefused: the
+  // kernel does not let us read that process (ptrace rules); the message must
+  // go through the rings. kFailed: the read failed or fell short otherwise
+  // (the requester unmapped the buffer, or is gone; no memory for the
+  // staging buffer): as a packet lost.
   // Requires: engine lock.
   enum class PullResult { kPulled, kWithdrawn, kRefused, kFailed };
   PullResult PullSend(int device_index, uint32_t src_qpn, uint32_t epoch, uint64_t addr, uint64_t length,
-                      const iovec* local, size_t local_count);
+                      const iovec* local, size_t local_count, bool staged);
 
   // Sends a packet to the process that owns (device, dst_qpn). False when no
   // process owns it (the packet is lost). When the peer's ring is full, a
@@ -488,6 +496,11 @@ class Fabric {
     std::vector<HeldSender> held_senders;  // our QPs that hold their sends for it
   };
   std::vector<HeldSender> resume_;  // FlushBacklogLocked: QPs to resume once it has flushed
+  // A staged pull's piece (PullSend): large enough that the read's system
+  // call is a small part of it, small enough to stay in the cache for the
+  // copy that follows.
+  static constexpr uint64_t kPullChunkBytes = 256 * 1024;
+  std::vector<uint8_t> pull_staging_;
   static constexpr size_t kMaxBacklog = 16384;  // packets per peer
   // How long a peer may keep its ring full before UD and UC packets to it
   // are discarded: OpenSM's default head-of-queue lifetime of a switch port
@@ -557,6 +570,9 @@ class Fabric {
   // Puts pkt on the peer's ring now, behind nothing it holds back; false when
   // the peer has a backlog or its ring is full (nothing is sent then).
   bool PushNow(int slot, Peer& peer, const Packet& pkt, int src_device);
+  // A packet that PushNow could not put on the peer's ring: waits in its
+  // backlog, in order, or is discarded and counted (SendRemote says when).
+  void QueueForPeerLocked(int slot, Peer& peer, const Packet& pkt, int src_device);
   // Our packet at `pos` is in the peer's ring: what PushNow and PushLine note
   // (`work`: not a bare ACK or NAK, IsWork; of `payload_len` bytes).
   inline void PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos, bool work,
