@@ -356,8 +356,8 @@ bool Qp::LinkHoldsLocked(const SendWqe& wqe) {
   const bool ud = type() == IBV_QPT_UD;
   const AddressVector& av = ud ? wqe.av : AddressVector::From(attr_.ah_attr);
   const uint32_t dst_qpn = ud ? wqe.remote_qpn : attr_.dest_qp_num;
-  // (A multicast copy to each process is lost at a full ring: SendToAllPeers.)
-  if (ud && IsMulticastDestination(av)) return false;
+  // (A multicast datagram goes to every process: Fabric::SendToAllPeers.)
+  if (ud && IsMulticastDestination(av)) return !Fabric::Get().MulticastMayGo(device()->index(), qp_num());
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable (lost), or a QP of ours
   return !Fabric::Get().RequestMayGo(dst->index(), dst_qpn, device()->index(), qp_num());

@@ -1098,8 +1098,35 @@ void Fabric::SendToAllPeers(const Packet& pkt) {
     if (slot == slot_ || segment_->procs[slot].pid.load() == 0) continue;
     Peer* peer = ReachPeer(slot);
     if (!peer) continue;
-    if (!PushNow(slot, *peer, pkt, src_device)) CountXmitDiscard(src_device, pkt.src_port);  // a full ring loses it
+    if (PushNow(slot, *peer, pkt, src_device)) {
+      peer->discarding = false;  // it takes packets again
+    } else {
+      QueueForPeerLocked(slot, *peer, pkt, src_device);
+    }
   }
+}
+
+bool Fabric::MulticastMayGo(int src_device, uint32_t src_qpn) {
+  // A copy goes to every process: the sender waits while any of them has a
+  // backlog it still takes packets from (one discarding is passed by).
+  bool may_go = true;
+  for (const int slot : backlogged_) {
+    Peer* peer = peers_[slot].get();
+    if (!peer || peer->backlog.empty() || peer->discarding) continue;
+    const HeldSender waiter{src_device, src_qpn};
+    auto& waiters = peer->held_senders;
+    if (std::find(waiters.begin(), waiters.end(), waiter) != waiters.end()) {
+      may_go = false;
+      continue;
+    }
+    try {
+      waiters.push_back(waiter);
+      may_go = false;
+    } catch (const std::bad_alloc&) {
+      // No memory to wait for this one: its copy goes now (into the bounded backlog).
+    }
+  }
+  return may_go;
 }
 
 bool Fabric::FlushPeerLocked(int slot, Peer& peer) {

@@ -379,11 +379,17 @@ class Fabric {
   // its queue (RC ones wait in the backlog, up to its bound).
   // Requires: engine lock.
   bool RequestMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn);
+  // The same for a multicast datagram of the UD QP (src_device, src_qpn),
+  // whose copies go to every process: false while any of them has a backlog
+  // (the QP is resumed when it has gone).
+  // Requires: engine lock.
+  bool MulticastMayGo(int src_device, uint32_t src_qpn);
   // Packets wait in a backlog for some peer: without one, every request may
   // go (RequestMayGo), and its route need not be looked up.
   bool Backlogged() const { return !backlog_empty_.load(std::memory_order_relaxed); }
   // A multicast datagram: a copy to every other process of the fabric, which
-  // hands it to the group's members it has. A full ring loses that copy.
+  // hands it to the group's members it has. A full ring backlogs that copy
+  // (as SendRemote does).
   void SendToAllPeers(const Packet& pkt);
   // A packet from (device, port) was dropped at transmit: counted in the
   // port's port_xmit_discards, shared by the device's processes.
