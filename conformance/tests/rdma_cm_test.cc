@@ -498,9 +498,11 @@ TEST_F(RdmaCmTest, RejectCarriesConsumerReasonAndPrivateData) {
 //   error state ... After successfully disconnecting, an RDMA_CM_EVENT_DISCONNECTED event will be
 //   generated on both sides of the connection."
 //   The kernel reports no private data with DISCONNECTED (cma_ib_handler sets private_data_len for
-//   REQ, REP and REJ only).
+//   REQ, REP and REJ only), and librdmacm then leaves private_data NULL (ucma_copy_conn_event sets
+//   it only for a length above 0).
 // Checks: after the client's rdma_disconnect its QP is in ERROR at once, and both ends get
-//   DISCONNECTED with private_data_len 0; the server's rdma_disconnect then returns 0.
+//   DISCONNECTED with private_data_len 0 and private_data NULL; the server's rdma_disconnect then
+//   returns 0.
 TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -513,10 +515,12 @@ TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
         ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
         EXPECT_EQ(conn.event->id, conn.id.get());
         EXPECT_EQ(conn.event->param.conn.private_data_len, 0);
+        EXPECT_EQ(conn.event->param.conn.private_data, nullptr);
         EXPECT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
         EXPECT_EQ(client.event->id, client.id.get());
         EXPECT_EQ(client.event->param.conn.private_data_len, 0);
+        EXPECT_EQ(client.event->param.conn.private_data, nullptr);
       },
       kChildTimeout, "rdma_disconnect");
   EXPECT_TRUE(Passed(result));

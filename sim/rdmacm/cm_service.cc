@@ -438,14 +438,15 @@ CmEvent* CmService::NewEvent(CmId* id, rdma_cm_event_type type, int status, cons
     const auto reported = static_cast<uint8_t>(ReportedPrivateData(from->type, from->port_space));
     if (id->pub_.qp_type == IBV_QPT_UD) {
       rdma_ud_param& ud = e->pub.param.ud;
-      ud.private_data = e->private_data;
+      // NULL without any (librdmacm's ucma_copy_ud_event; libfabric tells the sides apart by it).
+      ud.private_data = reported ? e->private_data : nullptr;
       ud.private_data_len = reported;
       ud.qp_num = from->qpn;
       ud.qkey = from->qkey;
       if (type == RDMA_CM_EVENT_ESTABLISHED && id->port) ud.ah_attr = id->port->AhTo(from->lid, from->gid);
     } else {
       rdma_conn_param& c = e->pub.param.conn;
-      c.private_data = e->private_data;
+      c.private_data = reported ? e->private_data : nullptr;  // (ucma_copy_conn_event)
       c.private_data_len = reported;
       // What the peer offers is what we may use: its initiator depth is our responder resources.
       c.responder_resources = from->initiator_depth;
