@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two more stacks that HPC programs reach verbs through, unmodified, on the simulator: libfabric's verbs
-provider (fi_pingpong over its MSG, RDM (ofi_rxm) and DGRAM endpoints, checking every byte) and Open MPI
+provider (fi_pingpong over its MSG, RDM (ofi_rxm, over RC and over XRC QPs) and DGRAM endpoints, checking
+every byte) and Open MPI
 over UCX's rc_verbs (mpi_verbs_check.c: a ping-pong of 1 B to 4 MiB, MPI_Put/MPI_Get, MPI_Allreduce,
 checking every byte), on an InfiniBand and a RoCE profile.
 
@@ -26,12 +27,16 @@ passed = 0
 PROFILES = ("sim-roce", "sim-ib")
 
 
-def fi_pingpong(profile, endpoint, port):
-    """fi_pingpong -e endpoint between a server and a client; both must exit 0 and the client must report
-    every size it sent with all of them acknowledged."""
+def fi_pingpong(profile, endpoint, port, xrc=False):
+    """fi_pingpong -e endpoint between a server and a client (with `xrc`, RDM over XRC QPs with a shared
+    receive context); both must exit 0 and the client must report every size it sent with all of them
+    acknowledged."""
     global passed
-    name = f"fi_pingpong -e {endpoint} ({profile})"
-    env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-{profile}-{endpoint}", FI_UNIVERSE_SIZE="32")
+    name = f"fi_pingpong -e {endpoint}{' over XRC' if xrc else ''} ({profile})"
+    env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-{profile}-{endpoint}{'-xrc' if xrc else ''}",
+               FI_UNIVERSE_SIZE="32")
+    if xrc:
+        env.update(FI_VERBS_PREFER_XRC="1", FI_OFI_RXM_USE_SRX="1")
     common = ["fi_pingpong", "-p", "verbs", "-e", endpoint, "-I", "50", "-c"]
     server = subprocess.Popen([cli, "run", "--profile", profile, "--"] + common + ["-B", str(port)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -93,6 +98,8 @@ for profile in PROFILES:
     for endpoint in ("msg", "rdm", "dgram"):
         fi_pingpong(profile, endpoint, port)
         port += 1
+    fi_pingpong(profile, "rdm", port, xrc=True)
+    port += 1
 
 namespace = subprocess.run([cli, "run", "--sysfs", "--", "true"], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-namespace"))
