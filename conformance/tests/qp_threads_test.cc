@@ -7,9 +7,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cerrno>
 #include <cstdint>
@@ -233,6 +237,54 @@ TEST_F(QpThreadsTest, ExitWhileAnotherThreadPollsEndsWithItsStatus) {
       break;
     }
   }
+}
+
+// Rule: signal(7): a process-directed signal is delivered to a thread that does not block it, and
+//   stays pending while every thread blocks it; libibverbs starts no thread of its own (rdma-core's
+//   providers run in the caller's threads), so the program's signal mask decides alone where its
+//   handlers run.
+// Checks: a child process opens the device, creates a CQ and an RC QP, blocks SIGTERM in its only
+//   thread, installs a handler that records the thread it runs on and calls exit(3), then sends
+//   itself SIGTERM: within kBlockWindow the handler has not run and SIGTERM is pending; once the
+//   thread unblocks it, the handler runs on that thread and the child exits with status 3 (it was
+//   killed by SIGABRT when exit ran on a thread of the library).
+TEST_F(QpThreadsTest, SignalBlockedByTheProgramStaysPending) {
+  const ChildResult result = RunInChild(
+      [&]() -> int {
+        ContextPtr context = OpenAnotherContext();  // this process joins the fabric itself
+        if (!context) return 10;
+        ibv_pd* pd = ibv_alloc_pd(context.get());
+        ibv_cq* cq = pd ? ibv_create_cq(context.get(), 4, nullptr, nullptr, 0) : nullptr;
+        if (!cq) return 11;
+        ibv_qp_init_attr init = {};
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.cap = {4, 4, 1, 1, 0};
+        init.qp_type = IBV_QPT_RC;
+        if (!ibv_create_qp(pd, &init)) return 12;
+        static pthread_t main_thread;
+        main_thread = pthread_self();
+        // exit(3) where it runs; 4 if that is not this thread (the exit status says which).
+        signal(SIGTERM, [](int) { std::exit(pthread_equal(pthread_self(), main_thread) ? 3 : 4); });
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &term, nullptr);
+        kill(getpid(), SIGTERM);
+        const auto until = std::chrono::steady_clock::now() + kBlockWindow;
+        sigset_t pending;
+        do {
+          sigpending(&pending);
+          if (!sigismember(&pending, SIGTERM)) return 13;  // taken by a thread that is not ours
+          std::this_thread::yield();
+        } while (std::chrono::steady_clock::now() < until);
+        pthread_sigmask(SIG_UNBLOCK, &term, nullptr);  // the handler runs here and exits
+        return 14;
+      },
+      kChildTimeout, "SIGTERM blocked in the program's thread");
+  ASSERT_EQ(result.status, ChildResult::Status::kExited) << result.Describe();
+  EXPECT_EQ(result.exit_code, 3) << "13: SIGTERM was no longer pending while the program blocked it; 4: the "
+                                    "handler ran on another thread; 14: it never ran; 10-12: set-up failed";
 }
 
 // Rule: ibv_open_device(3) may be called from several threads at once (libibverbs is thread safe,

@@ -16,6 +16,7 @@
 #include "cm_id.h"
 #include "port_addresses.h"
 #include "port_ipv4.h"
+#include "src/quiet_thread.h"
 
 namespace simverbs::rdmacm {
 
@@ -144,7 +145,7 @@ void CmService::EnsureThread() {
   ev.events = EPOLLIN;
   ev.data.u64 = kTimersToken;
   if (timers_.fd() >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timers_.fd(), &ev);
-  thread_ = std::thread([this] { Run(); });
+  thread_ = QuietThread([this] { Run(); });
   thread_.detach();
 }
 

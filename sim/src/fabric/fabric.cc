@@ -30,6 +30,7 @@
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "qp.h"
+#include "quiet_thread.h"
 #include "read_once.h"
 #include "transport/cumulative_ack.h"
 #include "transport/engine.h"
@@ -426,7 +427,7 @@ std::string Fabric::Attach(int* err) {
     stop_ = false;
     std::promise<JoinResult> joined;
     std::future<JoinResult> result = joined.get_future();
-    progress_ = std::thread([this, candidate, &joined] { ProgressThread(candidate, &joined); });
+    progress_ = QuietThread([this, candidate, &joined] { ProgressThread(candidate, &joined); });
     const JoinResult join = result.get();
     if (segment_) break;
     progress_.join();
@@ -520,7 +521,9 @@ void Fabric::Detach() {
   ring_->MarkBlocking();
   ring_->Interrupt();
   // The progress thread leaves the fabric (LeaveLocked) before it exits.
-  if (progress_.joinable()) progress_.join();
+  // (exit() called on it, which only a handler of the program could do,
+  // leaves it to do so as the process ends: it cannot wait for itself.)
+  if (progress_.joinable() && progress_.get_id() != std::this_thread::get_id()) progress_.join();
   // Detach runs at exit, while the program's other threads may still poll
   // or post through these mappings: they stay until the process is gone.
   // The slot is not ours any more: a second Detach must not release it.

@@ -29,6 +29,7 @@
 #include "fault/inject.h"
 #include "fault/mailbox.h"
 #include "qp.h"
+#include "quiet_thread.h"
 #include "trace/trace.h"
 #include "transport/engine.h"
 
@@ -591,7 +592,7 @@ std::string OnContextOpen(Context* ctx) {
       if (f.trigger.kind == Trigger::Kind::kAfterMs) timed.push_back(&f);
     }
     // Sleeps until its last fault; the process may end before.
-    if (!timed.empty()) std::thread(TimerThread, timed).detach();
+    if (!timed.empty()) QuietThread([timed] { TimerThread(timed); }).detach();
   }
   ibv_context_ops& ops = ctx->ibv()->ops;
   if (g_plan.wants_polls && ops.poll_cq != PlanPollCq) {

@@ -12,6 +12,7 @@
 #include "fault/fault_points.h"
 #include "gid.h"
 #include "qp.h"
+#include "quiet_thread.h"
 #include "transport/lock_spinning.h"
 #include "transport/response_stream.h"
 #include "xrc_remote.h"
@@ -309,7 +310,7 @@ void Engine::ArmTimer(Qp* qp, std::chrono::nanoseconds ibta_duration, uint32_t t
   if (!timer_thread_.joinable()) {
     entry.deadline = Clock::now() + scaled;
     entry.stamped = true;
-    timer_thread_ = std::thread([this] { TimerThread(); });
+    timer_thread_ = QuietThread([this] { TimerThread(); });
     return;
   }
   // The timer thread looks again within a floor: the deadline is taken from

@@ -1,0 +1,36 @@
+#pragma once
+
+// The simulator's own threads (a process's progress thread, the transport
+// timers, the CM's and the fault plan's) run with every signal blocked: a
+// signal sent to the process reaches one of the program's threads, as it
+// does with rdma-core, which has none of its own. Otherwise the program's
+// handler could run on ours, and one that calls exit() there would have the
+// progress thread wait for itself at exit.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <thread>
+#include <utility>
+
+namespace simverbs {
+
+// A std::thread running `f`, started with every signal blocked (it inherits
+// the mask, so no signal reaches it even before `f` runs). Throws as
+// std::thread does, the caller's mask restored.
+template <typename F>
+std::thread QuietThread(F&& f) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  try {
+    std::thread thread(std::forward<F>(f));
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return thread;
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+}
+
+}  // namespace simverbs
