@@ -9,8 +9,10 @@ usage: mpi_libfabric_check.py SIMVERBS_CLI FABRIC BASE_PORT MPI_CHECK_SOURCE
 
 fi_pingpong's RDM endpoint asks for a CQ of 256 entries per peer of FI_UNIVERSE_SIZE (default 256), more
 than any profile's max_cqe, and libfabric does not fit it to the device (it fails the same way on rxe);
-FI_UNIVERSE_SIZE=32 makes it fit. Open MPI runs under `simverbs run --sysfs` (UCX uses a device only when
-its /dev/infiniband node is there); where the machine gives no mount namespace it is skipped and says so.
+FI_UNIVERSE_SIZE=32 makes it fit. MPI runs under `simverbs run --sysfs` (UCX uses a device only when its
+/dev/infiniband node is there, openib only when /sys/class/infiniband lists it); where the machine gives no
+mount namespace it is skipped and says so. Each MPI is named (mpicc.openmpi, mpiexec.mpich): `mpicc` is
+whichever the alternatives system picked.
 """
 import os
 import re
@@ -68,14 +70,13 @@ def fi_pingpong(profile, endpoint, port, xrc=False):
         print(f"ok   {name}: sizes {' '.join(rows)}")
 
 
-def open_mpi(profile, program):
-    """Two ranks of `program` over UCX rc_verbs on sim0 port 1: PASS, and UCX says it used that device."""
+def mpi_run(name, profile, launcher, program, ucx):
+    """Two ranks of `program` started by `launcher` under `simverbs run --sysfs`: PASS, and with `ucx`, UCX
+    says it used rc_verbs on sim0 port 1."""
     global passed
-    name = f"mpirun -np 2 (pml ucx, osc ucx, rc_verbs) ({profile})"
-    env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-{profile}-mpi")
-    command = [cli, "run", "--profile", profile, "--sysfs", "--", "mpirun", "--allow-run-as-root", "--oversubscribe",
-               "-np", "2", "--mca", "pml", "ucx", "--mca", "osc", "ucx", "-x", "UCX_TLS=rc_verbs,ud_verbs,self",
-               "-x", "UCX_NET_DEVICES=sim0:1", "-x", "UCX_LOG_LEVEL=info", program]
+    name = f"{name} ({profile})"
+    env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-{profile}-{launcher[0]}-{len(launcher)}")
+    command = [cli, "run", "--profile", profile, "--sysfs", "--"] + launcher + [program]
     try:
         r = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     except subprocess.TimeoutExpired as e:
@@ -84,13 +85,38 @@ def open_mpi(profile, program):
     out = r.stdout + r.stderr
     if r.returncode != 0 or "mpi_verbs_check: PASS" not in out:
         failures.append((name, f"exit {r.returncode}", "", out))
-    elif "rc_verbs/sim0:1" not in out:
+    elif ucx and "rc_verbs/sim0:1" not in out:
         failures.append((name, "UCX did not say it used rc_verbs on sim0:1", "", out))
-    elif "failed to read /sys/class/infiniband" in out:
+    elif ucx and "failed to read /sys/class/infiniband" in out:
         failures.append((name, "UCX did not find a sysfs file of the device it reads (gid_attrs)", "", out))
     else:
         passed += 1
         print(f"ok   {name}")
+
+
+UCX_ON_SIM0 = {"UCX_TLS": "rc_verbs,ud_verbs,self", "UCX_NET_DEVICES": "sim0:1", "UCX_LOG_LEVEL": "info"}
+OPEN_MPI = ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+
+
+def open_mpi_ucx():
+    command = OPEN_MPI + ["--mca", "pml", "ucx", "--mca", "osc", "ucx"]
+    for key, value in UCX_ON_SIM0.items():
+        command += ["-x", f"{key}={value}"]
+    return command
+
+
+def mpich_ucx():
+    # MPIR_CVAR_NOLOCAL: ranks on one host talk through the network module (UCX), not shared memory.
+    command = ["mpiexec.mpich", "-n", "2", "-genv", "MPIR_CVAR_NOLOCAL", "1"]
+    for key, value in UCX_ON_SIM0.items():
+        command += ["-genv", key, value]
+    return command
+
+
+# Open MPI's own verbs transport (InfiniBand only: Debian builds it with the udcm connection method alone).
+OPEN_MPI_OPENIB = OPEN_MPI + ["--mca", "pml", "ob1", "--mca", "btl", "openib,self", "--mca", "btl_openib_allow_ib",
+                              "true", "--mca", "btl_openib_warn_no_device_params_found", "0", "--mca",
+                              "btl_openib_warn_default_gid_prefix", "0"]
 
 
 port = base_port
@@ -104,17 +130,25 @@ for profile in PROFILES:
 namespace = subprocess.run([cli, "run", "--sysfs", "--", "true"], capture_output=True, text=True, timeout=60,
                            env=dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-namespace"))
 if namespace.returncode != 0:
-    print(f"skip Open MPI: no mount namespace for simverbs run --sysfs here: {namespace.stderr.strip()}")
+    print(f"skip MPI: no mount namespace for simverbs run --sysfs here: {namespace.stderr.strip()}")
 else:
     with tempfile.TemporaryDirectory() as tmp:
-        program = os.path.join(tmp, "mpi_verbs_check")
-        build = subprocess.run(["mpicc", "-O2", "-o", program, mpi_source], capture_output=True, text=True,
-                               timeout=120)
-        if build.returncode != 0:
-            failures.append(("mpicc mpi_verbs_check.c", f"exit {build.returncode}", "", build.stdout + build.stderr))
-        else:
-            for profile in PROFILES:
-                open_mpi(profile, program)
+        programs = {}
+        for mpi in ("openmpi", "mpich"):
+            programs[mpi] = os.path.join(tmp, f"mpi_verbs_check.{mpi}")
+            build = subprocess.run([f"mpicc.{mpi}", "-O2", "-o", programs[mpi], mpi_source], capture_output=True,
+                                   text=True, timeout=120)
+            if build.returncode != 0:
+                failures.append((f"mpicc.{mpi} mpi_verbs_check.c", f"exit {build.returncode}", "",
+                                 build.stdout + build.stderr))
+                programs.pop(mpi)
+        for profile in PROFILES:
+            if "openmpi" in programs:
+                mpi_run("Open MPI: pml ucx, osc ucx, rc_verbs", profile, open_mpi_ucx(), programs["openmpi"], True)
+            if "mpich" in programs:
+                mpi_run("MPICH ch4:ucx, rc_verbs", profile, mpich_ucx(), programs["mpich"], True)
+        if "openmpi" in programs:
+            mpi_run("Open MPI: pml ob1, btl openib", "sim-ib", OPEN_MPI_OPENIB, programs["openmpi"], False)
 
 for name, why, server_out, client_out in failures:
     print(f"FAIL {name}: {why}\n--- server:\n{server_out[-3000:]}\n--- client:\n{client_out[-3000:]}")
