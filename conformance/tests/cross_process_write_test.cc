@@ -504,6 +504,29 @@ class CrossProcessWriteTest : public QpTest {
     EXPECT_EQ(wcs[1].status, second) << DescribeWc(wcs[1]);
   }
 
+  // The SGEs of kLargeSends' messages back to back in `source`, then one of 16 bytes.
+  static std::vector<ibv_sge> LargeMessageSges(const Buffer& source) {
+    std::vector<ibv_sge> sges;
+    size_t at = 0;
+    for (const size_t length : kLargeSends) {
+      sges.push_back(source.Sge(at, static_cast<uint32_t>(length)));
+      at += length;
+    }
+    sges.push_back(source.Sge(at, 16));
+    return sges;
+  }
+
+  // a_'s next `count` completions are wr_id 1, 2, ... with success.
+  void ExpectSuccessesInOrder(size_t count, const char* what) {
+    std::vector<ibv_wc> wcs;
+    EXPECT_TRUE(PollCompletions(a_.send_cq.get(), static_cast<int>(count), &wcs, kChildTimeout / 2))
+        << what << " did not complete";
+    for (size_t k = 0; k < wcs.size(); ++k) {
+      EXPECT_EQ(wcs[k].wr_id, k + 1);
+      EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
+    }
+  }
+
   Buffer src_;
 };
 
@@ -1857,24 +1880,13 @@ TEST_F(CrossProcessWriteTest, LargeSendsLandInTheChildsReceives) {
       [&](const Target&, int, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         source.FillPattern(5);
-        std::vector<ibv_sge> sges;
-        size_t at = 0;
-        for (const size_t length : kLargeSends) {
-          sges.push_back(source.Sge(at, static_cast<uint32_t>(length)));
-          at += length;
-        }
-        sges.push_back(source.Sge(at, 16));
+        std::vector<ibv_sge> sges = LargeMessageSges(source);
         std::vector<ibv_send_wr> wrs;
         for (size_t k = 0; k < sges.size(); ++k) wrs.push_back(SendWr(k + 1, &sges[k], 1, IBV_SEND_SIGNALED));
         wrs[2].opcode = IBV_WR_SEND_WITH_IMM;
         wrs[2].imm_data = htonl(kImm);
         ASSERT_EQ(PostList(a_.get(), &wrs), 0);
-        std::vector<ibv_wc> wcs;
-        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 4, &wcs, kChildTimeout / 2)) << "the SENDs did not complete";
-        for (size_t k = 0; k < wcs.size(); ++k) {
-          EXPECT_EQ(wcs[k].wr_id, k + 1);
-          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
-        }
+        ExpectSuccessesInOrder(4, "the SENDs");
       },
       setup);
 }
@@ -1915,27 +1927,16 @@ TEST_F(CrossProcessWriteTest, LargeWritesWithImmediateLandAndCompleteTheirReceiv
       [&](const Target& target, int, int from_child) {
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
         source.FillPattern(9);
-        std::vector<ibv_sge> sges;
-        size_t at = 0;
-        for (const size_t length : kLargeSends) {
-          sges.push_back(source.Sge(at, static_cast<uint32_t>(length)));
-          at += length;
-        }
-        sges.push_back(source.Sge(at, 16));
+        std::vector<ibv_sge> sges = LargeMessageSges(source);
         std::vector<ibv_send_wr> wrs;
-        at = 0;
+        size_t at = 0;
         for (size_t k = 0; k < sges.size(); ++k) {
           wrs.push_back(RdmaWr(k + 1, IBV_WR_RDMA_WRITE_WITH_IMM, &sges[k], 1, target.addr + at, target.rkey));
           wrs[k].imm_data = htonl(static_cast<uint32_t>(k + 1));
           at += sges[k].length;
         }
         ASSERT_EQ(PostList(a_.get(), &wrs), 0);
-        std::vector<ibv_wc> wcs;
-        EXPECT_TRUE(PollCompletions(a_.send_cq.get(), 4, &wcs, kChildTimeout / 2)) << "the WRITEs did not complete";
-        for (size_t k = 0; k < wcs.size(); ++k) {
-          EXPECT_EQ(wcs[k].wr_id, k + 1);
-          EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
-        }
+        ExpectSuccessesInOrder(4, "the WRITEs");
       },
       setup);
 }

@@ -77,22 +77,29 @@ if r.returncode != 0:
 if objects(fabric + "-b"):
     failures.append(f"opening a device on another fabric did not sweep the dead one: {objects(fabric + '-b')}")
 
+def live_fabric_kept(name, p, what):
+    """A fabric with a live process, `name`, is kept by simverbs clean and by a program that opens a device on
+    another fabric; returns what simverbs clean printed."""
+    server = start_server(name, p)
+    try:
+        live = objects(name)
+        r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
+        if objects(name) != live:
+            failures.append(f"simverbs clean removed part of {what}: {live} -> {objects(name)}")
+        subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, timeout=60,
+                       env=dict(os.environ, SIMVERBS_FABRIC=fabric + "-c"))
+        if objects(name) != live:
+            failures.append(f"a program on another fabric removed part of {what}: {objects(name)}")
+        return r.stdout
+    finally:
+        server.kill()
+        server.wait()
+
+
 # 3. A fabric with a live process is kept, by both.
-server = start_server(fabric + "-d", port + 2)
-try:
-    live = objects(fabric + "-d")
-    r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
-    if objects(fabric + "-d") != live:
-        failures.append(f"simverbs clean removed part of a live fabric: {live} -> {objects(fabric + '-d')}")
-    if f'kept fabric "{fabric}-d" (1 process)' not in r.stdout:
-        failures.append(f"simverbs clean did not say it kept the live fabric: {r.stdout!r}")
-    subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, timeout=60,
-                   env=dict(os.environ, SIMVERBS_FABRIC=fabric + "-c"))
-    if objects(fabric + "-d") != live:
-        failures.append(f"a program on another fabric removed part of a live one: {objects(fabric + '-d')}")
-finally:
-    server.kill()
-    server.wait()
+cleaned = live_fabric_kept(fabric + "-d", port + 2, "a live fabric")
+if f'kept fabric "{fabric}-d" (1 process)' not in cleaned:
+    failures.append(f"simverbs clean did not say it kept the live fabric: {cleaned!r}")
 
 # 4. A dead fabric is removed whatever its header says: garbage over the magic
 # or over its version byte alone, a later version's magic (every version since
@@ -133,17 +140,7 @@ subprocess.run([cli, "clean"], capture_output=True, timeout=60)
 
 # 7. A live fabric whose name ends as a ring's did ("<fabric>-p<slot>") is kept, by both, when no fabric of
 # the shorter name is there (its segment was taken for a ring of that fabric, and removed).
-server = start_server(fabric + "-p1", port + 9)
-try:
-    live = objects(fabric + "-p1")
-    subprocess.run([cli, "clean"], capture_output=True, timeout=60)
-    subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, timeout=60,
-                   env=dict(os.environ, SIMVERBS_FABRIC=fabric + "-c"))
-    if objects(fabric + "-p1") != live:
-        failures.append(f"a live fabric named like a ring was removed: {live} -> {objects(fabric + '-p1')}")
-finally:
-    server.kill()
-    server.wait()
+live_fabric_kept(fabric + "-p1", port + 9, "a live fabric named like a ring")
 subprocess.run([cli, "clean"], capture_output=True, timeout=60)
 
 # 8. A fabric name too long for its rings' names is refused at ibv_open_device, saying how long it may be.

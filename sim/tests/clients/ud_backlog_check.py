@@ -83,19 +83,25 @@ print(n, buf.value.decode().strip())
 """
 
 
+def start_holder(live_env, run):
+    """ibv_asyncwatch on the fabric of `live_env`, started by `run`, which keeps the fabric (and its counters)
+    after a pair has ended; returns once it has joined."""
+    holder = subprocess.Popen(run + ["ibv_asyncwatch", "-d", "sim0"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env=live_env)
+    deadline = time.time() + 20
+    while time.time() < deadline and read_xmit_discards(live_env)[0] is None:
+        time.sleep(0.05)  # until ibv_asyncwatch has joined the fabric
+    return holder
+
+
 def live_stream_discards(transport, live_port, options=(), profile="sim-ib"):
     """port_xmit_discards of sim0 port 1 after a `transport` stream (with perftest `options`) to a live server,
     on a fabric of its own that ibv_asyncwatch keeps (with its counters) after the pair has ended; None when it
     could not be read."""
     live_env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-live-{transport}{''.join(options)}")
     run_profile = [cli, "run", "--profile", profile, "--"]
-    holder = subprocess.Popen(run_profile + ["ibv_asyncwatch", "-d", "sim0"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=live_env)
-    procs = [holder]
+    procs = [start_holder(live_env, run_profile)]
     try:
-        deadline = time.time() + 20
-        while time.time() < deadline and read_xmit_discards(live_env)[0] is None:
-            time.sleep(0.05)  # until ibv_asyncwatch has joined the fabric
         stream = run_profile + ["ib_send_bw", "-c", transport, *options, "-s", "64", "-n", "200000", "-p", live_port]
         server = subprocess.Popen(stream, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=live_env)
         procs.append(server)
@@ -134,13 +140,8 @@ def rc_stream_discards(live_port):
     """port_xmit_discards of sim0 port 1 after 2 s of qperf rc_rdma_write_bw to a live server, on a fabric of
     its own kept (with its counters) by ibv_asyncwatch; None when it could not be read."""
     live_env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-live-rc")
-    holder = subprocess.Popen([cli, "run", "--", "ibv_asyncwatch", "-d", "sim0"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=live_env)
-    procs = [holder]
+    procs = [start_holder(live_env, [cli, "run", "--"])]
     try:
-        deadline = time.time() + 20
-        while time.time() < deadline and read_xmit_discards(live_env)[0] is None:
-            time.sleep(0.05)  # until ibv_asyncwatch has joined the fabric
         server = subprocess.Popen([cli, "run", "--", "qperf", "-lp", live_port], stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, env=live_env)
         procs.append(server)
