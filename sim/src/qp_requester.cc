@@ -888,6 +888,9 @@ void Qp::ReceiveResponse(const Packet& pkt) {
       }
       wqe.read_offset += length;
       ++wqe.read_packets;
+      // Progress resets the RNR count too, as a positive ACK does (rxe:
+      // reset_retry_counters on every good ACK, read response or atomic ACK).
+      rnr_retries_left_ = attr_.rnr_retry;
       if (!pkt.last) return;
       wqe.acked = true;
       break;
@@ -897,6 +900,7 @@ void Qp::ReceiveResponse(const Packet& pkt) {
         FailSendLocked(wqe, IBV_WC_LOC_PROT_ERR);
         return;
       }
+      rnr_retries_left_ = attr_.rnr_retry;
       wqe.acked = true;
       break;
     }
@@ -985,6 +989,7 @@ bool Qp::ReceiveWholeReadResponseLocked(ibv_qp_type transport, uint32_t psn, con
   // goes the other way, which writes the same bytes and fails the same way.
   if (!ScatterLocked(wqe, wqe.read_offset, bytes, length)) return false;
   retries_left_ = attr_.retry_cnt;
+  rnr_retries_left_ = attr_.rnr_retry;
   wqe.read_offset += length;
   ++wqe.read_packets;
   wqe.acked = true;
