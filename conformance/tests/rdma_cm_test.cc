@@ -12,6 +12,7 @@
 #include <rdma/rdma_verbs.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -306,6 +307,39 @@ TEST_F(RdmaCmTest, ChannelFdIsPollableAndNonBlocking) {
         EXPECT_EQ(client.event->status, 0);
       },
       kChildTimeout, "rdma_cm event channel fd");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_get_cm_event(3) blocks until an event arrives; librdmacm waits in the kernel
+//   (ucma_get_event: wait_event_interruptible), so a signal whose handler was installed without
+//   SA_RESTART ends the wait: -1 with errno EINTR (signal(7), "Interruption of system calls").
+// Checks: with nothing on the channel, a SIGALRM handler installed by sigaction without SA_RESTART
+//   and a timer that fires after 100 ms, rdma_get_cm_event returns -1 with errno EINTR, after the
+//   handler ran.
+TEST_F(RdmaCmTest, GetEventInterruptedBySignalReturnsEintr) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide side;
+        ASSERT_NO_FATAL_FAILURE(NewSide(&side, RDMA_PS_TCP));
+        static volatile sig_atomic_t handled = 0;
+        struct sigaction action = {};
+        action.sa_handler = [](int) { handled = 1; };
+        sigemptyset(&action.sa_mask);
+        action.sa_flags = 0;  // no SA_RESTART
+        ASSERT_EQ(sigaction(SIGALRM, &action, nullptr), 0);
+        itimerval timer = {};
+        timer.it_value.tv_usec = 100000;
+        ASSERT_EQ(setitimer(ITIMER_REAL, &timer, nullptr), 0);
+        rdma_cm_event* event = nullptr;
+        errno = 0;
+        const int ret = rdma_get_cm_event(side.channel.get(), &event);
+        const int err = errno;
+        EXPECT_EQ(ret, -1) << "rdma_get_cm_event returned an event of type " << (event ? event->event : -1);
+        EXPECT_EQ(err, EINTR) << ErrnoName(err);
+        EXPECT_EQ(handled, 1);
+        if (ret == 0) rdma_ack_cm_event(event);
+      },
+      kChildTimeout, "rdma_get_cm_event interrupted by SIGALRM");
   EXPECT_TRUE(Passed(result));
 }
 

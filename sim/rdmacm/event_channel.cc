@@ -52,8 +52,9 @@ void EventChannel::Push(CmEvent* event) {
 CmEvent* EventChannel::Pop() {
   for (;;) {
     char token = 0;
+    // A signal whose handler has no SA_RESTART ends the wait with EINTR, as
+    // it ends the kernel's (ucma_get_event's wait_event_interruptible).
     const ssize_t n = read(pub_.fd, &token, 1);
-    if (n < 0 && errno == EINTR) continue;
     if (n == 0) {
       // The channel was destroyed under this reader (its write end closed).
       // The kernel's rdma_cm file keeps a reader blocked then, until the
@@ -61,7 +62,7 @@ CmEvent* EventChannel::Pop() {
       // nothing of the channel (pause(2) is a cancellation point).
       for (;;) pause();
     }
-    if (n != 1) return nullptr;  // errno: EAGAIN with O_NONBLOCK
+    if (n != 1) return nullptr;  // errno: EAGAIN with O_NONBLOCK, EINTR
     std::lock_guard<std::mutex> lock(mu_);
     // Another reader, or a withdrawal, took the event this byte stood for.
     if (queue_.empty()) continue;
