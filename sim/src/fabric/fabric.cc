@@ -2105,7 +2105,8 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     std::string segment = e.name;
     size_t p = segment.rfind(kRingSeparator);
     if (p == std::string::npos) {
-      if (e.size == sizeof(FabricSegment)) continue;
+      // (Nor one of size 0: a segment being made, not yet sized.)
+      if (e.size == sizeof(FabricSegment) || e.size == 0) continue;
       const size_t mr = segment.rfind("-mr+");
       if (mr != std::string::npos) segment.resize(mr);
       p = segment.rfind("-p");
