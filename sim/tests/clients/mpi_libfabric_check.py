@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Two more stacks that HPC programs reach verbs through, unmodified, on the simulator: libfabric's verbs
-provider (fi_pingpong over its MSG, RDM (ofi_rxm, over RC and over XRC QPs) and DGRAM endpoints, checking
-every byte) and Open MPI
-over UCX's rc_verbs (mpi_verbs_check.c: a ping-pong of 1 B to 4 MiB, MPI_Put/MPI_Get, MPI_Allreduce,
-checking every byte), on an InfiniBand and a RoCE profile.
+"""More stacks that HPC programs reach verbs through, unmodified, on the simulator, on an InfiniBand and a
+RoCE profile: libfabric's verbs provider (fi_pingpong over its MSG, RDM (ofi_rxm, over RC and over XRC QPs) and
+DGRAM endpoints, checking every byte); MPI (mpi_verbs_check.c: a ping-pong of 1 B to 4 MiB, MPI_Put/MPI_Get,
+MPI_Allreduce, checking every byte) as Open MPI over UCX's rc_verbs, MPICH (ch4:ucx) over rc_verbs and Open
+MPI's own openib BTL (InfiniBand only); and OpenSHMEM (shmem_verbs_check.c: puts and gets of 1 B to 4 MiB,
+atomics, wait_until, a reduction) as Open MPI's oshmem over UCX.
 
-usage: mpi_libfabric_check.py SIMVERBS_CLI FABRIC BASE_PORT MPI_CHECK_SOURCE
+usage: mpi_libfabric_check.py SIMVERBS_CLI FABRIC BASE_PORT MPI_CHECK_SOURCE SHMEM_CHECK_SOURCE
 
 fi_pingpong's RDM endpoint asks for a CQ of 256 entries per peer of FI_UNIVERSE_SIZE (default 256), more
 than any profile's max_cqe, and libfabric does not fit it to the device (it fails the same way on rxe);
@@ -23,7 +24,8 @@ import time
 
 from tcp_listening import wait_listening
 
-cli, fabric, base_port, mpi_source = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+cli, fabric, base_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+mpi_source, shmem_source = sys.argv[4], sys.argv[5]
 failures = []
 passed = 0
 PROFILES = ("sim-roce", "sim-ib")
@@ -70,12 +72,15 @@ def fi_pingpong(profile, endpoint, port, xrc=False):
         print(f"ok   {name}: sizes {' '.join(rows)}")
 
 
-def mpi_run(name, profile, launcher, program, ucx):
-    """Two ranks of `program` started by `launcher` under `simverbs run --sysfs`: PASS, and with `ucx`, UCX
-    says it used rc_verbs on sim0 port 1."""
+def mpi_run(name, profile, launcher, program, ucx, passed_line="mpi_verbs_check: PASS", perturb=True):
+    """Two ranks of `program` started by `launcher` under `simverbs run --sysfs`: it prints `passed_line`,
+    and with `ucx`, UCX says it used rc_verbs on sim0 port 1. Without `perturb`, glibc does not fill freed
+    memory (MALLOC_PERTURB_, which meson sets)."""
     global passed
     name = f"{name} ({profile})"
     env = dict(os.environ, SIMVERBS_FABRIC=f"{fabric}-{profile}-{launcher[0]}-{len(launcher)}")
+    if not perturb:
+        env.pop("MALLOC_PERTURB_", None)
     command = [cli, "run", "--profile", profile, "--sysfs", "--"] + launcher + [program]
     try:
         r = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
@@ -83,7 +88,7 @@ def mpi_run(name, profile, launcher, program, ucx):
         failures.append((name, "timed out (120 s)", "", str(e.stdout or "")))
         return
     out = r.stdout + r.stderr
-    if r.returncode != 0 or "mpi_verbs_check: PASS" not in out:
+    if r.returncode != 0 or passed_line not in out:
         failures.append((name, f"exit {r.returncode}", "", out))
     elif ucx and "rc_verbs/sim0:1" not in out:
         failures.append((name, "UCX did not say it used rc_verbs on sim0:1", "", out))
@@ -103,6 +108,11 @@ def open_mpi_ucx():
     for key, value in UCX_ON_SIM0.items():
         command += ["-x", f"{key}={value}"]
     return command
+
+
+def shmem_ucx():
+    # Open MPI's OpenSHMEM: its one-sided layer (spml) over UCX as well.
+    return ["oshrun"] + open_mpi_ucx()[1:] + ["--mca", "spml", "ucx"]
 
 
 def mpich_ucx():
@@ -134,12 +144,13 @@ if namespace.returncode != 0:
 else:
     with tempfile.TemporaryDirectory() as tmp:
         programs = {}
-        for mpi in ("openmpi", "mpich"):
-            programs[mpi] = os.path.join(tmp, f"mpi_verbs_check.{mpi}")
-            build = subprocess.run([f"mpicc.{mpi}", "-O2", "-o", programs[mpi], mpi_source], capture_output=True,
-                                   text=True, timeout=120)
+        for mpi, compiler, source in (("openmpi", "mpicc.openmpi", mpi_source), ("mpich", "mpicc.mpich", mpi_source),
+                                      ("shmem", "oshcc", shmem_source)):
+            programs[mpi] = os.path.join(tmp, f"check.{mpi}")
+            build = subprocess.run([compiler, "-O2", "-o", programs[mpi], source], capture_output=True, text=True,
+                                   timeout=120)
             if build.returncode != 0:
-                failures.append((f"mpicc.{mpi} mpi_verbs_check.c", f"exit {build.returncode}", "",
+                failures.append((f"{compiler} {os.path.basename(source)}", f"exit {build.returncode}", "",
                                  build.stdout + build.stderr))
                 programs.pop(mpi)
         for profile in PROFILES:
@@ -147,6 +158,12 @@ else:
                 mpi_run("Open MPI: pml ucx, osc ucx, rc_verbs", profile, open_mpi_ucx(), programs["openmpi"], True)
             if "mpich" in programs:
                 mpi_run("MPICH ch4:ucx, rc_verbs", profile, mpich_ucx(), programs["mpich"], True)
+            if "shmem" in programs:
+                # (Open MPI 4.1.4's oshmem crashes in shmem_finalize, in the ucp_rkey_destroy of
+                # mca_spml_ucx_deregister, when glibc fills freed memory as MALLOC_PERTURB_ has it do:
+                # apparently it reads memory it freed. Without it the run ends cleanly.)
+                mpi_run("OpenSHMEM (Open MPI): spml ucx, rc_verbs", profile, shmem_ucx(), programs["shmem"], True,
+                        "shmem_verbs_check: PASS", perturb=False)
         if "openmpi" in programs:
             mpi_run("Open MPI: pml ob1, btl openib", "sim-ib", OPEN_MPI_OPENIB, programs["openmpi"], False)
 
