@@ -28,4 +28,18 @@ inline constexpr bool kSanitizedBuild = false;
 inline constexpr bool kSanitizedBuild = false;
 #endif
 
+// ThreadSanitizer runs a signal handler only when the interrupted thread is
+// at a point it deems safe, which need not come while a test looks.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kThreadSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kThreadSanitizedBuild = true;
+#else
+inline constexpr bool kThreadSanitizedBuild = false;
+#endif
+#else
+inline constexpr bool kThreadSanitizedBuild = false;
+#endif
+
 }  // namespace conformance

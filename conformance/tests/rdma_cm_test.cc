@@ -315,7 +315,7 @@ TEST_F(RdmaCmTest, ChannelFdIsPollableAndNonBlocking) {
 //   SA_RESTART ends the wait: -1 with errno EINTR (signal(7), "Interruption of system calls").
 // Checks: with nothing on the channel, a SIGALRM handler installed by sigaction without SA_RESTART
 //   and a timer that fires after 100 ms, rdma_get_cm_event returns -1 with errno EINTR, after the
-//   handler ran.
+//   handler ran (not checked under ThreadSanitizer, which defers handlers).
 TEST_F(RdmaCmTest, GetEventInterruptedBySignalReturnsEintr) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -336,7 +336,10 @@ TEST_F(RdmaCmTest, GetEventInterruptedBySignalReturnsEintr) {
         const int err = errno;
         EXPECT_EQ(ret, -1) << "rdma_get_cm_event returned an event of type " << (event ? event->event : -1);
         EXPECT_EQ(err, EINTR) << ErrnoName(err);
-        EXPECT_EQ(handled, 1);
+        // (Under ThreadSanitizer the handler runs when it sees fit: not looked for there.)
+        if (!kThreadSanitizedBuild) {
+          EXPECT_EQ(handled, 1) << "the SIGALRM handler has not run";
+        }
         if (ret == 0) rdma_ack_cm_event(event);
       },
       kChildTimeout, "rdma_get_cm_event interrupted by SIGALRM");
