@@ -717,8 +717,8 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
   } catch (const std::bad_alloc&) {
     return PullResult::kFailed;
   }
-  size_t at = 0;          // local[at] gets the next byte,
-  uint64_t at_offset = 0;  // at this offset in it
+  if (local_count != 1 || local[0].iov_len < length) return PullResult::kFailed;
+  auto* to = static_cast<uint8_t*>(local[0].iov_base);
   for (uint64_t done = 0; done < length;) {
     const uint64_t piece = std::min(length - done, kPullChunkBytes);
     const iovec staging{pull_staging_.data(), piece};
@@ -727,17 +727,7 @@ Fabric::PullResult Fabric::PullSend(int device_index, uint32_t src_qpn, uint32_t
     if (n < 0) return refused();
     if (n != static_cast<ssize_t>(piece)) return PullResult::kFailed;
     if (!still_granted()) return PullResult::kWithdrawn;
-    for (uint64_t copied = 0; copied < piece && at < local_count;) {
-      const uint64_t room = local[at].iov_len - at_offset;
-      const uint64_t take = std::min(room, piece - copied);
-      std::memcpy(static_cast<uint8_t*>(local[at].iov_base) + at_offset, pull_staging_.data() + copied, take);
-      copied += take;
-      at_offset += take;
-      if (at_offset == local[at].iov_len) {
-        ++at;
-        at_offset = 0;
-      }
-    }
+    std::memcpy(to + done, pull_staging_.data(), piece);
     done += piece;
   }
   return PullResult::kPulled;
@@ -1115,21 +1105,22 @@ bool Fabric::MulticastMayGo(int src_device, uint32_t src_qpn) {
   bool may_go = true;
   for (const int slot : backlogged_) {
     Peer* peer = peers_[slot].get();
-    if (!peer || peer->backlog.empty() || peer->discarding) continue;
-    const HeldSender waiter{src_device, src_qpn};
-    auto& waiters = peer->held_senders;
-    if (std::find(waiters.begin(), waiters.end(), waiter) != waiters.end()) {
-      may_go = false;
-      continue;
-    }
-    try {
-      waiters.push_back(waiter);
-      may_go = false;
-    } catch (const std::bad_alloc&) {
-      // No memory to wait for this one: its copy goes now (into the bounded backlog).
-    }
+    if (peer && !HoldSenderLocked(*peer, HeldSender{src_device, src_qpn})) may_go = false;
   }
   return may_go;
+}
+
+bool Fabric::HoldSenderLocked(Peer& peer, const HeldSender& sender) {
+  if (peer.backlog.empty() || peer.discarding) return true;
+  auto& waiters = peer.held_senders;
+  if (std::find(waiters.begin(), waiters.end(), sender) == waiters.end()) {
+    try {
+      waiters.push_back(sender);
+    } catch (const std::bad_alloc&) {
+      return true;  // no memory to wait: it goes now (into the bounded backlog)
+    }
+  }
+  return false;
 }
 
 bool Fabric::FlushPeerLocked(int slot, Peer& peer) {
@@ -1238,17 +1229,7 @@ void Fabric::DiscardUnreliableLocked(Peer& peer) {
 bool Fabric::RequestMayGo(int device_index, uint32_t qpn, int src_device, uint32_t src_qpn) {
   int slot = -1;
   Peer* peer = ReachOwner(device_index, qpn, &slot);
-  if (!peer || peer->backlog.empty() || peer->discarding) return true;
-  const HeldSender waiter{src_device, src_qpn};
-  auto& waiters = peer->held_senders;
-  if (std::find(waiters.begin(), waiters.end(), waiter) == waiters.end()) {
-    try {
-      waiters.push_back(waiter);
-    } catch (const std::bad_alloc&) {
-      return true;  // no memory to wait: it goes now (into the bounded backlog)
-    }
-  }
-  return false;
+  return !peer || HoldSenderLocked(*peer, HeldSender{src_device, src_qpn});
 }
 
 namespace {

@@ -350,7 +350,8 @@ class Fabric {
   // flush. Into a receive that is not completed that is no harm; into the
   // memory of an MR it is (a WRITE with immediate), so `staged` reads
   // kPullChunkBytes at a time into a buffer of ours and copies a piece to
-  // `local` only once the epoch is seen to hold after its read. kRefused: the
+  // `local` (then one piece of our memory) only once the epoch is seen to
+  // hold after its read. kRefused: the
   // kernel does not let us read that process (ptrace rules); the message must
   // go through the rings. kFailed: the read failed or fell short otherwise
   // (the requester unmapped the buffer, or is gone; no memory for the
@@ -579,6 +580,9 @@ class Fabric {
   // A packet that PushNow could not put on the peer's ring: waits in its
   // backlog, in order, or is discarded and counted (SendRemote says when).
   void QueueForPeerLocked(int slot, Peer& peer, const Packet& pkt, int src_device);
+  // What RequestMayGo and MulticastMayGo share: whether `sender` may send to
+  // `peer` now; if not, it is listed to be resumed once the backlog has gone.
+  bool HoldSenderLocked(Peer& peer, const HeldSender& sender);
   // Our packet at `pos` is in the peer's ring: what PushNow and PushLine note
   // (`work`: not a bare ACK or NAK, IsWork; of `payload_len` bytes).
   inline void PushedLocked(int slot, Peer& peer, const PacketRing::Owed& owed, uint64_t pos, bool work,
