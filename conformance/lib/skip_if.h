@@ -12,34 +12,29 @@
 
 namespace conformance {
 
-// This test binary runs under AddressSanitizer or ThreadSanitizer, whose
-// operator new cannot fail gracefully: it reports out-of-memory and aborts
-// instead of throwing std::bad_alloc (so a test that exhausts memory on
-// purpose cannot run there).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool kSanitizedBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSanitizedBuild = true;
+// __has_feature is clang's; GCC says the same with __SANITIZE_*__.
+#if defined(__has_feature)
+#define CONFORMANCE_HAS_FEATURE(x) __has_feature(x)
 #else
-inline constexpr bool kSanitizedBuild = false;
-#endif
-#else
-inline constexpr bool kSanitizedBuild = false;
+#define CONFORMANCE_HAS_FEATURE(x) 0
 #endif
 
 // ThreadSanitizer runs a signal handler only when the interrupted thread is
 // at a point it deems safe, which need not come while a test looks.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitizedBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if defined(__SANITIZE_THREAD__) || CONFORMANCE_HAS_FEATURE(thread_sanitizer)
 inline constexpr bool kThreadSanitizedBuild = true;
 #else
 inline constexpr bool kThreadSanitizedBuild = false;
 #endif
+
+// This test binary runs under AddressSanitizer or ThreadSanitizer, whose
+// operator new cannot fail gracefully: it reports out-of-memory and aborts
+// instead of throwing std::bad_alloc (so a test that exhausts memory on
+// purpose cannot run there).
+#if defined(__SANITIZE_ADDRESS__) || CONFORMANCE_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kSanitizedBuild = true;
 #else
-inline constexpr bool kThreadSanitizedBuild = false;
+inline constexpr bool kSanitizedBuild = kThreadSanitizedBuild;
 #endif
 
 }  // namespace conformance
