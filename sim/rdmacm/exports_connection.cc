@@ -394,9 +394,17 @@ int rdma_create_qp(rdma_cm_id* pub, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) 
 void rdma_destroy_qp(rdma_cm_id* pub) {
   Guarded([&] {
     if (!pub || !pub->qp) return 0;
-    CmId::From(pub)->DetachGroups();
-    ibv_destroy_qp(pub->qp);
-    pub->qp = nullptr;
+    ibv_qp* qp = nullptr;
+    {
+      // The CM's thread moves the id's QP (to ERR on a REJ, say) under this
+      // lock: once it sees none, the QP may go (ibv_destroy_qp may wait for
+      // event acks: not under the lock).
+      std::lock_guard<std::mutex> lock(CmService::Get().mu());
+      CmId::From(pub)->DetachGroups();
+      qp = pub->qp;
+      pub->qp = nullptr;
+    }
+    ibv_destroy_qp(qp);
     CmId* id = CmId::From(pub);
     if (id->own_cqs) {
       DestroyOwnCqs(pub);
