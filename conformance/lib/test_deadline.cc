@@ -28,7 +28,24 @@ void SetTimer(std::chrono::milliseconds limit) {
   setitimer(ITIMER_REAL, &timer, nullptr);
 }
 
+// The message the handler writes for the test running now, with its limit.
+void SetMessage(const testing::TestInfo& info, std::chrono::milliseconds limit) {
+  const int n = std::snprintf(g_message, sizeof g_message,
+                              "\n[  TIMEOUT  ] %s.%s did not finish within %lld ms: a verbs call is probably "
+                              "blocked forever. Ending the run.\n",
+                              info.test_suite_name(), info.name(), static_cast<long long>(limit.count()));
+  g_message_length = n < 0 ? 0 : std::min<int>(n, sizeof g_message - 1);
+}
+
 }  // namespace
+
+void TestDeadline::Extend(std::chrono::milliseconds limit) {
+  const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+  if (!info) return;
+  SetTimer(std::chrono::milliseconds(0));
+  SetMessage(*info, limit);
+  SetTimer(limit);
+}
 
 TestDeadline::TestDeadline(std::chrono::milliseconds limit) : limit_(limit) {
   struct sigaction action = {};
@@ -43,11 +60,7 @@ TestDeadline::~TestDeadline() {
 }
 
 void TestDeadline::OnTestStart(const testing::TestInfo& info) {
-  const int n = std::snprintf(g_message, sizeof g_message,
-                              "\n[  TIMEOUT  ] %s.%s did not finish within %lld ms: a verbs call is probably "
-                              "blocked forever. Ending the run.\n",
-                              info.test_suite_name(), info.name(), static_cast<long long>(limit_.count()));
-  g_message_length = n < 0 ? 0 : std::min<int>(n, sizeof g_message - 1);
+  SetMessage(info, limit_);
   SetTimer(limit_);
 }
 

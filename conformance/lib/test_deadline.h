@@ -19,6 +19,11 @@ class TestDeadline : public testing::EmptyTestEventListener {
   explicit TestDeadline(std::chrono::milliseconds limit);
   ~TestDeadline() override;
 
+  // For a test that waits on purpose longer than the usual deadline (a
+  // kernel timeout of a minute or more): its deadline is now `limit` from now.
+  // Outside a test it does nothing.
+  static void Extend(std::chrono::milliseconds limit);
+
   void OnTestStart(const testing::TestInfo& info) override;
   void OnTestEnd(const testing::TestInfo& info) override;
 

@@ -33,6 +33,7 @@
 #include "conformance/lib/options.h"
 #include "conformance/lib/pipe.h"
 #include "conformance/lib/skip_if.h"
+#include "conformance/lib/test_deadline.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_test.h"
@@ -1130,6 +1131,42 @@ TEST_F(RdmaCmTest, SecondDisconnectReturnsZero) {
         EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
       },
       kChildTimeout, "rdma_disconnect twice");
+  EXPECT_TRUE(Passed(result));
+}
+
+// How long the IB CM may wait for a DREP before it gives up on the DREQ: the kernel waits a CM
+// response timeout for each of 16 tries (rxe 6.1: DISCONNECTED about 100 s after rdma_disconnect).
+constexpr std::chrono::milliseconds kDreqGiveUpWindow = 180s;
+
+// Rule: the peer's CM sends the DREP only when its program answers the DREQ (rdma_disconnect, or
+//   rdma_destroy_id: drivers/infiniband/core/cm.c sends it from IB_CM_DREQ_RCVD only there); a DREQ
+//   that gets no DREP is resent and then given up (IB_CM_DREQ_ERROR), which rdma_cm reports as
+//   DISCONNECTED with status -ETIMEDOUT (cma.c: cma_ib_handler).
+// Checks: the server gets DISCONNECTED and does not answer it: the client's DISCONNECTED comes
+//   within the give-up window (not within the block window) with status -ETIMEDOUT, then its
+//   TIMEWAIT_EXIT; the server's late rdma_disconnect returns 0 and the client sees nothing more.
+TEST_F(RdmaCmTest, DisconnectRequestNobodyAnswersEndsWithEtimedout) {
+  TestDeadline::Extend(kChildTimeout + kDreqGiveUpWindow + kTimewaitWindow + kTestDeadline);
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
+        client.event.reset();
+        conn.event.reset();
+        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        EXPECT_TRUE(NoCmEventWithin(client.channel.get(), kBlockWindow))
+            << "the client's DISCONNECTED came before any DREP could";
+        ASSERT_TRUE(
+            GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kDreqGiveUpWindow, &client.event));
+        EXPECT_EQ(client.event->status, -ETIMEDOUT) << ErrnoName(-client.event->status);
+        client.event.reset();
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_TIMEWAIT_EXIT, kTimewaitWindow, &client.event));
+        client.event.reset();
+        EXPECT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
+        EXPECT_TRUE(NoCmEventWithin(client.channel.get(), kQuietWindow)) << "an event after TIMEWAIT_EXIT";
+      },
+      kChildTimeout + kDreqGiveUpWindow + kTimewaitWindow, "an unanswered DREQ");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -43,5 +43,34 @@ TEST(TestDeadlineTest, DisarmsAtTestEnd) {
   EXPECT_TRUE(Passed(result));
 }
 
+TEST(TestDeadlineTest, ExtendMovesTheDeadlineLater) {
+  const testing::TestInfo& info = *testing::UnitTest::GetInstance()->current_test_info();
+  const ChildResult result = RunInChild(
+      [&info] {
+        TestDeadline deadline(100ms);
+        deadline.OnTestStart(info);
+        TestDeadline::Extend(1000ms);
+        // Past the first limit (a bounded wait for a negative), within the new one.
+        timeval wait = {0, 300000};
+        (void)select(0, nullptr, nullptr, nullptr, &wait);
+        deadline.OnTestEnd(info);
+        return 0;
+      },
+      5000ms, "an extended deadline");
+  EXPECT_TRUE(Passed(result));
+  // And it still fires, with the new limit.
+  const ChildResult fired = RunInChild(
+      [&info] {
+        TestDeadline deadline(100ms);
+        deadline.OnTestStart(info);
+        TestDeadline::Extend(200ms);
+        for (;;) pause();
+        return 0;
+      },
+      5000ms, "the extended deadline to fire");
+  EXPECT_EQ(fired.status, ChildResult::Status::kExited) << fired.Describe();
+  EXPECT_EQ(fired.exit_code, 3);
+}
+
 }  // namespace
 }  // namespace conformance

@@ -259,7 +259,14 @@ int CmService::SendOrLose(CmId* id, int sock, const CmMessage& m, int lost) {
     ResendLater(id, m, lost + 1);
     return 0;
   }
-  if (send(sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof m)) return errno;
+  if (send(sock, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof m)) {
+    // A DREQ that finds the peer's queue full (a stopped process): as lost on the way.
+    if (m.type != CmMessageType::kDreq || (errno != EAGAIN && errno != EWOULDBLOCK)) return errno;
+  }
+  // The DREP comes only once the peer's program answers (its rdma_disconnect
+  // or rdma_destroy_id): a DREQ is sent again until then, as a lost one is,
+  // and given up (DISCONNECTED, -ETIMEDOUT) as the IB CM does.
+  if (m.type == CmMessageType::kDreq) ResendLater(id, m, lost + 1);
   return 0;
 }
 
