@@ -311,10 +311,11 @@ class Qp {
   // its RETH checked: reads its bytes into `to` (the MR's, at the RETH).
   bool PullWriteLocked(const Packet& pkt, uint8_t* to);
   // What the two share: reads the message at `addr` (of `epoch`) into
-  // place_iov_ (`staged` into memory the program sees: Fabric::PullSend); on
-  // a failure puts the receive back, and NAKs a pull the kernel refused so
+  // `local` (`staged` into memory the program sees: Fabric::PullSend); on a
+  // failure puts the receive back, and NAKs a pull the kernel refused so
   // that it is sent again through the rings.
-  bool PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch, bool staged);
+  bool PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch, const iovec* local, size_t local_count,
+                  bool staged);
   // The pulled message comes from the QP we are connected to.
   bool FromOurRequesterLocked(const Packet& pkt) const;
   void Respond(const Packet& req, Packet::Kind kind, Packet::Nak nak = Packet::Nak::kNone);

@@ -393,14 +393,8 @@ bool Qp::PullWriteLocked(const Packet& pkt, uint8_t* to) {
     PutBackRecvLocked();
     return false;
   }
-  place_iov_.clear();
-  try {
-    place_iov_.push_back(iovec{to, pkt.dma_length});
-  } catch (const std::bad_alloc&) {
-    PutBackRecvLocked();  // no memory for the list: as a packet lost, sent again
-    return false;
-  }
-  return PullLocked(pkt, pkt.compare_add, static_cast<uint32_t>(pkt.swap), true);
+  const iovec into{to, pkt.dma_length};
+  return PullLocked(pkt, pkt.compare_add, static_cast<uint32_t>(pkt.swap), &into, 1, true);
 }
 
 bool Qp::PullSendLocked(const Packet& pkt) {
@@ -433,13 +427,13 @@ bool Qp::PullSendLocked(const Packet& pkt) {
     place_iov_.push_back(iovec{mr->Translate(sge.addr, n), n});
     left -= n;
   }
-  return PullLocked(pkt, pkt.remote_addr, pkt.rkey, false);
+  return PullLocked(pkt, pkt.remote_addr, pkt.rkey, place_iov_.data(), place_iov_.size(), false);
 }
 
-bool Qp::PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch, bool staged) {
+bool Qp::PullLocked(const Packet& pkt, uint64_t addr, uint32_t epoch, const iovec* local, size_t local_count,
+                    bool staged) {
   const Fabric::PullResult result = Fabric::Get().PullSend(pkt.src_device->index(), pkt.src_qpn, epoch, addr,
-                                                           pkt.dma_length, place_iov_.data(), place_iov_.size(),
-                                                           staged);
+                                                           pkt.dma_length, local, local_count, staged);
   if (result == Fabric::PullResult::kPulled) return true;
   // Not read: the receive goes back. Withdrawn (the requester flushed it, or
   // is gone), or failed otherwise (its buffer unmapped): as a packet lost on
