@@ -209,6 +209,17 @@ class RdmaCmTest : public VerbsTest {
                                  &server_conn->event));
   }
 
+  // Connect, then the client's rdma_disconnect: the server's DISCONNECTED is
+  // in server_conn->event, client->event is empty.
+  void ConnectThenDisconnectClient(CmSide* server, CmSide* server_conn, CmSide* client) const {
+    ASSERT_NO_FATAL_FAILURE(Connect(server, server_conn, client));
+    client->event.reset();
+    server_conn->event.reset();
+    ASSERT_EQ(rdma_disconnect(client->id.get()), 0) << ErrnoName(errno);
+    ASSERT_TRUE(
+        GetCmEventWithin(server->channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &server_conn->event));
+  }
+
   // Binds to the port's address, resolves the group, makes a UD QP and joins;
   // side->event is MULTICAST_JOIN (nullptr and a failure when a step failed).
   void JoinGroup(CmSide* side, const sockaddr_in* group) const {
@@ -573,11 +584,7 @@ TEST_F(RdmaCmTest, TimewaitExitFollowsDisconnect) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client;
-        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
-        client.event.reset();
-        conn.event.reset();
-        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        ASSERT_NO_FATAL_FAILURE(ConnectThenDisconnectClient(&server, &conn, &client));
         conn.event.reset();
         ASSERT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
@@ -1116,11 +1123,7 @@ TEST_F(RdmaCmTest, SecondDisconnectReturnsZero) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client, idle;
-        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
-        client.event.reset();
-        conn.event.reset();
-        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        ASSERT_NO_FATAL_FAILURE(ConnectThenDisconnectClient(&server, &conn, &client));
         ASSERT_EQ(rdma_disconnect(conn.id.get()), 0) << ErrnoName(errno);
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &client.event));
         EXPECT_EQ(rdma_disconnect(client.id.get()), 0) << "a second rdma_disconnect: " << ErrnoName(errno);
@@ -1150,11 +1153,7 @@ TEST_F(RdmaCmTest, DisconnectRequestNobodyAnswersEndsWithEtimedout) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, conn, client;
-        ASSERT_NO_FATAL_FAILURE(Connect(&server, &conn, &client));
-        client.event.reset();
-        conn.event.reset();
-        ASSERT_EQ(rdma_disconnect(client.id.get()), 0) << ErrnoName(errno);
-        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_DISCONNECTED, kReturnWindow, &conn.event));
+        ASSERT_NO_FATAL_FAILURE(ConnectThenDisconnectClient(&server, &conn, &client));
         EXPECT_TRUE(NoCmEventWithin(client.channel.get(), kBlockWindow))
             << "the client's DISCONNECTED came before any DREP could";
         ASSERT_TRUE(
