@@ -23,17 +23,14 @@
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/ud_constants.h"
 #include "conformance/lib/verbs_matchers.h"
 
 namespace conformance {
 namespace {
 
-// IBTA Vol 1 (multicast): a datagram to a multicast group carries the destination QP 0xFFFFFF.
-constexpr uint32_t kMulticastQpn = 0xffffff;
 // A multicast LID (IBTA Vol 1 ch. 4: LIDs 0xC000-0xFFFE are multicast).
 constexpr uint16_t kMlid = 0xc001;
-// UD receive buffers start with the 40-byte GRH area (ibv_post_recv(3)).
-constexpr size_t kGrhBytes = 40;
 constexpr uint32_t kPayload = 64;
 // Each receiving QP gets its own 1 KiB slice of recv_.
 constexpr size_t kSlice = 1024;

@@ -22,14 +22,13 @@
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/ud_constants.h"
 #include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
 
 constexpr size_t kBufSize = 16384;
-// UD receive buffers start with the 40-byte GRH area (ibv_post_recv(3)).
-constexpr size_t kGrhBytes = 40;
 
 uint64_t Load64(const uint8_t* p) {
   uint64_t v;

@@ -35,6 +35,7 @@
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/test_deadline.h"
 #include "conformance/lib/timeouts.h"
+#include "conformance/lib/ud_constants.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_test.h"
 #include "conformance/lib/watchdog.h"
@@ -52,10 +53,6 @@ constexpr int kSidrReject = 2;
 constexpr size_t kReqPrivateData = 56;
 constexpr size_t kRepPrivateData = 196;
 constexpr size_t kRejPrivateData = 148;
-// UD receive buffers start with the 40-byte GRH area (ibv_post_recv(3)).
-constexpr size_t kGrhBytes = 40;
-// IBTA Vol 1: a datagram to a multicast group carries the destination QP 0xFFFFFF.
-constexpr uint32_t kMulticastQpn = 0xffffff;
 // rdma_cm's resolve timeouts, in ms.
 constexpr int kResolveTimeoutMs = 2000;
 // How long a disconnected id may stay in timewait before TIMEWAIT_EXIT, and the
