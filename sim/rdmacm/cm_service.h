@@ -20,8 +20,9 @@
 // DREQ, SIDR REQ) and was lost (a fault, cm_faults.h) is sent again after
 // kResponseTimeout, up to kMaxRetries times, then the CM gives up (the
 // events simverbs_rdmacm.h lists). So is a DREQ the peer's program has not
-// answered yet (its DREP waits for that program's rdma_disconnect). A connection that has ended (DREP sent or
-// received) stays in timewait for kTimewait, then its id gets TIMEWAIT_EXIT.
+// answered yet (its DREP waits for that program's rdma_disconnect). A
+// connection that has ended (DREP sent or received) stays in timewait for
+// kTimewait, then its id gets TIMEWAIT_EXIT.
 // All CM state is guarded by one lock, mu(). A forked child starts afresh:
 // none of the parent's connections, a thread of its own once it needs one.
 
