@@ -158,6 +158,13 @@
 // 4.7-5.0 GB/s through the rings, 10.2-11.7 GB/s pulled, here), at the cost
 // of one system call per message on the receiving side.
 //
+// Known limit of every one-copy path: the copy runs under the copying
+// process's engine lock, so memory of the other process whose access blocks
+// (pages held by userfaultfd, a file on a hung mount) holds that process's
+// verbs until the fault is resolved. A stopped or slow process does not: its
+// memory stays readable. (A copy outside the lock would need the QP, its
+// receive and its MR held for the copy's time instead.)
+//
 // No daemon: the first process creates the segment and fixes the profile;
 // the last one to leave removes it.
 //
