@@ -300,6 +300,43 @@ TEST_F(PdMrTest, ReregMrFails_NoFlags) {
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
 }
 
+// Rule: ibv_rereg_mr(3): "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected by
+//   libibverbs"; "IBV_REREG_MR_ERR_CMD - MR shouldn't be used, command error". libibverbs checks
+//   only the flags, the translation's addr and length and access without CHANGE_ACCESS
+//   (libibverbs/verbs.c ibv_rereg_mr); the access flags themselves are checked by the kernel
+//   (drivers/infiniband/core/uverbs_cmd.c ib_uverbs_rereg_mr → ib_check_mr_access: EINVAL for
+//   REMOTE_WRITE without LOCAL_WRITE), whose failure libibverbs reports as IBV_REREG_MR_ERR_CMD.
+// Checks: CHANGE_ACCESS to REMOTE_WRITE without LOCAL_WRITE returns IBV_REREG_MR_ERR_CMD with errno
+//   EINVAL, and the MR can still be deregistered.
+TEST_F(PdMrTest, ReregMrFails_AccessTheKernelRefuses) {
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  auto call = CaptureErrno(
+      [&] { return ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_REMOTE_WRITE); });
+  EXPECT_EQ(call.rc, IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_rereg_mr(3): "IBV_REREG_MR_ERR_CMD - MR shouldn't be used, command error". A provider
+//   without rereg_mr gets libibverbs' stand-in (libibverbs/dummy_ops.c rereg_mr: EOPNOTSUPP),
+//   whose failure ibv_rereg_mr reports as IBV_REREG_MR_ERR_CMD (libibverbs/verbs.c).
+// Checks: (a backend whose provider has no rereg_mr) a CHANGE_ACCESS that libibverbs accepts returns
+//   IBV_REREG_MR_ERR_CMD with errno EOPNOTSUPP, and the MR can still be deregistered.
+TEST_F(PdMrTest, ReregMrFails_WhereTheProviderHasNone) {
+  SKIP_IF(Backend().Answer("ReregMrSupported", true)) << "(the provider has rereg_mr)";
+  ibv_mr* mr = ibv_reg_mr(pd(), buffer_.data(), buffer_.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+  auto call = CaptureErrno([&] {
+    return ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  });
+  EXPECT_EQ(call.rc, IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(call.err, EOPNOTSUPP) << ErrnoName(call.err);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
 // Rule: ibv_rereg_mr(3): "When IBV_REREG_MR_CHANGE_TRANSLATION is used, addr. represents the
 //   virtual address (user-space pointer) of the new MR, while length represents its length";
 //   "IBV_REREG_MR_ERR_INPUT - Old MR is valid, an input error was detected by libibverbs" (which
@@ -345,6 +382,7 @@ TEST_F(PdMrTest, ReregMrFails_TranslationToReadOnlyMemory) {
 //   errno EFAULT; the MR can still be deregistered.
 TEST_F(PdMrTest, ReregMrFails_WritableAccessOnReadOnlyMemory) {
   SKIP_IF(!Sim()) << "(providers may change the access of the pinned pages in place)";
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
   Mapping pages(2, PROT_READ);
   ASSERT_NE(pages.data(), nullptr) << ErrnoName(errno);
   ibv_mr* mr = ibv_reg_mr(pd(), pages.data(), pages.size(), 0);

@@ -265,6 +265,10 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   if (flags & ~kSupported) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || length == 0)) return IBV_REREG_MR_ERR_INPUT;
   if (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS)) return IBV_REREG_MR_ERR_INPUT;
+  if (!pd_->context()->device()->behaviour().rereg_mr_supported) {
+    errno = EOPNOTSUPP;  // libibverbs' stand-in for a provider without rereg_mr (dummy_ops.c)
+    return IBV_REREG_MR_ERR_CMD;
+  }
   if (flags == 0 && pd_->context()->device()->behaviour().rereg_no_flags_cmd_error) {
     // A kernel provider: libibverbs passes flags 0 on and the kernel refuses
     // it (drivers/infiniband/core/uverbs_cmd.c: ib_uverbs_rereg_mr).
@@ -277,8 +281,12 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     return IBV_REREG_MR_ERR_CMD;
   }
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
-  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) return IBV_REREG_MR_ERR_INPUT;
-  if ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context()) return IBV_REREG_MR_ERR_INPUT;
+  // The kernel checks the access and the PD (ib_uverbs_rereg_mr): a failed command.
+  if (((flags & IBV_REREG_MR_CHANGE_ACCESS) && CheckAccess(access)) ||
+      ((flags & IBV_REREG_MR_CHANGE_PD) && pd->context() != pd_->context())) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_CMD;
+  }
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
     if (int err = CheckOnDemand(pd_->context()->device(), access)) {
       errno = err;  // the kernel's answer (ib_uverbs_rereg_mr checks the access as registration does)

@@ -334,6 +334,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }
+  if (r.Find("rereg_mr", false)) {
+    b.rereg_mr_supported = r.Choice<bool>("rereg_mr", {{"supported", true}, {"unsupported", false}});
+  }
   if (r.Find("reset_completions", false)) {
     b.reset_discards_completions = r.Choice<bool>("reset_completions", {{"discard", true}, {"keep", false}});
   }

@@ -61,6 +61,9 @@ struct Behaviour {
   // fails it as a command (IBV_REREG_MR_ERR_CMD); the simulator's default
   // reports an input error.
   bool rereg_no_flags_cmd_error = false;
+  // The provider has rereg_mr (rxe 6.1's has none: every ibv_rereg_mr that
+  // passes libibverbs' own checks fails as a command, EOPNOTSUPP).
+  bool rereg_mr_supported = true;
   // ibv_modify_qp to RESET removes the QP's unpolled completions from its
   // CQs, as mlx4/mlx5 do (mlx5_modify_qp → mlx5_cq_clean); rxe leaves them.
   bool reset_discards_completions = true;
