@@ -3,7 +3,8 @@
 // Faults of this process's connection manager, armed through the control API
 // (simverbs_rdmacm.h), which `simverbs inject` and fault plans reach through
 // libibverbs: connection requests the CM rejects before a listener sees them,
-// and CM messages lost on the way (the CM resends them, cm_service.h). Every
+// and CM messages lost on the way (the CM resends them, cm_service.h): one
+// this process sends, or a REQ or SIDR REQ reaching its listeners. Every
 // member is guarded by CmService::mu().
 
 #include <array>

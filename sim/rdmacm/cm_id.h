@@ -74,6 +74,8 @@ class CmId {
   uint32_t psn = 0;       // our starting PSN
   CmMessage remote;       // what the peer said of itself (REQ or REP)
   bool have_remote = false;
+  CmMessage request;      // our REQ or SIDR REQ (rdma_connect), for a resend
+  int requests_lost = 0;  // of them, lost at the listener's end so far (kLost)
   uint8_t responder_resources = 0;
   uint8_t initiator_depth = 0;
   uint8_t retry_count = 7;

@@ -22,6 +22,11 @@ enum class CmMessageType : uint8_t {
   kDrep,
   kSidrReq,
   kSidrRep,
+  // Not an IBTA message: the simulated wire telling the sender that its REQ
+  // or SIDR REQ (`reason`: which) was lost before the receiving CM took it,
+  // by a fault armed in the receiving process. The sender resends it as it
+  // would one lost at its own end (cm_service.h).
+  kLost,
 };
 
 // Private data limits of the IBTA CM messages (Vol 1 12.6), less the 36-byte
@@ -73,7 +78,7 @@ struct CmMessage {
   uint8_t private_data[kMaxPrivateData] = {};
 
   bool Valid() const {
-    if (magic != kCmMagic || type < CmMessageType::kReq || type > CmMessageType::kSidrRep) return false;
+    if (magic != kCmMagic || type < CmMessageType::kReq || type > CmMessageType::kLost) return false;
     if (private_data_len > kMaxPrivateData || mtu > 5 || qpn > 0xffffff || psn > 0xffffff) return false;
     for (const sockaddr_storage* a : {&src, &dst}) {
       if (a->ss_family != AF_INET && a->ss_family != AF_INET6) return false;

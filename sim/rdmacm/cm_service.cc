@@ -71,7 +71,8 @@ size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
     case CmMessageType::kSidrRep: return kSidrRepPrivateData;
     case CmMessageType::kRtu:
     case CmMessageType::kDreq:
-    case CmMessageType::kDrep: return 0;
+    case CmMessageType::kDrep:
+    case CmMessageType::kLost: return 0;
   }
   return 0;
 }
@@ -208,6 +209,7 @@ int CmService::Listen(CmId* id) {
 }
 
 int CmService::Connect(CmId* id, const CmMessage& req, int lost) {
+  id->request = req;
   int sock = -1;
   for (const std::string& address : {AddressText(id->dst()), std::string("any")}) {
     // Non-blocking: a listener whose queue is full must not stop this
@@ -551,6 +553,18 @@ void CmService::OnConnection(uint64_t token) {
     }
     if (!entry.id) {
       if ((m.type == CmMessageType::kReq || m.type == CmMessageType::kSidrReq) && entry.listen_id) {
+        if (faults_.TakeDrop(m.type)) {
+          // Lost on its way in (a fault armed here): the listener hears
+          // nothing, the sender's CM hears of the loss and resends it.
+          CmMessage lost;
+          lost.type = CmMessageType::kLost;
+          lost.reason = static_cast<uint8_t>(m.type);
+          lost.port_space = m.port_space;
+          lost.src = m.dst;
+          lost.dst = m.src;
+          send(entry.sock, &lost, sizeof lost, MSG_NOSIGNAL | MSG_DONTWAIT);
+          continue;
+        }
         OnRequest(entry.listen_id, token, m);
         it = entries_.find(token);
         if (it != entries_.end() && !it->second.id && !it->second.held) {  // refused
@@ -694,6 +708,13 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
       QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0, &m);
       StartTimewait(id);
       return;
+    case CmMessageType::kLost: {
+      // Our request, lost at the listener's end: sent again as one lost here is.
+      const auto type = static_cast<CmMessageType>(m.reason);
+      if (type != id->request.type || id->state != S::kConnecting || id->have_remote) return;
+      ResendLater(id, id->request, ++id->requests_lost);
+      return;
+    }
     case CmMessageType::kReq:
     case CmMessageType::kSidrReq:
       return;  // only as the first message of a connection

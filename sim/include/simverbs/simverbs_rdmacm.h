@@ -40,7 +40,10 @@ enum simverbs_cm_message {
  * count 0 disarms. EINVAL for a reason out of range. */
 int simverbs_cm_reject_requests(unsigned int count, int reason);
 
-/* The next `count` messages of `message` this process sends are lost. The
+/* The next `count` messages of `message` this process sends are lost; a REQ
+ * or SIDR_REQ that reaches a listener of this process counts as well (lost on
+ * its way in: the listener hears nothing, the sender's CM resends it, so a
+ * fault armed in a server reaches clients started later). The
  * CM resends a message that gets no answer every 100 ms, 15 times (rdma_cm's
  * CMA_MAX_CM_RETRIES; the kernel waits about 4 s each): lose fewer than 16
  * and the connection is only late; lose 16 and the CM gives up:

@@ -4,6 +4,8 @@
 With an rping server listening on the first port's address (127.0.0.1):
   CM_REJECT --reason 28   the next client's request is rejected by the CM: the client prints
                           "cma event RDMA_CM_EVENT_REJECTED, error 28" and fails;
+  CM_DROP --message REQ   the client's REQs are lost on their way into the server on every try: the client
+                          gets UNREACHABLE, -110; with --count 3 it connects, late;
   CM_DROP --message REP   the server's REP is lost on every try: the client gets UNREACHABLE, -110;
   ADDR_CHANGE             a new server, bound to the port, prints the event it does not handle;
   DEVICE_FATAL            that server gets DEVICE_REMOVAL ("cma detected device removal") and ends;
@@ -107,10 +109,27 @@ try:
         expect_client_fails("the rejected client says REJECTED, reason 28, and fails", base_port,
                             "cma event RDMA_CM_EVENT_REJECTED, error 28")
 
+        # REQs lost on their way into the server: the client, started afterwards, resends them.
+        r = inject("CM_DROP", "--message", "REQ")
+        expect("CM_DROP REQ is armed in the server", r.returncode == 0 and "lose the next 16 REQ" in r.stdout,
+               f"exit {r.returncode}: {r.stdout!r} {r.stderr!r}")
+        expect_client_fails("with every REQ lost the client gets UNREACHABLE (-ETIMEDOUT) and fails", base_port,
+                            "cma event RDMA_CM_EVENT_UNREACHABLE, error -110")
+        r = inject("CM_DROP", "--message", "REQ", "--count", "3")
+        expect("CM_DROP REQ --count 3 is armed in the server", r.returncode == 0 and "lose the next 3 REQ" in r.stdout,
+               f"exit {r.returncode}: {r.stdout!r} {r.stderr!r}")
+        c = run("rping", "-c", "-a", "127.0.0.1", "-p", str(base_port), "-v", "-C", "1")
+        expect("with 3 REQs lost the client still connects, and its ping comes back", c.returncode == 0 and
+               "ping data: rdma-ping-0" in c.stdout, f"exit {c.returncode}: {c.stdout + c.stderr!r}")
+    server.stop()
+
+    server = Server(base_port + 2)
+    servers.append(server)
+    if expect("another rping -s listens", server.wait_listening(), "its CM socket never showed"):
         r = inject("CM_DROP", "--message", "REP")
         expect("CM_DROP REP is armed in the server", r.returncode == 0 and "lose the next 16 REP" in r.stdout,
                f"exit {r.returncode}: {r.stdout!r} {r.stderr!r}")
-        expect_client_fails("with every REP lost the client gets UNREACHABLE (-ETIMEDOUT) and fails", base_port,
+        expect_client_fails("with every REP lost the client gets UNREACHABLE (-ETIMEDOUT) and fails", base_port + 2,
                             "cma event RDMA_CM_EVENT_UNREACHABLE, error -110")
     server.stop()
 
