@@ -804,6 +804,48 @@ TEST_F(QpErrorTest, UnpolledCompletionsAtResetFollowBackend) {
   }
 }
 
+// Rule: ibv_destroy_qp(3) leaves open what becomes of completions the QP already put in a CQ that
+//   outlives it; the backend's choice is DestroyQpDiscardsCompletions. mlx5 removes them
+//   (providers/mlx5/verbs.c: mlx5_destroy_qp calls __mlx5_cq_clean on its receive and send CQs), as
+//   it does at RESET; rxe leaves them to be polled.
+// Checks: a second RC QP, with b_'s armed receive CQ as its send and receive CQ, goes to INIT, takes
+//   a receive and goes to ERR (a completion event says the flush is in the CQ), then is destroyed;
+//   ibv_poll_cq then finds no completion on a backend that discards, or exactly that flushed
+//   receive (wr_id 11, IBV_WC_WR_FLUSH_ERR, the destroyed QP's number) on one that keeps.
+TEST_F(QpErrorTest, UnpolledCompletionsAtDestroyFollowBackend) {
+  const bool discards = Backend().Answer("DestroyQpDiscardsCompletions", true);
+  channel_.reset(ibv_create_comp_channel(context()));
+  ASSERT_NE(channel_, nullptr) << ErrnoName(errno);
+  EndConfig b_config;
+  b_config.recv_channel = channel_.get();
+  ASSERT_TRUE(MakePair(EndConfig{}, b_config, ConnectParams{}, ConnectParams{}));
+  ibv_qp_init_attr init = MakeInitAttr(IBV_QPT_RC, b_.recv_cq.get(), b_.recv_cq.get());
+  ibv_qp* doomed = ibv_create_qp(pd(), &init);
+  ASSERT_NE(doomed, nullptr) << ErrnoName(errno);
+  const uint32_t doomed_qpn = doomed->qp_num;
+  QpPtr doomed_owner(doomed);
+  ASSERT_TRUE(ModifyToInit(doomed, port(), ConnectParams{}));
+  ASSERT_EQ(ibv_req_notify_cq(b_.recv_cq.get(), 0), 0);
+  ibv_sge sge = local_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(doomed, 11, &sge, 1), 0);
+  ASSERT_TRUE(ModifyToState(doomed, IBV_QPS_ERR));
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  ASSERT_TRUE(GetCqEventWithin(channel_.get(), &cq, &cq_context, kReturnWindow)) << "the flushed receive never came";
+  ibv_ack_cq_events(cq, 1);
+  ASSERT_EQ(ibv_destroy_qp(doomed_owner.release()), 0) << ErrnoName(errno);
+  ibv_wc wc[2] = {};
+  const int n = ibv_poll_cq(b_.recv_cq.get(), 2, wc);
+  if (discards) {
+    EXPECT_EQ(n, 0) << "the destroyed QP's flushed receive is still in the CQ: " << DescribeWc(wc[0]);
+  } else {
+    ASSERT_EQ(n, 1) << "the destroyed QP's flushed receive is gone from the CQ";
+    EXPECT_EQ(wc[0].wr_id, 11u) << DescribeWc(wc[0]);
+    EXPECT_EQ(wc[0].status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc[0]);
+    EXPECT_EQ(wc[0].qp_num, doomed_qpn) << DescribeWc(wc[0]);
+  }
+}
+
 // Rule: ibv_rereg_mr(3): "IBV_REREG_MR_CHANGE_ACCESS Change access flags"; the MR's keys after the
 //   call are those in the struct ibv_mr ("Conceptually, this call performs the functions deregister
 //   memory region followed by register memory region. Where possible, resources are reused"). Whether

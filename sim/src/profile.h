@@ -64,8 +64,9 @@ struct Behaviour {
   // The provider has rereg_mr (rxe 6.1's has none: every ibv_rereg_mr that
   // passes libibverbs' own checks fails as a command, EOPNOTSUPP).
   bool rereg_mr_supported = true;
-  // ibv_modify_qp to RESET removes the QP's unpolled completions from its
-  // CQs, as mlx4/mlx5 do (mlx5_modify_qp → mlx5_cq_clean); rxe leaves them.
+  // ibv_modify_qp to RESET and ibv_destroy_qp remove the QP's unpolled
+  // completions from its CQs, as mlx4/mlx5 do (mlx5_modify_qp and
+  // mlx5_destroy_qp → mlx5_cq_clean); rxe leaves them.
   bool reset_discards_completions = true;
   // A CQ gets the entries asked for, or (rxe) a ring of the next power of two
   // above them, reported as one entry less (rxe_queue_init).

@@ -512,6 +512,11 @@ int Qp::Destroy() {
     Engine::Get().ForgetDeferredAck(this);
     device()->RemoveQp(this);
     device()->ReleaseQpn(qp_num());
+    if (context()->device()->behaviour().reset_discards_completions) {
+      // As at RESET: mlx5_destroy_qp cleans its CQs of the QP's completions.
+      if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
+      if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->DiscardQpCompletions(qp_num());
+    }
     if (send_cq_) send_cq_->RemoveQp(this);
     if (xrcd_) {
       xrcd_->domain()->targets.erase(this);
