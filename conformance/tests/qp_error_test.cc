@@ -804,6 +804,25 @@ TEST_F(QpErrorTest, UnpolledCompletionsAtResetFollowBackend) {
   }
 }
 
+// Rule: ibv_poll_cq(3): "A negative value is returned on an error"; num_entries is "the maximum number
+//   of completions to return". The providers poll up to num_entries in a loop that a count of 0 or
+//   less never enters, and report no error for it (providers/rxe/rxe.c rxe_poll_cq,
+//   providers/mlx5/cq.c poll_cq: for (npolled = 0; npolled < ne; ...)): a program that computes
+//   its count and reaches 0 or less sees an empty poll, not a CQ error.
+// Checks: with a completion waiting (a flushed receive), ibv_poll_cq with num_entries 0 and -1
+//   returns 0 and takes nothing: a poll for 1 then returns that completion.
+TEST_F(QpErrorTest, PollForZeroOrFewerEntriesReturnsZero) {
+  ASSERT_TRUE(MakePair());
+  ibv_sge sge = local_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 12, &sge, 1), 0);
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  ibv_wc wc = {};
+  EXPECT_EQ(ibv_poll_cq(b_.recv_cq.get(), 0, &wc), 0);
+  EXPECT_EQ(ibv_poll_cq(b_.recv_cq.get(), -1, &wc), 0) << "a negative count is an error here";
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc, kReturnWindow)) << "the flushed receive was lost";
+  EXPECT_EQ(wc.wr_id, 12u) << DescribeWc(wc);
+}
+
 // Rule: ibv_destroy_qp(3) leaves open what becomes of completions the QP already put in a CQ that
 //   outlives it; the backend's choice is DestroyQpDiscardsCompletions. mlx5 removes them
 //   (providers/mlx5/verbs.c: mlx5_destroy_qp calls __mlx5_cq_clean on its receive and send CQs), as
