@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
@@ -218,6 +219,52 @@ TEST_F(CqTest, CreateCqExFails_UnsupportedWcFlag) {
   ibv_cq_init_attr_ex attr = {};
   attr.cqe = 4;
   attr.wc_flags = 1ull << 62;
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_cq_ex(context(), &attr); }), ReturnsNullWithErrno(EOPNOTSUPP));
+}
+
+// Rule: ibv_create_cq_ex(3): wc_flags are "Or'ed bit of enum ibv_wc_flags_ex"; which of them a
+//   provider can fill is its own: rxe takes BYTE_LEN, IMM, QP_NUM, SRC_QP, SLID, SL and
+//   DLID_PATH_BITS only (providers/rxe/rxe.c: RXE_SUP_WC_EX_FLAGS, EOPNOTSUPP otherwise), mlx5 also
+//   CVLAN, FLOW_TAG and TM_INFO. The backend's choice is CreateCqExTakesVendorWcFlags.
+// Checks: a CQ asking for all seven of rxe's fields is created; one asking for CVLAN, FLOW_TAG or
+//   TM_INFO as well is created on a backend that takes them, else NULL with errno EOPNOTSUPP.
+TEST_F(CqTest, CreateCqExVendorWcFlagsFollowBackend) {
+  SKIP_IF(!Backend().Answer("CreateCqExSupported", true)) << "(the provider has no create_cq_ex)";
+  const bool takes = Backend().Answer("CreateCqExTakesVendorWcFlags", true);
+  constexpr uint64_t kIbFields = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+                                 IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+                                 IBV_WC_EX_WITH_DLID_PATH_BITS;
+  for (const uint64_t extra : {uint64_t{0}, uint64_t{IBV_WC_EX_WITH_CVLAN}, uint64_t{IBV_WC_EX_WITH_FLOW_TAG},
+                               uint64_t{IBV_WC_EX_WITH_TM_INFO}}) {
+    SCOPED_TRACE("wc_flags " + std::to_string(kIbFields | extra));
+    ibv_cq_init_attr_ex attr = {};
+    attr.cqe = 4;
+    attr.wc_flags = kIbFields | extra;
+    errno = 0;
+    ibv_cq_ex* cq = ibv_create_cq_ex(context(), &attr);
+    if (extra == 0 || takes) {
+      ASSERT_NE(cq, nullptr) << ErrnoName(errno);
+      EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cq)), 0);
+    } else {
+      EXPECT_EQ(cq, nullptr);
+      EXPECT_EQ(errno, EOPNOTSUPP) << ErrnoName(errno);
+      if (cq) ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+    }
+  }
+}
+
+// Rule: ibv_create_cq_ex(3): IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN is a flag a device may not support;
+//   libibverbs passes it to the kernel (cmd_cq.c: IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN), whose rxe
+//   driver takes no CQ flags (backend question IgnoreOverrunSupported).
+// Checks: (a backend without it) a CQ asking for IGNORE_OVERRUN returns NULL with errno EOPNOTSUPP.
+TEST_F(CqTest, CreateCqExFails_IgnoreOverrunWhereUnsupported) {
+  SKIP_IF(!Backend().Answer("CreateCqExSupported", true)) << "(the provider has no create_cq_ex)";
+  SKIP_IF(Backend().Answer("IgnoreOverrunSupported", true)) << "(the backend takes IGNORE_OVERRUN)";
+  ibv_cq_init_attr_ex attr = {};
+  attr.cqe = 4;
+  attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+  attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  attr.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
   EXPECT_THAT(CaptureErrno([&] { return ibv_create_cq_ex(context(), &attr); }), ReturnsNullWithErrno(EOPNOTSUPP));
 }
 

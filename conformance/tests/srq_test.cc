@@ -117,6 +117,26 @@ TEST_F(SrqTest, CreateFails_MaxWrAboveMax) {
   EXPECT_THAT(CaptureErrno([&] { return ibv_create_srq(pd(), &init); }), ReturnsNullWithErrno(EINVAL));
 }
 
+// Rule: ibv_create_srq(3): max_wr is "the requested maximum number of outstanding WRs in the SRQ"
+//   and the man page leaves 0 open: mlx5 makes a queue of one entry, rxe refuses it (rxe_srq.c
+//   rxe_srq_chk_init: "max_wr(%d) < 0" → EINVAL); the backend's choice is SrqZeroMaxWrFails.
+// Checks: max_wr 0 returns NULL with errno EINVAL on a backend that refuses it; otherwise an SRQ
+//   that ibv_query_srq reports with max_wr >= 1.
+TEST_F(SrqTest, CreateWithZeroMaxWrFollowsBackend) {
+  ibv_srq_init_attr init = {};
+  init.attr.max_wr = 0;
+  init.attr.max_sge = 1;
+  if (Backend().Answer("SrqZeroMaxWrFails", false)) {
+    EXPECT_THAT(CaptureErrno([&] { return ibv_create_srq(pd(), &init); }), ReturnsNullWithErrno(EINVAL));
+    return;
+  }
+  srq_.reset(ibv_create_srq(pd(), &init));
+  ASSERT_NE(srq_, nullptr) << ErrnoName(errno);
+  ibv_srq_attr attr = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
+  EXPECT_GE(attr.max_wr, 1u);
+}
+
 // Rule: ibv_query_device(3): max_srq_sge is the "Maximum number of s/g per SRQ"; IBTA Vol 1 ch. 11:
 //   a value above the HCA's maximum fails (EINVAL in Linux).
 // Checks: max_sge = max_srq_sge + 1 returns NULL with errno EINVAL.

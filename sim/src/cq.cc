@@ -24,6 +24,12 @@ namespace {
 std::atomic<uint32_t> next_cq_handle{1};
 
 constexpr uint64_t kSupportedCqFlags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+// The completion fields every provider can fill (rxe's RXE_SUP_WC_EX_FLAGS).
+constexpr uint64_t kIbWcFlags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM |
+                                IBV_WC_EX_WITH_SRC_QP | IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL |
+                                IBV_WC_EX_WITH_DLID_PATH_BITS;
+// What a kernel that takes no CQ flags answers IGNORE_OVERRUN with (rxe 6.1, measured).
+constexpr int kIgnoreOverrunRefusal = EOPNOTSUPP;
 }  // namespace
 
 int Cq::ActualSize(const Device* device, int cqe) {
@@ -334,10 +340,19 @@ ibv_cq_ex* Cq::CreateExOp(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
+  const Behaviour& behaviour = ctx->device()->behaviour();
+  if (!behaviour.cq_ex_all_wc_flags && (attr->wc_flags & ~kIbWcFlags)) {
+    errno = EOPNOTSUPP;  // the provider's own check (rxe: RXE_SUP_WC_EX_FLAGS)
+    return nullptr;
+  }
   Params p;
   if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) {
     if (attr->flags & ~kSupportedCqFlags) {
       errno = EOPNOTSUPP;
+      return nullptr;
+    }
+    if ((attr->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN) && !behaviour.cq_ignore_overrun) {
+      errno = kIgnoreOverrunRefusal;
       return nullptr;
     }
     p.ignore_overrun = attr->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;

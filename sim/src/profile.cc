@@ -334,6 +334,15 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }
+  if (r.Find("cq_ex_wc_flags", false)) {
+    b.cq_ex_all_wc_flags = r.Choice<bool>("cq_ex_wc_flags", {{"all", true}, {"ib", false}});
+  }
+  if (r.Find("ignore_overrun", false)) {
+    b.cq_ignore_overrun = r.Choice<bool>("ignore_overrun", {{"supported", true}, {"unsupported", false}});
+  }
+  if (r.Find("srq_zero_wr", false)) {
+    b.srq_zero_wr_einval = r.Choice<bool>("srq_zero_wr", {{"one", false}, {"einval", true}});
+  }
   if (r.Find("rereg_mr", false)) {
     b.rereg_mr_supported = r.Choice<bool>("rereg_mr", {{"supported", true}, {"unsupported", false}});
   }

@@ -61,6 +61,16 @@ struct Behaviour {
   // fails it as a command (IBV_REREG_MR_ERR_CMD); the simulator's default
   // reports an input error.
   bool rereg_no_flags_cmd_error = false;
+  // ibv_create_cq_ex takes every wc_flags bit libibverbs knows (as mlx5, which
+  // has CVLAN, FLOW_TAG and TM_INFO), or only BYTE_LEN..DLID_PATH_BITS, the
+  // others EOPNOTSUPP (rxe: RXE_SUP_WC_EX_FLAGS).
+  bool cq_ex_all_wc_flags = true;
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN is taken (mlx5), or refused by the
+  // kernel driver (rxe 6.1: rxe_create_cq takes no flags).
+  bool cq_ignore_overrun = true;
+  // ibv_create_srq with max_wr 0 gets a one-entry SRQ, or EINVAL (rxe:
+  // rxe_srq_chk_init).
+  bool srq_zero_wr_einval = false;
   // The provider has rereg_mr (rxe 6.1's has none: every ibv_rereg_mr that
   // passes libibverbs' own checks fails as a command, EOPNOTSUPP).
   bool rereg_mr_supported = true;

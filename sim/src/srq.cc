@@ -59,6 +59,7 @@ Result<Srq*> Srq::CreateChecked(Pd* pd, const ibv_srq_init_attr& a) {
   if (a.attr.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.attr.max_sge > static_cast<uint32_t>(d.max_srq_sge)) {
     return Result<Srq*>::Error(EINVAL);
   }
+  if (a.attr.max_wr == 0 && pd->context()->device()->behaviour().srq_zero_wr_einval) return Result<Srq*>::Error(EINVAL);
   if (!pd->context()->device()->Reserve(Device::Kind::kSrq)) return Result<Srq*>::Error(ENOMEM);
   return new Srq(pd, a);
 }
