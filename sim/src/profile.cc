@@ -14,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "json_error.h"
+
 namespace simverbs {
 namespace {
 
@@ -395,7 +397,7 @@ ProfileLoad LoadProfileFile(const std::string& path) {
     if (const json* b = r.Find("behaviour", false)) p.behaviour = ParseBehaviour(*b, "behaviour");
     r.Finish();
   } catch (const json::exception& e) {
-    out.error = "profile " + path + ": not valid JSON: " + e.what();
+    out.error = "profile " + path + ": not valid JSON: " + JsonErrorText(e);
   } catch (const ProfileError& e) {
     out.error = "profile " + path + ": " + e.what();
   } catch (const std::ios_base::failure& e) {

@@ -43,10 +43,11 @@ std::string FillCmFault(const InjectOptions& o, CmKind kind, simverbs::FaultRequ
       return "--reason " + std::to_string(o.reason) + " is not an IBTA CM reject reason (1..255; 28: consumer defined)";
     }
     r->object = FaultObject::kCmReject;
-    r->count = o.count ? o.count : 1;
+    r->count = o.count >= 0 ? static_cast<uint32_t>(o.count) : 1;
     r->argument = o.reason;
-    *what = "reject the next " + std::to_string(r->count) + " connection request(s) with reason " +
-            std::to_string(o.reason);
+    *what = r->count == 0 ? std::string("disarmed") : "reject the next " + std::to_string(r->count) +
+                                                          " connection request(s) with reason " +
+                                                          std::to_string(o.reason);
     return "";
   }
   int message = 0;
@@ -54,9 +55,10 @@ std::string FillCmFault(const InjectOptions& o, CmKind kind, simverbs::FaultRequ
     return "--message \"" + o.message + "\" is not a CM message the CM resends; one of " + simverbs::kCmMessageNames;
   }
   r->object = FaultObject::kCmDrop;
-  r->count = o.count ? o.count : 16;
+  r->count = o.count >= 0 ? static_cast<uint32_t>(o.count) : 16;
   r->argument = message;
-  *what = "lose the next " + std::to_string(r->count) + " " + o.message + " message(s)";
+  *what = r->count == 0 ? "lose no more " + o.message + " messages (disarmed)"
+                        : "lose the next " + std::to_string(r->count) + " " + o.message + " message(s)";
   return "";
 }
 
@@ -157,17 +159,58 @@ CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
   cmd->add_option("--srq-of-qp", o->srq_of_qp, "SRQ events: the SRQ this QP receives from");
   cmd->add_option("--count", o->count,
                   "CM_REJECT: how many requests (default 1); CM_DROP: how many messages (default 16: every try, "
-                  "so the CM gives up)");
+                  "so the CM gives up); 0 disarms")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            char* end = nullptr;
+            const long value = std::strtol(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || value < 0 || value > 1000000) {
+              return "wants a whole number, 0..1000000 (0 disarms), not \"" + text + "\"";
+            }
+            return "";
+          },
+          "N"));
   cmd->add_option("--reason", o->reason, "CM_REJECT: the IBTA reject reason the client sees (default 28)");
   cmd->add_option("--message", o->message, std::string("CM_DROP: the message lost, one of ") +
                                                 simverbs::kCmMessageNames + " (default REQ)");
   cmd->add_option("--timeout-ms", o->timeout_ms, "How long to wait for every process to answer (default 5000)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            char* end = nullptr;
+            const long value = std::strtol(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || value < 1 || value > 3600000) {
+              return "wants a whole number of milliseconds, 1..3600000, not \"" + text + "\"";
+            }
+            return "";
+          },
+          "MS"));
   return cmd;
 }
 
 int RunInject(const InjectOptions& o) {
   const CmKind cm = CmKindOf(o.event);
+  // Options the event does not take are refused, not ignored.
+  if (cm != CmKind::kReject && cm != CmKind::kDrop && (o.count >= 0 || o.reason != 28 || o.message != "REQ")) {
+    std::fprintf(stderr, "simverbs inject: --count, --reason and --message are for CM_REJECT and CM_DROP, not %s\n",
+                 o.event.c_str());
+    return 2;
+  }
+  if (cm == CmKind::kReject && o.message != "REQ") {
+    std::fprintf(stderr, "simverbs inject: --message is for CM_DROP; CM_REJECT takes --reason and --count\n");
+    return 2;
+  }
+  if (cm == CmKind::kDrop && o.reason != 28) {
+    std::fprintf(stderr, "simverbs inject: --reason is for CM_REJECT; CM_DROP takes --message and --count\n");
+    return 2;
+  }
+  if ((!o.qp.empty()) + (!o.cq_of_qp.empty()) + (!o.srq_of_qp.empty()) > 1) {
+    std::fprintf(stderr, "simverbs inject: give one of --qp, --cq-of-qp and --srq-of-qp (a QP, CQ or SRQ event)\n");
+    return 2;
+  }
+  if (o.recv_cq && o.cq_of_qp.empty()) {
+    std::fprintf(stderr, "simverbs inject: --recv-cq goes with --cq-of-qp QPN (a CQ event)\n");
+    return 2;
+  }
   if (cm == CmKind::kReject || cm == CmKind::kDrop) return RunCmFault(o, cm);
   ibv_event_type type{};
   if (cm == CmKind::kNone && !simverbs::ParseEventName(o.event, &type)) {
@@ -241,6 +284,13 @@ int RunInject(const InjectOptions& o) {
   if (affiliated && post.delivered == 0) {
     std::fprintf(stderr, "simverbs inject: no process on fabric \"%s\" owns %s%s (is the QP number right?)\n",
                  fabric.c_str(), where.c_str(), element == simverbs::EventElement::kSrq ? " attached to an SRQ" : "");
+    return 1;
+  }
+  if (post.delivered == 0) {
+    std::fprintf(stderr,
+                 "simverbs inject: no process on fabric \"%s\" has %s open (an event reaches the contexts open on "
+                 "the device, and none after its DEVICE_FATAL)\n",
+                 fabric.c_str(), where.c_str());
     return 1;
   }
   return 0;

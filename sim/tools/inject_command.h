@@ -17,7 +17,7 @@ struct InjectOptions {
   std::string cq_of_qp; // CQ_ERR: the send CQ of this QP ...
   bool recv_cq = false; // ... or its receive CQ
   std::string srq_of_qp;
-  unsigned count = 0;       // CM_REJECT (default 1), CM_DROP (default 16: the CM gives up)
+  int count = -1;           // CM_REJECT (default 1), CM_DROP (default 16: the CM gives up); 0 disarms
   int reason = 28;          // CM_REJECT: the IBTA reject reason
   std::string message = "REQ";  // CM_DROP: the message lost
   int timeout_ms = 5000;

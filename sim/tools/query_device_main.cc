@@ -267,7 +267,13 @@ int main(int argc, char** argv) {
   }
   int count = 0;
   std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(ibv_get_device_list(&count), ibv_free_device_list);
-  if (!list) return Fail(std::string("ibv_get_device_list failed: ") + std::strerror(errno)), 1;
+  if (!list) {
+    // ENOSYS: no RDMA subsystem at all (no /sys/class/infiniband).
+    const std::string why = errno == ENOSYS ? "this machine has no RDMA devices (no /sys/class/infiniband); record "
+                                              "needs a real HCA or rxe (rdma link add rxe0 type rxe netdev IF)"
+                                            : std::string("ibv_get_device_list failed: ") + std::strerror(errno);
+    return Fail(why), 1;
+  }
   std::string seen;
   for (int i = 0; i < count; ++i) {
     const std::string name = ibv_get_device_name(list.get()[i]);

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "json_error.h"
 #include "profile.h"
 
 namespace simverbs {
@@ -114,7 +115,7 @@ std::string KernelRelease() {
 int Record(const RecordOptions& options) {
   uint8_t eui[8];
   if (!options.stable_mac.empty() && !Eui64(options.stable_mac, eui)) {
-    std::fprintf(stderr, "simverbs record: --stable-identity wants a MAC such as %s, not '%s'\n", kDefaultStableMac,
+    std::fprintf(stderr, "simverbs record: --stable-mac wants a MAC such as %s, not '%s'\n", kDefaultStableMac,
                  options.stable_mac.c_str());
     return 2;
   }
@@ -133,7 +134,7 @@ int Record(const RecordOptions& options) {
   try {
     device = Json::parse(printed);
   } catch (const Json::exception& e) {
-    std::fprintf(stderr, "simverbs record: %s printed no JSON: %s\n", kQueryTool, e.what());
+    std::fprintf(stderr, "simverbs record: %s printed no JSON: %s\n", kQueryTool, simverbs::JsonErrorText(e).c_str());
     return 1;
   }
   if (!options.stable_mac.empty()) MakeIdentityStable(eui, &device);
@@ -151,7 +152,7 @@ int Record(const RecordOptions& options) {
       existing = Json::parse(in, nullptr, true, /*ignore_comments=*/true);
     } catch (const Json::exception& e) {
       std::fprintf(stderr, "simverbs record: %s is not JSON (%s); move it away to record afresh\n",
-                   options.output.c_str(), e.what());
+                   options.output.c_str(), simverbs::JsonErrorText(e).c_str());
       return 1;
     }
   }

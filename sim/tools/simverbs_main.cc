@@ -52,16 +52,25 @@ std::string ChosenProfile(const std::string& option) {
   return env ? env : "";
 }
 
+// A profile that did not load, said with where its name came from.
+void ReportProfileError(const std::string& option, const std::string& error) {
+  const char* env = std::getenv("SIMVERBS_PROFILE");
+  const bool from_env = option.empty() && env && *env;
+  std::fprintf(stderr, "simverbs: %s%s\n", error.c_str(),
+               from_env ? " (the profile $SIMVERBS_PROFILE names; unset it or give --profile)" : "");
+}
+
 int Run(const std::string& option_profile, bool sysfs, const std::vector<std::string>& command) {
   const std::string profile = ChosenProfile(option_profile);
   if (command.empty()) {
-    std::fprintf(stderr, "simverbs run: no program given; usage: simverbs run [--profile P] -- PROGRAM [ARGS...]\n");
+    std::fprintf(stderr,
+                 "simverbs run: no program given; usage: simverbs run [--profile P] [--sysfs] -- PROGRAM [ARGS...]\n");
     return 2;
   }
   // Fail early on a broken profile: the program would only see no devices.
   const simverbs::ProfileLoad load = simverbs::LoadProfile(profile);
   if (!load.error.empty()) {
-    std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
+    ReportProfileError(option_profile, load.error);
     return 2;
   }
   const std::string libdir = FindLibDir();
@@ -97,7 +106,7 @@ int Run(const std::string& option_profile, bool sysfs, const std::vector<std::st
 int Devices(const std::string& option_profile) {
   const simverbs::ProfileLoad load = simverbs::LoadProfile(ChosenProfile(option_profile));
   if (!load.error.empty()) {
-    std::fprintf(stderr, "simverbs: %s\n", load.error.c_str());
+    ReportProfileError(option_profile, load.error);
     return 2;
   }
   std::printf("profile %s (%s)\n", load.profile.name.c_str(), load.profile.path.c_str());
@@ -131,7 +140,7 @@ int RunCommand(int argc, char** argv) {
       break;
     }
     if (arg == "--profile" || arg == "-p") {
-      if (i + 1 >= argc) {
+      if (i + 1 >= argc || argv[i + 1][0] == '-') {
         std::fprintf(stderr, "simverbs run: %s needs a profile name or a .json path\n", arg.c_str());
         return 2;
       }
@@ -164,6 +173,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"simverbs: a simulated RDMA HCA for unmodified verbs programs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "simverbs " SIMVERBS_VERSION);
 
   std::string profile;
   app.add_subcommand("run",

@@ -52,6 +52,14 @@ constexpr uint32_t kKeySlots = 4096;
 // (a stopped one, say) before it stops waiting for it.
 constexpr uint64_t kRevokeWaitNs = 2'000'000'000;
 
+// A fabric's name becomes part of file names in /dev/shm: letters, digits, '-', '_' and '.' only.
+bool ValidFabricName(const std::string& name) {
+  for (char c : name) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 struct ProcSlot {
@@ -394,11 +402,9 @@ std::string Fabric::Attach(int* err) {
     backlog_empty_ = true;
   }
   fabric_name_ = NameFromEnvironment("");
-  for (char c : fabric_name_) {
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
-      *err = EINVAL;
-      return "SIMVERBS_FABRIC=\"" + fabric_name_ + "\": use letters, digits, '-', '_' and '.' only";
-    }
+  if (!ValidFabricName(fabric_name_)) {
+    *err = EINVAL;
+    return "SIMVERBS_FABRIC=\"" + fabric_name_ + "\": use letters, digits, '-', '_' and '.' only";
   }
   segment_name_ = SegmentPrefix() + fabric_name_;
   // Every name in /dev/shm (without shm_open's leading '/') fits NAME_MAX:
@@ -1851,6 +1857,10 @@ namespace {
 class RunningFabric {
  public:
   explicit RunningFabric(const std::string& fabric) : name_(SegmentPrefix() + fabric) {
+    if (!ValidFabricName(fabric)) {
+      error_ = "fabric \"" + fabric + "\": no such name (a fabric's name has letters, digits, '-', '_' and '.' only)";
+      return;
+    }
     const ShmMapping m = OpenShm(name_, sizeof(FabricSegment), true);
     if (!m.addr) {
       error_ = m.err == ENOENT ? "no fabric \"" + fabric +

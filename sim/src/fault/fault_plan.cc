@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include "fault/device_fatal.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
+#include "json_error.h"
 #include "qp.h"
 #include "quiet_thread.h"
 #include "trace/trace.h"
@@ -189,7 +191,8 @@ std::pair<int, uint32_t> ResolveLocked(const QpRef& ref, Device* device) {
 
 void ParseEvent(Fields& fields, const json& value, Action* a) {
   if (!value.is_string() || !ParseEventName(value.get<std::string>(), &a->event)) {
-    Fail(fields.Path("event"), "expected an async event name such as \"PORT_ERR\" or \"QP_FATAL\"");
+    Fail(fields.Path("event"),
+         "expected an async event name such as \"PORT_ERR\" or \"QP_FATAL\", not " + value.dump());
   }
   const EventElement element = ElementOf(a->event);
   if (element == EventElement::kWq) Fail(fields.Path("event"), "WQ_FATAL: the simulator has no WQs");
@@ -420,7 +423,11 @@ Action ParseAction(const json& j, const std::string& where) {
   if (!a.kind) {
     std::string names;
     for (const ActionKind& kind : kActions) names += std::string(names.empty() ? "\"" : ", \"") + kind.field + "\"";
-    Fail(where, "no action: expected one of " + names);
+    std::string found;
+    if (j.is_object()) {
+      for (auto it = j.begin(); it != j.end(); ++it) found += std::string(found.empty() ? "\"" : ", \"") + it.key() + "\"";
+    }
+    Fail(where, "no action: expected one of " + names + (found.empty() ? "" : "; it has " + found));
   }
   fields.Finish();
   return a;
@@ -470,7 +477,7 @@ std::string ParseToError(const std::string& path, const std::string& text, Plan*
   try {
     *out = Parse(path, text);
   } catch (const json::exception& e) {
-    return "SIMVERBS_FAULTS=" + path + ": not valid JSON: " + e.what();
+    return "SIMVERBS_FAULTS=" + path + ": not valid JSON: " + JsonErrorText(e);
   } catch (const PlanError& e) {
     return "SIMVERBS_FAULTS=" + path + ": " + e.what();
   }
@@ -571,7 +578,7 @@ std::string OnContextOpen(Context* ctx) {
     if (env && *env) {
       std::ifstream in(env);
       if (!in) {
-        g_error = std::string("SIMVERBS_FAULTS=") + env + ": cannot read the fault plan";
+        g_error = std::string("SIMVERBS_FAULTS=") + env + ": cannot read the fault plan: " + std::strerror(errno);
       } else {
         std::stringstream text;
         text << in.rdbuf();

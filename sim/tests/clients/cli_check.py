@@ -79,7 +79,36 @@ with tempfile.TemporaryDirectory() as tmp:
            r.stdout.strip() == os.path.join(tmp, "mine.json"), repr(r.stdout + r.stderr))
 
 r = run("inject", "PORT_ERR", "--timeout-ms", "0")
-expect("inject refuses a timeout of 0", r.returncode != 0 and "timeout-ms" in r.stderr, repr(r.stderr))
+expect("inject refuses a timeout of 0 and says what it takes",
+       r.returncode != 0 and "timeout-ms" in r.stderr and "1..3600000" in r.stderr, repr(r.stderr))
+
+r = run("inject", "PORT_ERR", "--count", "3")
+expect("inject refuses an option the event does not take", r.returncode == 2 and "--count" in r.stderr and
+       "CM_REJECT and CM_DROP" in r.stderr, f"exit {r.returncode}: {r.stderr!r}")
+
+r = run("inject", "COMM_EST", "--qp", "0x11", "--cq-of-qp", "0x11")
+expect("inject refuses two objects at once", r.returncode == 2 and "one of --qp" in r.stderr,
+       f"exit {r.returncode}: {r.stderr!r}")
+
+r = run("run", "--profile", "--", "true")
+expect("run --profile without a value says so", r.returncode == 2 and "--profile needs" in r.stderr,
+       f"exit {r.returncode}: {r.stderr!r}")
+
+r = subprocess.run([cli, "devices"], capture_output=True, text=True, timeout=60,
+                   env=dict(os.environ, SIMVERBS_PROFILE="no-such-profile"))
+expect("a bad $SIMVERBS_PROFILE is named as the source of the profile",
+       r.returncode == 2 and "$SIMVERBS_PROFILE" in r.stderr, f"exit {r.returncode}: {r.stderr!r}")
+
+r = run("--version")
+expect("--version prints the version", r.returncode == 0 and r.stdout.startswith("simverbs "), repr(r.stdout))
+
+with tempfile.TemporaryDirectory() as tmp:
+    broken = os.path.join(tmp, "broken.json")
+    with open(broken, "w") as f:
+        f.write("{\n  \"profile\": \n")
+    r = run("devices", "--profile", broken)
+    expect("a profile that is not JSON says where, without the parser's class name",
+           r.returncode == 2 and "not valid JSON" in r.stderr and "json.exception" not in r.stderr, repr(r.stderr))
 
 for f in failures:
     print("FAIL", f)

@@ -120,10 +120,14 @@ expect("after DEVICE_FATAL: commands EIO, query_device/posts/polls/destroys succ
 
 # Broken plans: the program does not start, and the message names the file and the field.
 for name, plan, needle in [
-        ("not-json", "{faults: ", "not valid JSON"),
+        ("not-json", "{faults: ", "not valid JSON: parse error"),
         ("unknown-field", fault({"completions": 1, "when": 2}, {"event": "CQ_ERR"}), "faults[0].trigger.when: unknown field"),
         ("two-triggers", fault({"completions": 1, "after_ms": 2}, {"event": "CQ_ERR"}), "exactly one of"),
-        ("bad-event", fault({"completions": 1}, {"event": "PORT_EXPLODED"}), "faults[0].action.event"),
+        ("bad-event", fault({"completions": 1}, {"event": "PORT_EXPLODED"}), 'faults[0].action.event: expected an '
+         'async event name such as "PORT_ERR" or "QP_FATAL", not "PORT_EXPLODED"'),
+        ("misspelt-action", fault({"completions": 1}, {"evnet": "CQ_ERR"}), 'faults[0].action: no action: expected '
+         'one of "event"'),
+        ("misspelt-action-named", fault({"completions": 1}, {"evnet": "CQ_ERR"}), 'it has "evnet"'),
         ("no-qp", fault({"post_send": 1}, {"event": "QP_FATAL"}), "faults[0].trigger.qp: missing field"),
         ("bad-status", fault({"post_send": 1, "qp": "#1"}, {"wc_error": "OOPS"}), "faults[0].action.wc_error"),
         ("qp-state-needs-qp", fault({"completions": 1}, {"qp_state": "ERR"}), "faults[0].action.qp"),
@@ -148,6 +152,7 @@ expect("a plan with comments loads and fires", rc == 0 and [line for line in out
 
 env = dict(os.environ, SIMVERBS_FABRIC=fabric, SIMVERBS_FAULTS=os.path.join(tmp, "missing.json"))
 r = subprocess.run([cli, "run", "--", "ibv_devinfo"], capture_output=True, text=True, env=env, timeout=60)
-expect("a missing plan file is an error", r.returncode != 0 and "cannot read the fault plan" in r.stderr, repr(r.stderr))
+expect("a missing plan file is an error, with the reason", r.returncode != 0 and
+       "cannot read the fault plan: No such file or directory" in r.stderr, repr(r.stderr))
 
 tally.finish()
