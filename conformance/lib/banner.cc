@@ -1,5 +1,6 @@
 #include "conformance/lib/banner.h"
 
+#include <arpa/inet.h>
 #include <endian.h>
 
 #include <cinttypes>
@@ -46,6 +47,20 @@ bool PrintBanner(ibv_context* context, const Options& options, const BackendSele
   if (const int rc = ibv_query_port(context, static_cast<uint8_t>(options.port), &port_attr); rc != 0) {
     std::fprintf(stderr, "verbs-conformance: ibv_query_port(port %d) failed: %s (the device has %d port(s))\n",
                  options.port, ErrnoName(rc).c_str(), device_attr.phys_port_cnt);
+    return false;
+  }
+  // Every test addresses the port through this GID: one that is not there fails them all, so say it once here.
+  ibv_gid gid = {};
+  if (options.gid_index >= port_attr.gid_tbl_len ||
+      ibv_query_gid(context, static_cast<uint8_t>(options.port), options.gid_index, &gid) != 0) {
+    std::fprintf(stderr, "verbs-conformance: --gid-index %d: port %d has no such GID (its table has %d entries; "
+                 "ibv_devinfo -v lists them)\n", options.gid_index, options.port, port_attr.gid_tbl_len);
+    return false;
+  }
+  in_addr address = {};
+  if (!options.cm_address.empty() && inet_pton(AF_INET, options.cm_address.c_str(), &address) != 1) {
+    std::fprintf(stderr, "verbs-conformance: --cm-address '%s' is not an IPv4 address (such as 10.0.0.1)\n",
+                 options.cm_address.c_str());
     return false;
   }
   const char* device_name = ibv_get_device_name(context->device);

@@ -425,7 +425,9 @@ Action ParseAction(const json& j, const std::string& where) {
     for (const ActionKind& kind : kActions) names += std::string(names.empty() ? "\"" : ", \"") + kind.field + "\"";
     std::string found;
     if (j.is_object()) {
-      for (auto it = j.begin(); it != j.end(); ++it) found += std::string(found.empty() ? "\"" : ", \"") + it.key() + "\"";
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        found += std::string(found.empty() ? "\"" : ", \"") + it.key() + "\"";
+      }
     }
     Fail(where, "no action: expected one of " + names + (found.empty() ? "" : "; it has " + found));
   }
