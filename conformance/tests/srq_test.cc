@@ -87,6 +87,28 @@ TEST_F(SrqTest, CreateSucceeds) {
   EXPECT_GE(init.attr.max_sge, 2u);
 }
 
+// Rule: ibv_query_srq(3) returns the SRQ's max_wr; ibv_create_srq(3): max_wr is "the requested
+//   maximum number of outstanding WRs". Whether the SRQ holds the number asked for or more is the
+//   backend's (SrqSizeRoundedToPow2Minus1: rxe's queues hold a power of two less one,
+//   rxe_queue_init; rxe 6.1 still writes back the number asked for from ibv_create_srq).
+// Checks: an SRQ asked for 5 WRs: ibv_create_srq writes back 5, ibv_query_srq reports 7 (rounded)
+//   or 5; that many receives can be posted, and one more returns ENOMEM.
+TEST_F(SrqTest, ActualSizeFollowsBackend) {
+  const bool pow2 = Backend().Answer("SrqSizeRoundedToPow2Minus1", false);
+  ibv_srq_init_attr init = {};
+  init.attr.max_wr = 5;
+  init.attr.max_sge = 1;
+  srq_.reset(ibv_create_srq(pd(), &init));
+  ASSERT_NE(srq_, nullptr) << ErrnoName(errno);
+  EXPECT_EQ(init.attr.max_wr, 5u);
+  ibv_srq_attr attr = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
+  EXPECT_EQ(attr.max_wr, pow2 ? 7u : 5u);
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
+  ibv_sge sge = local_.Sge(0, 64);
+  EXPECT_EQ(PostSrqRecv(srq_.get(), 99, &sge, 1), ENOMEM);
+}
+
 // Rule: ibv_query_srq(3): returns the attributes of the SRQ: max_wr, max_sge and "srq_limit ... the
 //   limit value of the SRQ" (0: not armed; ibv_create_srq(3): srq_limit is "irrelevant for
 //   ibv_create_srq").

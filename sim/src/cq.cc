@@ -14,6 +14,7 @@
 #include "fabric/fabric.h"
 #include "fault/fault_plan.h"
 #include "qp.h"
+#include "queue_size.h"
 #include "sched/scheduler.h"
 #include "trace/trace.h"
 #include "transport/engine.h"
@@ -33,10 +34,8 @@ constexpr int kIgnoreOverrunRefusal = EOPNOTSUPP;
 }  // namespace
 
 int Cq::ActualSize(const Device* device, int cqe) {
-  if (!device->behaviour().cq_size_pow2_minus_one) return cqe;
-  int64_t slots = 1;
-  while (slots < int64_t{cqe} + 1) slots *= 2;
-  return static_cast<int>(std::min<int64_t>(slots - 1, INT32_MAX));
+  if (!device->behaviour().cq_size_pow2_minus_one || cqe < 0) return cqe;
+  return static_cast<int>(std::min<uint32_t>(Pow2Minus1AtLeast(static_cast<uint32_t>(cqe)), INT32_MAX));
 }
 
 Cq::Cq(Context* ctx, const Params& p)

@@ -342,6 +342,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("ignore_overrun", false)) {
     b.cq_ignore_overrun = r.Choice<bool>("ignore_overrun", {{"supported", true}, {"unsupported", false}});
   }
+  if (r.Find("srq_size", false)) {
+    b.srq_size_pow2_minus_one = r.Choice<bool>("srq_size", {{"exact", false}, {"pow2-1", true}});
+  }
   if (r.Find("srq_zero_wr", false)) {
     b.srq_zero_wr_einval = r.Choice<bool>("srq_zero_wr", {{"one", false}, {"einval", true}});
   }

@@ -68,6 +68,9 @@ struct Behaviour {
   // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN is taken (mlx5), or refused by the
   // kernel driver (rxe 6.1: rxe_create_cq takes no flags).
   bool cq_ignore_overrun = true;
+  // An SRQ holds the entries asked for, or (rxe) 2^k - 1 >= them: ibv_query_srq
+  // reports that, ibv_create_srq still the size asked for (rxe 6.1, measured).
+  bool srq_size_pow2_minus_one = false;
   // ibv_create_srq with max_wr 0 gets a one-entry SRQ, or EINVAL (rxe:
   // rxe_srq_chk_init).
   bool srq_zero_wr_einval = false;

@@ -13,6 +13,7 @@
 #include "fault/fault_points.h"
 #include "sched/scheduler.h"
 #include "qp.h"
+#include "queue_size.h"
 #include "transport/engine.h"
 #include "xrc_remote.h"
 #include "xrcd.h"
@@ -31,11 +32,15 @@ uint64_t XrcKey(const Device* device, uint32_t srq_num) {
 }
 }  // namespace
 
+uint32_t Srq::ActualSize(const Device* device, uint32_t entries) {
+  return device->behaviour().srq_size_pow2_minus_one ? Pow2Minus1AtLeast(entries) : entries;
+}
+
 Srq::Srq(Pd* pd, const ibv_srq_init_attr& a)
     : ctx_(pd->context()),
       pd_(pd),
       events_(ctx_, "SRQ", ibv(), &handle_.pub.mutex, &handle_.pub.cond, &handle_.pub.events_completed),
-      max_wr_(a.attr.max_wr ? a.attr.max_wr : 1),
+      max_wr_(ActualSize(pd->context()->device(), a.attr.max_wr ? a.attr.max_wr : 1)),
       max_sge_(a.attr.max_sge ? a.attr.max_sge : 1) {
   handle_.Bind(this);
   ibv_srq& s = handle_.pub;
@@ -161,7 +166,7 @@ int Srq::Modify(const ibv_srq_attr& a, int mask) {
   if (mask & IBV_SRQ_MAX_WR) {
     if (!(d.device_cap_flags & IBV_DEVICE_SRQ_RESIZE)) return EINVAL;
     if (a.max_wr == 0 || a.max_wr > static_cast<uint32_t>(d.max_srq_wr) || a.max_wr < wqes_.size()) return EINVAL;
-    max_wr = a.max_wr;
+    max_wr = ActualSize(ctx_->device(), a.max_wr);
   }
   // An armed limit must stay within the queue, whichever of the two changes
   // (rxe: rxe_srq_chk_attr refuses a max_wr below the armed limit).

@@ -79,6 +79,8 @@ class Srq {
   void PutBackLocked(Wqe wqe);
 
  private:
+  // The entries a queue asked for `entries` holds on this device (srq_size).
+  static uint32_t ActualSize(const Device* device, uint32_t entries);
   // Create, past its fault point (CreateEx hits it once for an XRC SRQ).
   static Result<Srq*> CreateChecked(Pd* pd, const ibv_srq_init_attr& attr);
   Srq(Pd* pd, const ibv_srq_init_attr& attr);

@@ -7,6 +7,7 @@
 #include "ah.h"
 #include "comp_channel.h"
 #include "context.h"
+#include "device.h"
 #include "cq.h"
 #include "fault/device_fatal.h"
 #include "mr.h"
@@ -250,10 +251,11 @@ SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd* pd, ibv_s
     if (DeviceFatal(pd->context)) return NullWithErrno(EIO);
     Srq* srq = PointerOrErrno(Srq::Create(p, *srq_init_attr));
     if (!srq) return nullptr;
-    // ibv_create_srq(3): the actual sizes are returned in srq_init_attr->attr.
+    // ibv_create_srq(3): the actual sizes are returned in srq_init_attr->attr
+    // (rxe 6.1 leaves max_wr as asked although its queue is larger).
     ibv_srq_attr actual;
     srq->Query(&actual);
-    srq_init_attr->attr.max_wr = actual.max_wr;
+    if (!p->context()->device()->behaviour().srq_size_pow2_minus_one) srq_init_attr->attr.max_wr = actual.max_wr;
     srq_init_attr->attr.max_sge = actual.max_sge;
     return srq->ibv();
   });
