@@ -804,6 +804,33 @@ TEST_F(QpErrorTest, UnpolledCompletionsAtResetFollowBackend) {
   }
 }
 
+// Rule: ibv_query_qp(3) returns the QP's current attributes; sq_psn and rq_psn are where the send and
+//   receive queues are now: rxe_qp_to_attr reports the requester's and responder's next PSN
+//   (qp->req.psn, qp->resp.psn), mlx5 the QP context's next_send_psn and next_rcv_psn.
+// Checks: an RC pair with every PSN starting at 100: after 3 one-packet SENDs a_ -> b_ completed,
+//   ibv_query_qp reports sq_psn 103 on a_ and rq_psn 103 on b_.
+TEST_F(QpErrorTest, QueryReportsTheNextPsns) {
+  ConnectParams params;
+  params.sq_psn = params.rq_psn = 100;
+  ASSERT_TRUE(MakePair(EndConfig{}, EndConfig{}, params, params));
+  for (uint64_t i = 0; i < 3; ++i) {
+    ibv_sge rsge = remote_.Sge(0, 64);
+    ASSERT_EQ(PostRecv(b_.get(), i, &rsge, 1), 0);
+    ibv_sge sge = local_.Sge(0, 64);
+    ASSERT_EQ(PostOne(a_.get(), SendWr(i, &sge, 1)), 0);
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc, kReturnWindow)) << "SEND " << i << " did not complete";
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+    ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc, kReturnWindow)) << "receive " << i << " did not complete";
+  }
+  ibv_qp_attr attr = {};
+  ibv_qp_init_attr init = {};
+  ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_SQ_PSN, &init), 0);
+  EXPECT_EQ(attr.sq_psn, 103u);
+  ASSERT_EQ(ibv_query_qp(b_.get(), &attr, IBV_QP_RQ_PSN, &init), 0);
+  EXPECT_EQ(attr.rq_psn, 103u);
+}
+
 // Rule: ibv_poll_cq(3): "A negative value is returned on an error"; num_entries is "the maximum number
 //   of completions to return". The providers poll up to num_entries in a loop that a count of 0 or
 //   less never enters, and report no error for it (providers/rxe/rxe.c rxe_poll_cq,

@@ -428,6 +428,65 @@ TEST_F(QpAttrTest, ModifyFails_AlternatePathOutOfRange) {
   EXPECT_TRUE(StateIs(IBV_QPS_INIT));
 }
 
+// Rule: ibv_modify_qp(3): ah_attr is the "Primary path address vector"; drivers/infiniband/core/
+//   uverbs_cmd.c modify_qp: with IB_QP_AV the address's port must be valid
+//   (rdma_is_port_valid(dest.port_num)), and at INIT->RTR it must be the QP's own port ("Check the
+//   port number included in the primary AV against the port number in the qp struct"): EINVAL.
+// Checks: INIT->RTR with ah_attr.port_num 0, and with phys_port_cnt + 1, returns EINVAL and the QP
+//   stays in INIT.
+TEST_F(QpAttrTest, ModifyFails_AddressOnAnotherPort) {
+  SKIP_IF(device_attr().phys_port_cnt == 255);
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ASSERT_TRUE(DriveTo(IBV_QPS_INIT));
+  for (const auto address_port : {uint8_t{0}, static_cast<uint8_t>(device_attr().phys_port_cnt + 1)}) {
+    ibv_qp_attr attr = FullAttr(IBV_QPS_RTR);
+    attr.ah_attr.port_num = address_port;
+    EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kRtrRc), ReturnsErrno(EINVAL))
+        << "ah_attr.port_num " << int{address_port};
+  }
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
+}
+
+// Rule: ibv_modify_qp(3): IBV_QP_ALT_PATH sets the alternate path; drivers/infiniband/core/verbs.c
+//   _ib_modify_qp: "Today the core code can only handle alternate paths and APM for IB. Ban them in
+//   roce mode" (EINVAL unless both ports are InfiniBand).
+// Checks: (a RoCE port) INIT->RTR with an otherwise valid alternate path on the same port returns
+//   EINVAL and the QP stays in INIT.
+TEST_F(QpAttrTest, ModifyFails_AlternatePathOnRoce) {
+  SKIP_IF(port_attr().link_layer != IBV_LINK_LAYER_ETHERNET) << "(an InfiniBand port takes alternate paths)";
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ASSERT_TRUE(DriveTo(IBV_QPS_INIT));
+  ibv_qp_attr attr = FullAttr(IBV_QPS_RTR);
+  attr.alt_ah_attr = LocalAddress();
+  attr.alt_port_num = port();
+  attr.alt_timeout = 14;
+  EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kRtrRc | IBV_QP_ALT_PATH), ReturnsErrno(EINVAL));
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
+}
+
+// Rule: ibv_modify_qp(3): qp_access_flags are "Mask of enabled remote access operations"; the kernel
+//   passes them on unchecked (uverbs_cmd.c modify_qp copies them; rxe_qp_from_attr stores them, mlx5
+//   reads only the remote bits), so a flag that means nothing for a QP is no error.
+// Checks: RESET->INIT with IBV_ACCESS_MW_BIND added to REMOTE_WRITE returns 0 and the QP is in INIT.
+TEST_F(QpAttrTest, ModifySucceeds_AccessFlagTheQpDoesNotUse) {
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ibv_qp_attr attr = FullAttr(IBV_QPS_INIT);
+  attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND;
+  EXPECT_EQ(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kInitRcUc), 0);
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
+}
+
+// Rule: ibv_modify_qp(3): attr_mask is a mask of enum ibv_qp_attr_mask; a bit beyond the ones the
+//   kernel knows is refused before anything else (uverbs_cmd.c ib_uverbs_modify_qp: EOPNOTSUPP).
+// Checks: RESET->INIT with the required mask and bit 21 added returns EOPNOTSUPP and the QP stays
+//   in RESET.
+TEST_F(QpAttrTest, ModifyFails_UnknownMaskBit) {
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ibv_qp_attr attr = FullAttr(IBV_QPS_INIT);
+  EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kInitRcUc | (1 << 21)), ReturnsErrno(EOPNOTSUPP));
+  EXPECT_TRUE(StateIs(IBV_QPS_RESET));
+}
+
 // Rule: ibv_modify_qp(3) and ibv_create_ah(3) take the source GID by its index; the kernel resolves it
 //   in the GID table and an empty entry has none (rdma_fill_sgid_attr -> rdma_get_gid_attr: ENODATA, in
 //   _ib_modify_qp and rdma_create_user_ah); ibv_query_gid_ex(3) reports an empty entry with ENODATA.

@@ -24,9 +24,6 @@ std::atomic<uint32_t> next_qp_handle{1};
 // The largest inline payload a send WR may carry (ibv_qp_cap::max_inline_data).
 constexpr uint32_t kMaxInlineData = 256;
 
-constexpr unsigned kQpAccessFlags =
-    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
 // CREATE_FLAGS is taken with no flag set: no create flag is supported (as rxe_create_qp).
 constexpr uint32_t kSupportedCreateMask =
     IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
@@ -191,7 +188,6 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
   if (!dev->ValidPort(port)) return EINVAL;
   const ibv_port_attr& p = dev->profile().ports[port - 1].attr;
   if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= p.pkey_tbl_len) return EINVAL;
-  if ((mask & IBV_QP_ACCESS_FLAGS) && (a.qp_access_flags & ~kQpAccessFlags)) return EINVAL;
   if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > p.max_mtu)) return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
   if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
@@ -204,6 +200,9 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
     if (int err = AddressError(a.ah_attr, port, p)) return err;
   }
   if (mask & IBV_QP_ALT_PATH) {
+    // Alternate paths are InfiniBand's alone (the kernel's _ib_modify_qp:
+    // "Ban them in roce mode").
+    if (p.link_layer == IBV_LINK_LAYER_ETHERNET) return EINVAL;
     // The alternate path is checked as the primary one is
     // (drivers/infiniband/core/uverbs_cmd.c: modify_qp wants a valid
     // alt_port_num equal to the address's port; rxe_qp_chk_attr checks
@@ -233,7 +232,11 @@ void Qp::TransmitToPeerLocked(Packet&& p) {
   Engine::Get().Transmit(std::move(p));
 }
 
-int Qp::Modify(const ibv_qp_attr& a, int requested_mask) {
+int Qp::Modify(const ibv_qp_attr& requested, int requested_mask) {
+  // The kernel refuses mask bits it does not know before anything else
+  // (ib_uverbs_modify_qp: EOPNOTSUPP); a rate limit it knows, but not for these QPs.
+  if (requested_mask & ~(((IBV_QP_DEST_QPN << 1) - 1) | IBV_QP_RATE_LIMIT)) return EOPNOTSUPP;
+  ibv_qp_attr a = requested;
   // The kernel drops what an XRC QP has no use for before anything looks at
   // the mask (drivers/infiniband/core/uverbs_cmd.c: modify_qp_mask), so
   // programs that set the RC attributes on both ends (perftest -c XRC) work.
@@ -242,6 +245,20 @@ int Qp::Modify(const ibv_qp_attr& a, int requested_mask) {
   if (type() == IBV_QPT_XRC_RECV) mask &= ~(IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (destroying_) return EINVAL;
+  // The kernel's uverbs modify_qp: an address names a valid port; at
+  // INIT->RTR it is the QP's own port; in SQD->SQD an address without
+  // IBV_QP_PORT moves the QP to its port, and one with it must agree.
+  if (mask & IBV_QP_AV) {
+    if (!device()->ValidPort(a.ah_attr.port_num)) return EINVAL;
+    if ((mask & IBV_QP_STATE) && a.qp_state == IBV_QPS_RTR) {
+      if (a.ah_attr.port_num != attr_.port_num) return EINVAL;
+    } else if (mask & IBV_QP_PORT) {
+      if (a.port_num != a.ah_attr.port_num) return EINVAL;
+    } else {
+      mask |= IBV_QP_PORT;
+      a.port_num = a.ah_attr.port_num;
+    }
+  }
   const ibv_qp_state cur = attr_.qp_state;
   if ((mask & IBV_QP_CUR_STATE) && a.cur_qp_state != cur) return EINVAL;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? a.qp_state : cur;
@@ -461,6 +478,10 @@ int Qp::Query(ibv_qp_attr* attr, int /*mask*/, ibv_qp_init_attr* init) const {
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   // Providers fill every attribute whatever the mask asks; so does the simulator.
   *attr = attr_;
+  // The PSNs are the current ones, not those last set (rxe_qp_to_attr: the
+  // requester's and responder's next PSN; mlx5: next_send_psn, next_rcv_psn).
+  attr->sq_psn = next_psn_;
+  attr->rq_psn = epsn_;
   *init = init_;
   return 0;
 }
