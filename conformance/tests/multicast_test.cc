@@ -218,6 +218,24 @@ TEST_F(MulticastTest, DatagramReachesEveryAttachedQp) {
   ASSERT_NO_FATAL_FAILURE(ExpectDelivered(c_, 1, 11));
 }
 
+// Rule: ibv_attach_mcast(3): a QP attached to a group receives the messages sent to it, the sender's
+//   own among them: rxe delivers to every attached QP (rxe_recv.c rxe_rcv_mcast_pkt), and verbs
+//   offer IBV_QP_CREATE_BLOCK_SELF_MCAST_LB (ibv_create_qp_ex(3)) to turn that loopback off.
+// Checks: with a_ (the sender) and b_ attached to one group, a datagram from a_ to the group reaches
+//   both, each with its payload and src_qp == a_.
+TEST_F(MulticastTest, SenderAttachedToTheGroupHearsItsOwnDatagram) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdQps());
+  const ibv_gid mgid = Mgid(9);
+  ASSERT_EQ(Attach(a_.get(), mgid), 0);
+  ASSERT_EQ(Attach(b_.get(), mgid), 0);
+  ASSERT_NO_FATAL_FAILURE(PostGroupRecv(a_, 0, 20));
+  ASSERT_NO_FATAL_FAILURE(PostGroupRecv(b_, 1, 21));
+  ASSERT_NO_FATAL_FAILURE(MakeGroupAh(mgid));
+  ASSERT_NO_FATAL_FAILURE(SendToGroup());
+  ASSERT_NO_FATAL_FAILURE(ExpectDelivered(b_, 1, 21));
+  ASSERT_NO_FATAL_FAILURE(ExpectDelivered(a_, 0, 20));
+}
+
 // Rule: ibv_attach_mcast(3): "If a QP is attached to the same multicast group multiple times, the QP will
 //   still receive a single copy of a multicast message".
 // Checks: b_ attached twice to one group (both calls return 0) receives a datagram sent to the group once:

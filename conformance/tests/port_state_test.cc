@@ -299,5 +299,70 @@ TEST_F(PortStateTest, LinkDownLosesTrafficUntilLinkUp) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Another device of the machine than the one under test, opened (null when there is none).
+ContextPtr OpenOtherDevice(const std::string& tested) {
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  if (!list) return nullptr;
+  ContextPtr other;
+  for (int i = 0; i < count && !other; ++i) {
+    if (tested != ibv_get_device_name(list[i])) other.reset(ibv_open_device(list[i]));
+  }
+  ibv_free_device_list(list);
+  return other;
+}
+
+// Rule: ibv_query_port(3): state is the "Logical port state"; IBTA Vol 1 ch. 7 (link layer): a port
+//   whose link is down sends no packet, so a requester's transport times out (IBV_WC_RETRY_EXC_ERR
+//   after retry_cnt retries, IBTA Vol 1 ch. 9).
+// Checks: (two devices) an RC pair from the tested port to port 1 of another device: with the tested
+//   port's link down, a SEND from it completes with IBV_WC_RETRY_EXC_ERR and the other device's QP
+//   receives nothing (its receive is only flushed later, when the test ends).
+TEST_F(PortStateTest, LinkDownSendsNothingToAnotherDevice) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        ContextPtr other = OpenOtherDevice(ibv_get_device_name(context->device));
+        SKIP_IF(!other) << "(one RDMA device: nothing to send to but the port itself)";
+        PdPtr pd(ibv_alloc_pd(context.get()));
+        PdPtr other_pd(ibv_alloc_pd(other.get()));
+        ASSERT_TRUE(pd && other_pd);
+        QpEnd a, b;
+        ASSERT_TRUE(CreateEndOn(context.get(), pd.get(), &a, {}));
+        ASSERT_TRUE(CreateEndOn(other.get(), other_pd.get(), &b, {}));
+        Buffer send_buffer, recv_buffer;
+        ASSERT_TRUE(send_buffer.Register(pd.get(), 64));
+        ASSERT_TRUE(recv_buffer.Register(other_pd.get(), 64));
+        ibv_ah_attr to_a = {}, to_b = {};
+        ASSERT_TRUE(PortAddress(context.get(), port(), gid_index(), false, &to_a));
+        ASSERT_TRUE(PortAddress(other.get(), 1, gid_index(), false, &to_b));
+        ConnectParams params;
+        params.timeout = 14;
+        params.retry_cnt = 1;
+        ibv_port_attr attr = {};
+        ASSERT_EQ(ibv_query_port(context.get(), port(), &attr), 0);
+        params.path_mtu = attr.active_mtu;
+        ASSERT_TRUE(BringUp(a.get(), port(), b.get()->qp_num, to_b, params));
+        ASSERT_TRUE(BringUp(b.get(), 1, a.get()->qp_num, to_a, params));
+        ASSERT_EQ(toggle_.Down(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ERR, port(), kLinkChangeWindow));
+        ibv_sge recv_sge = recv_buffer.Sge(0, 64);
+        ASSERT_EQ(PostRecv(b.get(), 2, &recv_sge, 1), 0);
+        ibv_sge send_sge = send_buffer.Sge(0, 16);
+        ASSERT_EQ(PostOne(a.get(), SendWr(1, &send_sge, 1)), 0);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(a.send_cq.get(), &wc, kRetryWindow)) << "the SEND never completed";
+        EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << "a SEND from a port that is down: " << DescribeWc(wc);
+        ibv_wc recv_wc = {};
+        EXPECT_EQ(ibv_poll_cq(b.recv_cq.get(), 1, &recv_wc), 0)
+            << "the other device received from a port that is down: " << DescribeWc(recv_wc);
+        ASSERT_EQ(toggle_.Up(context.get(), port()), "");
+        ASSERT_TRUE(WaitForPortEvent(context.get(), IBV_EVENT_PORT_ACTIVE, port(), kLinkChangeWindow));
+      },
+      kToggleChildTimeout, "link down: a SEND to another device is lost");
+  EXPECT_TRUE(Passed(result));
+}
+
 }  // namespace
 }  // namespace conformance

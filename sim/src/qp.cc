@@ -226,6 +226,11 @@ int Qp::AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& p
   return dev->Gid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index) ? 0 : ENODATA;
 }
 
+bool Qp::PortUpLocked() const {
+  const Device* dev = ctx_->device();
+  return !dev->ValidPort(attr_.port_num) || dev->PortState(attr_.port_num) == IBV_PORT_ACTIVE;
+}
+
 void Qp::TransmitToPeerLocked(Packet&& p) {
   // A datagram's address is its WR's: nothing to keep.
   if (type() != IBV_QPT_UD && peer_route_.Send(p)) return;

@@ -87,6 +87,8 @@ class Qp {
   Context* context() const { return ctx_; }
   Device* device() const;
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
+  // The QP's port is up (one not set yet counts as up). Requires: engine lock.
+  bool PortUpLocked() const;
   ibv_qp_type type() const { return handle_.pub.qp_base.qp_type; }
   // RC and both XRC halves: acknowledged, retried, in order.
   bool Reliable() const { return type() == IBV_QPT_RC || IsXrc(); }

@@ -651,7 +651,8 @@ bool Qp::MayPlaceLocked(size_t index) {
 // waited in a backlog could be dropped, and the READ would be complete at
 // this end only.
 bool Qp::PlaceReadLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
-  if (type() != IBV_QPT_RC || !Fabric::Get().attached()) return false;
+  // (From a port that is down the READ goes as a packet, which is lost.)
+  if (type() != IBV_QPT_RC || !Fabric::Get().attached() || !PortUpLocked()) return false;
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn) || !Fabric::Get().PushesNow(dst->index(), dst_qpn)) return false;
   if (!PlaceIovLocked(wqe, IBV_ACCESS_LOCAL_WRITE)) return false;
@@ -703,7 +704,10 @@ Packet Qp::PlacedPacketLocked(SendWqe& wqe, const AddressVector& av, uint32_t ds
 }
 
 bool Qp::PlaceWriteLocked(SendWqe& wqe, const AddressVector& av, uint32_t dst_qpn, uint32_t mtu) {
-  if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached()) return false;
+  if (wqe.length == 0 || (type() != IBV_QPT_RC && type() != IBV_QPT_UC) || !Fabric::Get().attached() ||
+      !PortUpLocked()) {
+    return false;
+  }
   Device* dst = Engine::Get().Route(av);
   if (!dst || dst->FindQp(dst_qpn)) return false;  // unreachable, or in this process
   if (!PlaceIovLocked(wqe, 0)) return false;

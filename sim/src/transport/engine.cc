@@ -37,6 +37,12 @@ Device* Engine::Route(const AddressVector& dst) {
   return device;
 }
 
+bool Engine::SourcePortUp(const Packet& pkt) {
+  // (A packet that names no sender, such as the CM's or a forged one, is judged by its destination.)
+  return !pkt.src_device || !pkt.src_device->ValidPort(pkt.src_port) ||
+         pkt.src_device->PortState(pkt.src_port) == IBV_PORT_ACTIVE;
+}
+
 Device* Engine::FindRoute(const AddressVector& dst) {
   for (const auto& dev : DeviceList::Get().devices()) {
     for (int port = 1; port <= dev->port_count(); ++port) {
@@ -111,6 +117,8 @@ void Engine::Transmit(Packet&& pkt) {
 }
 
 void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
+  // A port that is down sends nothing: the packet is lost, and the sender's timers decide.
+  if (!SourcePortUp(pkt)) return;
   try {
     // (Not one that nothing would send again: Packet::Lossless.)
     if (!pkt.Lossless() && FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
@@ -181,6 +189,7 @@ void Engine::DrainLocked() {
 
 Device* Engine::RemoteRoute(const Packet& pkt) {
   if (pkt.kind == Packet::Kind::kXrcForward || pkt.kind == Packet::Kind::kXrcResult) return nullptr;
+  if (!SourcePortUp(pkt)) return nullptr;
   if (pkt.transport == IBV_QPT_UD && IsMulticastDestination(pkt.dst)) return nullptr;
   Device* dev = Route(pkt.dst);
   return dev && !dev->FindQp(pkt.dst_qpn) ? dev : nullptr;
@@ -213,10 +222,12 @@ void Engine::DeliverLocked(const Packet& pkt) {
 
 void Engine::DeliverMulticastLocked(const Packet& pkt) {
   if (Group* group = FindGroup(pkt.dst)) {
-    // A copy for each member here; the sending QP does not hear itself.
+    // A copy for each member here whose port is up, the sending QP too if it
+    // is a member (rxe_rcv_mcast_pkt; mlx5 unless the QP was made with
+    // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, which the simulator does not take).
     const std::set<Qp*> members = group->members;
     for (Qp* member : members) {
-      if (member->qp_num() != pkt.src_qpn || member->device() != pkt.src_device) member->Receive(pkt);
+      if (member->PortUpLocked()) member->Receive(pkt);
     }
   }
   // And one for every other process, which gives it to the members it has.

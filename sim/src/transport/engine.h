@@ -64,6 +64,8 @@ class Engine {
   // The device by whose route `pkt` goes to another process's QP (not a
   // multicast group, not XRC's own traffic), or nullptr. Requires: mu() held.
   Device* RemoteRoute(const Packet& pkt);
+  // The port `pkt` leaves by is up (a packet from a port that is down is lost).
+  static bool SourcePortUp(const Packet& pkt);
 
   // The data-path lock; every verb that touches QP state holds it.
   DataPathMutex& mu() { return mu_; }
