@@ -255,6 +255,36 @@ TEST_F(MulticastTest, AttachTwiceDeliversOneCopy) {
   EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get(), kBlockWindow)) << "a second copy arrived";
 }
 
+// Rule: ibv_attach_mcast(3): lid is the "multicast group LID"; the kernel's ib_attach_mcast() refuses
+//   one outside the multicast range on an InfiniBand port (is_valid_mcast_lid: below 0xC000 or the
+//   permissive 0xFFFF: EINVAL), while RoCE ignores the LID ("RoCE annex declares that multicast LID
+//   should be ignored").
+// Checks: on InfiniBand, attaching a UD QP with LID 1 or 0xFFFF returns EINVAL; on RoCE, LID 0 is
+//   taken (0).
+TEST_F(MulticastTest, AttachLidFollowsTheLinkLayer) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdEnd(&b_));
+  const ibv_gid mgid = Mgid(10);
+  if (port_attr().link_layer == IBV_LINK_LAYER_ETHERNET) {
+    EXPECT_EQ(Attach(b_.get(), mgid, 0), 0);
+    return;
+  }
+  EXPECT_THAT(Attach(b_.get(), mgid, 1), ReturnsErrno(EINVAL));
+  EXPECT_THAT(Attach(b_.get(), mgid, 0xffff), ReturnsErrno(EINVAL));
+}
+
+// Rule: ibv_attach_mcast(3): ibv_detach_mcast() detaches the QP from the group named by gid and lid; the
+//   kernel keeps a QP's attachments by (MGID, MLID) and refuses to detach a pair it does not have
+//   (uverbs_cmd.c ib_uverbs_detach_mcast: EINVAL).
+// Checks: a UD QP attached with the test's MLID: detaching with another MLID returns EINVAL, then
+//   detaching with the one it attached with returns 0.
+TEST_F(MulticastTest, DetachFails_AnotherMlid) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdEnd(&b_));
+  const ibv_gid mgid = Mgid(11);
+  ASSERT_EQ(Attach(b_.get(), mgid), 0);
+  EXPECT_THAT(Detach(b_.get(), mgid, static_cast<uint16_t>(kMlid + 1)), ReturnsErrno(EINVAL));
+  EXPECT_EQ(Detach(b_.get(), mgid), 0);
+}
+
 // Rule: ibv_attach_mcast(3): "ibv_detach_mcast() detaches the QP qp to the multicast group"; a QP no longer
 //   attached is not a member, so datagrams to the group do not reach it.
 // Checks: with b_ and c_ attached and then c_ detached (0), a datagram to the group reaches b_ but c_ gets no

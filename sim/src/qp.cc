@@ -231,6 +231,17 @@ bool Qp::PortUpLocked() const {
   return !dev->ValidPort(attr_.port_num) || dev->PortState(attr_.port_num) == IBV_PORT_ACTIVE;
 }
 
+bool Qp::OnInfinibandLocked() const {
+  const Device* dev = ctx_->device();
+  if (attr_.qp_state != IBV_QPS_RESET && dev->ValidPort(attr_.port_num)) {
+    return dev->StaticPortAttr(attr_.port_num).link_layer != IBV_LINK_LAYER_ETHERNET;
+  }
+  for (int port = 1; port <= dev->port_count(); ++port) {
+    if (dev->StaticPortAttr(port).link_layer == IBV_LINK_LAYER_ETHERNET) return false;
+  }
+  return true;
+}
+
 void Qp::TransmitToPeerLocked(Packet&& p) {
   // A datagram's address is its WR's: nothing to keep.
   if (type() != IBV_QPT_UD && peer_route_.Send(p)) return;

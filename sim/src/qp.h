@@ -89,6 +89,9 @@ class Qp {
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
   // The QP's port is up (one not set yet counts as up). Requires: engine lock.
   bool PortUpLocked() const;
+  // The QP is on an InfiniBand port: its own once it has one (INIT and
+  // after), else every port of the device is (is_valid_mcast_lid). Requires: engine lock.
+  bool OnInfinibandLocked() const;
   ibv_qp_type type() const { return handle_.pub.qp_base.qp_type; }
   // RC and both XRC halves: acknowledged, retried, in order.
   bool Reliable() const { return type() == IBV_QPT_RC || IsXrc(); }

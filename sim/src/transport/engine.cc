@@ -271,25 +271,33 @@ Engine::Group* Engine::FindGroup(const AddressVector& dst) {
 // A group is its MGID (rxe's rxe_attach_mcast and HCAs key it so): the LID
 // of its first attachment is the one a datagram without a GRH is sent to.
 int Engine::AttachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
+  // The kernel's ib_attach_mcast: a multicast GID, and on InfiniBand a
+  // multicast LID (is_valid_mcast_lid: 0xC000-0xFFFE; RoCE ignores the LID).
   if (!IsMulticastGid(mgid)) return EINVAL;
+  if (qp->OnInfinibandLocked() && !IsMulticastLid(mlid)) return EINVAL;
   const ibv_device_attr& limits = qp->device()->profile().attr_ex.orig_attr;
   for (Group& g : groups_) {
     if (SameGid(g.mgid, mgid)) {
-      if (g.members.count(qp)) return 0;  // attaching twice still delivers one copy
-      if (g.members.size() >= static_cast<size_t>(std::max(limits.max_mcast_qp_attach, 0))) return ENOMEM;
+      // Attaching twice still delivers one copy.
+      if (!g.members.count(qp) && g.members.size() >= static_cast<size_t>(std::max(limits.max_mcast_qp_attach, 0))) {
+        return ENOMEM;
+      }
+      g.attachments.insert({qp, mlid});
       g.members.insert(qp);
       return 0;
     }
   }
   if (groups_.size() >= static_cast<size_t>(std::max(limits.max_mcast_grp, 0))) return ENOMEM;
-  groups_.push_back(Group{mgid, mlid, {qp}});
+  groups_.push_back(Group{mgid, mlid, {qp}, {{qp, mlid}}});
   return 0;
 }
 
-int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t /*mlid*/) {
+int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
   for (auto it = groups_.begin(); it != groups_.end(); ++it) {
     if (!SameGid(it->mgid, mgid)) continue;
-    if (!it->members.erase(qp)) return EINVAL;
+    if (!it->attachments.erase({qp, mlid})) return EINVAL;  // not attached with this MLID
+    const auto others = it->attachments.lower_bound({qp, 0});
+    if (others == it->attachments.end() || others->first != qp) it->members.erase(qp);
     if (it->members.empty()) groups_.erase(it);
     return 0;
   }
@@ -304,7 +312,10 @@ bool Engine::IsAttached(const Qp* qp) const {
 }
 
 void Engine::DetachAllLocked(const Qp* qp) {
-  for (Group& g : groups_) g.members.erase(const_cast<Qp*>(qp));
+  for (Group& g : groups_) {
+    g.members.erase(const_cast<Qp*>(qp));
+    std::erase_if(g.attachments, [qp](const auto& a) { return a.first == qp; });
+  }
   groups_.erase(std::remove_if(groups_.begin(), groups_.end(), [](const Group& g) { return g.members.empty(); }),
                 groups_.end());
 }

@@ -193,6 +193,9 @@ class Engine {
     ibv_gid mgid;
     uint16_t mlid;
     std::set<Qp*> members;
+    // What each member attached with: the kernel keeps a QP's attachments by
+    // (MGID, MLID) and detaches only a pair it has (ib_uverbs_detach_mcast).
+    std::set<std::pair<Qp*, uint16_t>> attachments;
   };
   // The multicast group a packet is addressed to, or nullptr.
   Group* FindGroup(const AddressVector& dst);
