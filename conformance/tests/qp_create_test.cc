@@ -169,6 +169,24 @@ TEST_F(QpCreateTest, CreateFails_MaxSendSgeAboveMax) {
   EXPECT_THAT(CaptureErrno([&] { return ibv_create_qp(pd(), &init); }), ReturnsNullWithErrno(EINVAL));
 }
 
+// Rule: ibv_create_qp(3): max_inline_data is the "maximum size of data that can be posted inline"; how
+//   much a device takes is its own (rxe: RXE_MAX_INLINE_DATA, 512 bytes; rxe_qp_chk_cap refuses more
+//   with EINVAL). The backend's limit is MaxInlineData.
+// Checks: an RC QP asking for MaxInlineData bytes of inline data is created and reports at least
+//   that many; one asking for a byte more returns NULL with errno EINVAL.
+TEST_F(QpCreateTest, InlineLimitFollowsBackend) {
+  const uint32_t limit = static_cast<uint32_t>(std::stoul(Backend().Answer("MaxInlineData", "256")));
+  QpCaps caps;
+  caps.max_inline_data = limit;
+  ibv_qp_init_attr init = Init(IBV_QPT_RC, caps);
+  QpPtr qp(ibv_create_qp(pd(), &init));
+  ASSERT_NE(qp, nullptr) << "max_inline_data " << limit << ": " << ErrnoName(errno);
+  EXPECT_GE(init.cap.max_inline_data, limit);
+  caps.max_inline_data = limit + 1;
+  ibv_qp_init_attr over = Init(IBV_QPT_RC, caps);
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_qp(pd(), &over); }), ReturnsNullWithErrno(EINVAL));
+}
+
 // Rule: ibv_query_device(3): max_sge is the "Maximum number of s/g per WR for SQ & RQ of QP"; IBTA Vol 1 ch.
 //   11 (Create Queue Pair): a request exceeding the HCA's limits fails.
 // Checks: max_recv_sge = max_sge + 1 returns NULL with errno EINVAL.

@@ -32,6 +32,7 @@ KNOBS = [
     ("ignore_overrun", "unsupported", "CqOverrunTest.IgnoreOverrunCqNeverErrors"),
     ("srq_zero_wr", "einval", "SrqTest.CreateWithZeroMaxWrFollowsBackend"),
     ("srq_size", "pow2-1", "SrqTest.ActualSizeFollowsBackend"),
+    ("max_inline_data", 512, "QpCreateTest.InlineLimitFollowsBackend"),
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),
     ("misaligned_atomic", "einval", "QpErrorTest.MisalignedAtomicFollowsBackend"),

@@ -362,6 +362,8 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("error_wc_fields", false)) {
     b.error_wc_garbage = r.Choice<bool>("error_wc_fields", {{"zero", false}, {"garbage", true}});
   }
+  r.Unsigned("max_inline_data", &b.max_inline_data, false);
+  if (b.max_inline_data > 4096) ObjectReader::Fail(r.Path("max_inline_data"), "at most 4096");
   r.Unsigned("time_scale", &b.time_scale, false);
   if (b.time_scale == 0) ObjectReader::Fail(r.Path("time_scale"), "must be at least 1");
   r.Finish();

@@ -103,6 +103,9 @@ struct Behaviour {
   // The fields of an error completion that ibv_poll_cq(3) calls invalid
   // (everything but wr_id, status, qp_num, vendor_err) hold garbage, not zero.
   bool error_wc_garbage = false;
+  // The largest inline payload a send WR may carry (ibv_qp_cap::max_inline_data;
+  // rxe: RXE_MAX_INLINE_DATA, 512).
+  uint32_t max_inline_data = 256;
   // Protocol timers (transport timeout, RNR timer) run this many times faster than real time.
   uint32_t time_scale = 16384;
 };

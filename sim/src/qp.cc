@@ -21,9 +21,6 @@ namespace {
 
 std::atomic<uint32_t> next_qp_handle{1};
 
-// The largest inline payload a send WR may carry (ibv_qp_cap::max_inline_data).
-constexpr uint32_t kMaxInlineData = 256;
-
 // CREATE_FLAGS is taken with no flag set: no create flag is supported (as rxe_create_qp).
 constexpr uint32_t kSupportedCreateMask =
     IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
@@ -85,7 +82,8 @@ Qp::Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_in
   // capabilities above the requested ones.
   init_.cap.max_inline_data = std::max<uint32_t>(
       init_.cap.max_inline_data,
-      std::min<uint32_t>(init_.cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)), kMaxInlineData));
+      std::min<uint32_t>(init_.cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)),
+                         ctx->device()->behaviour().max_inline_data));
   init_.qp_type = a.qp_type;
   init_.sq_sig_all = a.sq_sig_all;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;
@@ -144,7 +142,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   }
   const ibv_qp_cap& cap = a.cap;
   if (cap.max_send_wr > static_cast<uint32_t>(dev.max_qp_wr) || cap.max_send_sge > static_cast<uint32_t>(dev.max_sge) ||
-      cap.max_inline_data > kMaxInlineData) {
+      cap.max_inline_data > ctx->device()->behaviour().max_inline_data) {
     return R::Error(EINVAL);
   }
   if (!srq && !send_only && (cap.max_recv_wr > static_cast<uint32_t>(dev.max_qp_wr) ||
