@@ -144,6 +144,18 @@ int RunCmFault(const InjectOptions& o, CmKind kind) {
   return 0;
 }
 
+// An option's value must be a whole number in [low, high]; the message says what it wants.
+CLI::Validator WholeNumber(long low, long high, const std::string& wanted, const std::string& name) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const long value = std::strtol(text.c_str(), &end, 10);
+        const bool fits = !text.empty() && *end == '\0' && value >= low && value <= high;
+        return fits ? std::string() : "wants " + wanted + ", not \"" + text + "\"";
+      },
+      name);
+}
+
 }  // namespace
 
 CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
@@ -160,30 +172,12 @@ CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
   cmd->add_option("--count", o->count,
                   "CM_REJECT: how many requests (default 1); CM_DROP: how many messages (default 16: every try, "
                   "so the CM gives up); 0 disarms")
-      ->check(CLI::Validator(
-          [](std::string& text) -> std::string {
-            char* end = nullptr;
-            const long value = std::strtol(text.c_str(), &end, 10);
-            if (text.empty() || *end != '\0' || value < 0 || value > 1000000) {
-              return "wants a whole number, 0..1000000 (0 disarms), not \"" + text + "\"";
-            }
-            return "";
-          },
-          "N"));
+      ->check(WholeNumber(0, 1000000, "a whole number, 0..1000000 (0 disarms)", "N"));
   cmd->add_option("--reason", o->reason, "CM_REJECT: the IBTA reject reason the client sees (default 28)");
   cmd->add_option("--message", o->message, std::string("CM_DROP: the message lost, one of ") +
                                                 simverbs::kCmMessageNames + " (default REQ)");
   cmd->add_option("--timeout-ms", o->timeout_ms, "How long to wait for every process to answer (default 5000)")
-      ->check(CLI::Validator(
-          [](std::string& text) -> std::string {
-            char* end = nullptr;
-            const long value = std::strtol(text.c_str(), &end, 10);
-            if (text.empty() || *end != '\0' || value < 1 || value > 3600000) {
-              return "wants a whole number of milliseconds, 1..3600000, not \"" + text + "\"";
-            }
-            return "";
-          },
-          "MS"));
+      ->check(WholeNumber(1, 3600000, "a whole number of milliseconds, 1..3600000", "MS"));
   return cmd;
 }
 
