@@ -13,6 +13,8 @@ namespace {
 
 // Written before the timer is armed, read only by the signal handler.
 char g_message[768];
+// A deadline is installed (its SIGALRM handler is in place): Extend may arm the timer.
+bool g_installed = false;
 volatile sig_atomic_t g_message_length = 0;
 
 void OnDeadline(int) {
@@ -41,7 +43,7 @@ void SetMessage(const testing::TestInfo& info, std::chrono::milliseconds limit) 
 
 void TestDeadline::Extend(std::chrono::milliseconds limit) {
   const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-  if (!info) return;
+  if (!info || !g_installed) return;
   SetTimer(std::chrono::milliseconds(0));
   SetMessage(*info, limit);
   SetTimer(limit);
@@ -52,11 +54,13 @@ TestDeadline::TestDeadline(std::chrono::milliseconds limit) : limit_(limit) {
   action.sa_handler = OnDeadline;
   sigemptyset(&action.sa_mask);
   sigaction(SIGALRM, &action, nullptr);
+  g_installed = true;
 }
 
 TestDeadline::~TestDeadline() {
   SetTimer(std::chrono::milliseconds(0));
   signal(SIGALRM, SIG_DFL);
+  g_installed = false;
 }
 
 void TestDeadline::OnTestStart(const testing::TestInfo& info) {

@@ -21,7 +21,7 @@ class TestDeadline : public testing::EmptyTestEventListener {
 
   // For a test that waits on purpose longer than the usual deadline (a
   // kernel timeout of a minute or more): its deadline is now `limit` from now.
-  // Outside a test it does nothing.
+  // Outside a test, or with no deadline installed, it does nothing.
   static void Extend(std::chrono::milliseconds limit);
 
   void OnTestStart(const testing::TestInfo& info) override;

@@ -72,5 +72,18 @@ TEST(TestDeadlineTest, ExtendMovesTheDeadlineLater) {
   EXPECT_EQ(fired.exit_code, 3);
 }
 
+TEST(TestDeadlineTest, ExtendWithoutADeadlineDoesNothing) {
+  const ChildResult result = RunInChild(
+      [] {
+        TestDeadline::Extend(100ms);
+        // Past that time (a bounded wait for a negative): no SIGALRM may end the process.
+        timeval wait = {0, 300000};
+        (void)select(0, nullptr, nullptr, nullptr, &wait);
+        return 0;
+      },
+      5000ms, "Extend with no deadline installed");
+  EXPECT_TRUE(Passed(result));
+}
+
 }  // namespace
 }  // namespace conformance

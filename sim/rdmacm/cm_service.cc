@@ -210,6 +210,7 @@ int CmService::Listen(CmId* id) {
 
 int CmService::Connect(CmId* id, const CmMessage& req, int lost) {
   id->request = req;
+  if (lost == 0) id->requests_lost = 0;  // a new rdma_connect
   int sock = -1;
   for (const std::string& address : {AddressText(id->dst()), std::string("any")}) {
     // Non-blocking: a listener whose queue is full must not stop this
@@ -242,13 +243,13 @@ int CmService::Connect(CmId* id, const CmMessage& req, int lost) {
   return 0;
 }
 
-void CmService::ResendLater(CmId* id, const CmMessage& m, int lost) {
+void CmService::ResendLater(CmId* id, const CmMessage& m, int lost, std::chrono::milliseconds after) {
   CmTimer timer;
   timer.kind = CmTimer::Kind::kResend;
   timer.id = id;
   timer.message = m;
   timer.lost = lost;
-  timers_.Add(kResponseTimeout, timer);
+  timers_.Add(after, timer);
 }
 
 int CmService::Send(CmId* id, const CmMessage& m) {
@@ -258,6 +259,8 @@ int CmService::Send(CmId* id, const CmMessage& m) {
 
 int CmService::SendOrLose(CmId* id, int sock, const CmMessage& m, int lost) {
   if (CmFaults::Resent(m.type) && faults_.TakeDrop(m.type)) {
+    // (A request's losses at either end count together: kLost.)
+    if (m.type == CmMessageType::kReq || m.type == CmMessageType::kSidrReq) id->requests_lost = lost + 1;
     ResendLater(id, m, lost + 1);
     return 0;
   }
@@ -266,9 +269,9 @@ int CmService::SendOrLose(CmId* id, int sock, const CmMessage& m, int lost) {
     if (m.type != CmMessageType::kDreq || (errno != EAGAIN && errno != EWOULDBLOCK)) return errno;
   }
   // The DREP comes only once the peer's program answers (its rdma_disconnect
-  // or rdma_destroy_id): a DREQ is sent again until then, as a lost one is,
-  // and given up (DISCONNECTED, -ETIMEDOUT) as the IB CM does.
-  if (m.type == CmMessageType::kDreq) ResendLater(id, m, lost + 1);
+  // or rdma_destroy_id): a DREQ is sent again until then, each time after
+  // kDreqAnswerTimeout, and given up (DISCONNECTED, -ETIMEDOUT) as the IB CM does.
+  if (m.type == CmMessageType::kDreq) ResendLater(id, m, lost + 1, kDreqAnswerTimeout);
   return 0;
 }
 
@@ -712,7 +715,7 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
       // Our request, lost at the listener's end: sent again as one lost here is.
       const auto type = static_cast<CmMessageType>(m.reason);
       if (type != id->request.type || id->state != S::kConnecting || id->have_remote) return;
-      ResendLater(id, id->request, ++id->requests_lost);
+      ResendLater(id, id->request, ++id->requests_lost);  // counted with the losses at our end
       return;
     }
     case CmMessageType::kReq:

@@ -20,7 +20,8 @@
 // DREQ, SIDR REQ) and was lost (a fault, cm_faults.h) is sent again after
 // kResponseTimeout, up to kMaxRetries times, then the CM gives up (the
 // events simverbs_rdmacm.h lists). So is a DREQ the peer's program has not
-// answered yet (its DREP waits for that program's rdma_disconnect). A
+// answered (its DREP waits for that program's rdma_disconnect), after
+// kDreqAnswerTimeout each time. A
 // connection that has ended (DREP sent or received) stays in timewait for
 // kTimewait, then its id gets TIMEWAIT_EXIT.
 // All CM state is guarded by one lock, mu(). A forked child starts afresh:
@@ -54,6 +55,11 @@ class CmService {
   // (CMA_MAX_CM_RETRIES).
   static constexpr std::chrono::milliseconds kResponseTimeout{100};
   static constexpr int kMaxRetries = 15;
+  // How long a DREQ that arrived waits for the peer program's answer before
+  // it is sent again: longer than a lost message's wait, so that a program
+  // that answers its DISCONNECTED late still disconnects cleanly within
+  // 16 s (the kernel: about 100 s in all).
+  static constexpr std::chrono::milliseconds kDreqAnswerTimeout{1000};
   // Timewait: twice the packet lifetime; measured on rxe (kernel 6.1),
   // TIMEWAIT_EXIT comes about 2 s after the disconnect.
   static constexpr std::chrono::milliseconds kTimewait{2048};
@@ -128,7 +134,7 @@ class CmService {
   // answer is resent by a timer. `lost`: how often it was lost before.
   int SendOrLose(CmId* id, int sock, const CmMessage& m, int lost);
   // Sends m for id again after kResponseTimeout (Resend); `lost`: the tries that failed so far.
-  void ResendLater(CmId* id, const CmMessage& m, int lost);
+  void ResendLater(CmId* id, const CmMessage& m, int lost, std::chrono::milliseconds after = kResponseTimeout);
   void Register(CmId* id, int sock, bool listener);
   void OnListener(CmId* listener);
   void OnConnection(uint64_t token);

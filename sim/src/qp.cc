@@ -207,6 +207,7 @@ int Qp::CheckValues(const ibv_qp_attr& a, int mask) const {
     // alt_timeout and the address; the P_Key index is looked up).
     if (!dev->ValidPort(a.alt_port_num) || a.alt_ah_attr.port_num != a.alt_port_num) return EINVAL;
     const ibv_port_attr& alt = dev->profile().ports[a.alt_port_num - 1].attr;
+    if (alt.link_layer == IBV_LINK_LAYER_ETHERNET) return EINVAL;  // both ports InfiniBand
     if (a.alt_timeout > 31 || a.alt_pkey_index >= alt.pkey_tbl_len) return EINVAL;
     if (int err = AddressError(a.alt_ah_attr, a.alt_port_num, alt)) return err;
   }

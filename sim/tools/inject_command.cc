@@ -280,7 +280,14 @@ int RunInject(const InjectOptions& o) {
                  fabric.c_str(), where.c_str(), element == simverbs::EventElement::kSrq ? " attached to an SRQ" : "");
     return 1;
   }
-  if (post.delivered == 0) {
+  const bool changes_state = !addr_change && (type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_PORT_ACTIVE);
+  if (post.delivered == 0 && changes_state) {
+    // The port's state changed all the same, in every process of the fabric.
+    std::fprintf(stderr,
+                 "simverbs inject: no process on fabric \"%s\" has %s's device open, so no event was delivered; "
+                 "the port's state changed all the same\n",
+                 fabric.c_str(), where.c_str());
+  } else if (post.delivered == 0) {
     std::fprintf(stderr,
                  "simverbs inject: no process on fabric \"%s\" has %s open (an event reaches the contexts open on "
                  "the device, and none after its DEVICE_FATAL)\n",

@@ -43,11 +43,11 @@ bool Engine::SourcePortUp(const Packet& pkt) {
          pkt.src_device->PortState(pkt.src_port) == IBV_PORT_ACTIVE;
 }
 
-Device* Engine::FindRoute(const AddressVector& dst) {
+Device* Engine::FindRoute(const AddressVector& dst, bool any_state) {
   for (const auto& dev : DeviceList::Get().devices()) {
     for (int port = 1; port <= dev->port_count(); ++port) {
       const PortProfile& p = dev->profile().ports[port - 1];
-      if (dev->PortState(port) != IBV_PORT_ACTIVE) continue;
+      if (!any_state && dev->PortState(port) != IBV_PORT_ACTIVE) continue;
       if (dst.is_global) {
         for (const GidProfile& g : p.gids) {
           if (SameGid(g.gid, dst.dgid)) return dev.get();
@@ -117,8 +117,10 @@ void Engine::Transmit(Packet&& pkt) {
 }
 
 void Engine::DeliverOrDropLocked(const Packet& pkt, Device* remote) noexcept {
-  // A port that is down sends nothing: the packet is lost, and the sender's timers decide.
-  if (!SourcePortUp(pkt)) return;
+  // A port of ours that is down sends nothing: the packet is lost, and the
+  // sender's timers decide. (Not one from another process, which judged its
+  // own port, nor one nothing would send again: Packet::Lossless.)
+  if (!pkt.from_peer && !pkt.Lossless() && !SourcePortUp(pkt)) return;
   try {
     // (Not one that nothing would send again: Packet::Lossless.)
     if (!pkt.Lossless() && FaultPoints::Get().Hit(FaultPoint::kDeliverPacket)) throw std::bad_alloc();
@@ -207,6 +209,9 @@ void Engine::DeliverLocked(const Packet& pkt) {
     return;
   }
   Device* dev = Route(pkt.dst);
+  // A packet whose data is in place already (an answered WRITE) takes its
+  // PSNs even if the port went down meanwhile: nothing would send it again.
+  if (!dev && pkt.Lossless()) dev = FindRoute(pkt.dst, /*any_state=*/true);
   if (!dev) return;  // an unreachable address: lost; the sender's timers decide
   if (Qp* qp = dev->FindQp(pkt.dst_qpn)) {
     if (pkt.stream) {
@@ -296,8 +301,8 @@ int Engine::DetachMulticast(Qp* qp, const ibv_gid& mgid, uint16_t mlid) {
   for (auto it = groups_.begin(); it != groups_.end(); ++it) {
     if (!SameGid(it->mgid, mgid)) continue;
     if (!it->attachments.erase({qp, mlid})) return EINVAL;  // not attached with this MLID
-    const auto others = it->attachments.lower_bound({qp, 0});
-    if (others == it->attachments.end() || others->first != qp) it->members.erase(qp);
+    // The QP leaves the group, whatever else it attached with (rxe_detach_mcast, mlx5).
+    it->members.erase(qp);
     if (it->members.empty()) groups_.erase(it);
     return 0;
   }

@@ -164,7 +164,8 @@ class Engine {
   void TimerThread();
   void ForkedChild();
   // Route without the cache: every active port of every device.
-  static Device* FindRoute(const AddressVector& dst);
+  // (`any_state`: a port that is not ACTIVE counts too.)
+  static Device* FindRoute(const AddressVector& dst, bool any_state = false);
 
   // The last address routed and where it led (mu_): a message's packets,
   // and a connection's messages, all go one way, and a route changes only
