@@ -267,6 +267,13 @@ int RunInject(const InjectOptions& o) {
                  post.processes - post.answered, o.timeout_ms, post.silent.c_str());
     return 1;
   }
+  if (post.delivered == 0 && post.exited > 0) {
+    std::fprintf(stderr,
+                 "simverbs inject: %d process(es) ended before they answered (perhaps on this event); no other "
+                 "process had %s\n",
+                 post.exited, where.c_str());
+    return 0;
+  }
   if (addr_change && post.delivered == 0) {
     std::fprintf(stderr,
                  "simverbs inject: no rdma_cm id on fabric \"%s\" is bound to %s (ADDR_CHANGE reaches ids bound "

@@ -1994,6 +1994,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       // A process that exits meanwhile will never answer.
       if (!SlotAlive(fd, i)) {
         waiting[i] = false;
+        ++post.exited;
       } else {
         all = false;
       }

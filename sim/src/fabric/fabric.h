@@ -256,6 +256,9 @@ struct FaultPost {
   int answered = 0;          // of those, how many handled it in time
   uint32_t delivered = 0;    // async events raised, over all processes
   std::string silent;        // the pids that did not answer, "123 456"
+  // Attached when it was posted and gone before they answered: one that ends
+  // on the event itself (rping on DEVICE_REMOVAL) may not get to count it.
+  int exited = 0;
 };
 
 // The port counters of a running fabric (Fabric::ReadCounters).
