@@ -56,6 +56,9 @@ class Device {
     return static_cast<ibv_port_state>(port_state_[port_num - 1].load(std::memory_order_acquire));
   }
   void SetPortState(int port_num, ibv_port_state state);
+  // Traffic may leave by port_num: it is ACTIVE, or not a port of ours (a QP
+  // that has none yet; the destination decides then).
+  bool PassesTraffic(int port_num) const { return !ValidPort(port_num) || PortState(port_num) == IBV_PORT_ACTIVE; }
   // Grows with every port state change of any device (Engine::Route's cache).
   static uint64_t PortChanges() { return port_changes_.load(std::memory_order_acquire); }
 

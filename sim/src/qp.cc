@@ -225,10 +225,13 @@ int Qp::AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& p
   return dev->Gid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index) ? 0 : ENODATA;
 }
 
-bool Qp::PortUpLocked() const {
-  const Device* dev = ctx_->device();
-  return !dev->ValidPort(attr_.port_num) || dev->PortState(attr_.port_num) == IBV_PORT_ACTIVE;
+void Qp::DiscardCompletionsLocked() {
+  if (!context()->device()->behaviour().reset_discards_completions) return;
+  if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
+  if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->DiscardQpCompletions(qp_num());
 }
+
+bool Qp::PortUpLocked() const { return ctx_->device()->PassesTraffic(attr_.port_num); }
 
 bool Qp::OnInfinibandLocked() const {
   const Device* dev = ctx_->device();
@@ -336,10 +339,7 @@ int Qp::Modify(const ibv_qp_attr& requested, int requested_mask) {
     atomic_results_ = {};
     pulls_refused_ = false;  // it may be connected to another requester next
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
-    if (context()->device()->behaviour().reset_discards_completions) {
-      if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
-      if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->DiscardQpCompletions(qp_num());
-    }
+    DiscardCompletionsLocked();
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
@@ -548,11 +548,7 @@ int Qp::Destroy() {
     Engine::Get().ForgetDeferredAck(this);
     device()->RemoveQp(this);
     device()->ReleaseQpn(qp_num());
-    if (context()->device()->behaviour().reset_discards_completions) {
-      // As at RESET: mlx5_destroy_qp cleans its CQs of the QP's completions.
-      if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
-      if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->DiscardQpCompletions(qp_num());
-    }
+    DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
     if (send_cq_) send_cq_->RemoveQp(this);
     if (xrcd_) {
       xrcd_->domain()->targets.erase(this);

@@ -89,6 +89,9 @@ class Qp {
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
   // The QP's port is up (one not set yet counts as up). Requires: engine lock.
   bool PortUpLocked() const;
+  // Its unpolled completions leave its CQs where the profile says so
+  // (reset_completions: at RESET and at ibv_destroy_qp). Requires: engine lock.
+  void DiscardCompletionsLocked();
   // The QP is on an InfiniBand port: its own once it has one (INIT and
   // after), else every port of the device is (is_valid_mcast_lid). Requires: engine lock.
   bool OnInfinibandLocked() const;

@@ -39,8 +39,7 @@ Device* Engine::Route(const AddressVector& dst) {
 
 bool Engine::SourcePortUp(const Packet& pkt) {
   // (A packet that names no sender, such as the CM's or a forged one, is judged by its destination.)
-  return !pkt.src_device || !pkt.src_device->ValidPort(pkt.src_port) ||
-         pkt.src_device->PortState(pkt.src_port) == IBV_PORT_ACTIVE;
+  return !pkt.src_device || pkt.src_device->PassesTraffic(pkt.src_port);
 }
 
 Device* Engine::FindRoute(const AddressVector& dst, bool any_state) {
