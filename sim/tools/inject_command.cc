@@ -267,13 +267,6 @@ int RunInject(const InjectOptions& o) {
                  post.processes - post.answered, o.timeout_ms, post.silent.c_str());
     return 1;
   }
-  if (post.delivered == 0 && post.exited > 0) {
-    std::fprintf(stderr,
-                 "simverbs inject: %d process(es) ended before they answered (perhaps on this event); no other "
-                 "process had %s\n",
-                 post.exited, where.c_str());
-    return 0;
-  }
   if (addr_change && post.delivered == 0) {
     std::fprintf(stderr,
                  "simverbs inject: no rdma_cm id on fabric \"%s\" is bound to %s (ADDR_CHANGE reaches ids bound "
@@ -286,6 +279,16 @@ int RunInject(const InjectOptions& o) {
     std::fprintf(stderr, "simverbs inject: no process on fabric \"%s\" owns %s%s (is the QP number right?)\n",
                  fabric.c_str(), where.c_str(), element == simverbs::EventElement::kSrq ? " attached to an SRQ" : "");
     return 1;
+  }
+  // A device or port event may end a process before it counts the delivery
+  // (rping exits on the DEVICE_REMOVAL that DEVICE_FATAL brings). An
+  // affiliated one names an object: a process that ended is no excuse there.
+  if (post.delivered == 0 && post.exited > 0) {
+    std::fprintf(stderr,
+                 "simverbs inject: %d process(es) ended before they answered (perhaps on this event); no other "
+                 "process had %s\n",
+                 post.exited, where.c_str());
+    return 0;
   }
   const bool changes_state = !addr_change && (type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_PORT_ACTIVE);
   if (post.delivered == 0 && changes_state) {
