@@ -2306,12 +2306,13 @@ TEST_F(CrossProcessWriteTest, WorkRequestsAfterAFirstSendKeepTheirMeaning) {
 // Rule: ibv_post_send(3): ENOMEM, "Send Queue is full": a WR posted while max_send_wr WRs are
 //   outstanding is refused, and *bad_wr names it; the WRs before it go on.
 // Checks: (simulator only: with the child stopped nothing is acknowledged, which a kernel
-//   responder would not wait for) the parent's QP, max_send_wr 16, takes 16 SENDs of 8 bytes
-//   posted one at a time; the 17th fails with ENOMEM and bad_wr pointing at it. Once the child
-//   resumes, the 16 complete with success and the child receives all 16.
+//   responder would not wait for) the parent's QP, max_send_wr 15, takes 15 SENDs of 8 bytes
+//   posted one at a time; the 16th fails with ENOMEM and bad_wr pointing at it. Once the child
+//   resumes, the 15 complete with success and the child receives all 15.
 TEST_F(CrossProcessWriteTest, SendToAFullSendQueueFailsWithEnomem) {
   SKIP_IF(!Sim()) << "(a stopped responder that acknowledges nothing)";
-  constexpr int kSends = 16;  // the QPs' max_send_wr
+  // The QPs' max_send_wr: 2^4 - 1 is what a queue rounded to a power of two less one (rxe) holds too.
+  constexpr int kSends = 15;
   RunWithChild(
       kFullMrAccess, kRcRemoteAccess,
       [&](const Child& c) {
@@ -2348,7 +2349,8 @@ TEST_F(CrossProcessWriteTest, SendToAFullSendQueueFailsWithEnomem) {
           EXPECT_EQ(wcs[k].wr_id, 1 + k);
           EXPECT_EQ(wcs[k].status, IBV_WC_SUCCESS) << DescribeWc(wcs[k]);
         }
-      });
+      },
+      ChildSetup{.max_send_wr = kSends});
 }
 
 // Rule: ibv_post_send(3) and IBTA 10.8.3.1: a QP the transport has taken to the Error state sends

@@ -187,6 +187,56 @@ TEST_F(QpCreateTest, InlineLimitFollowsBackend) {
   EXPECT_THAT(CaptureErrno([&] { return ibv_create_qp(pd(), &over); }), ReturnsNullWithErrno(EINVAL));
 }
 
+// Rule: ibv_create_qp(3) and ibv_create_qp_ex(3) update cap "with the actual QP values of the QP that was
+//   created; the values will be greater than or equal to the values requested"; ibv_query_qp(3) reports the
+//   QP's capabilities. How much more is the device's: rxe's queues are rings of 2^k slots that hold 2^k - 1
+//   WRs (rxe_queue_init), which ibv_query_qp reports while create leaves the WR counts as asked
+//   (QpSizeRoundedToPow2Minus1), and its max_send_sge grows to fill the send WQE, max(max_send_sge * 16,
+//   max_inline_data) bytes (rxe_qp_init_req; SendSgeFillsInlineRoom). Both measured on rxe 6.1.
+// Checks: RC QPs asking for 5 send and 5 receive WRs, 1 SGE each way and 64 bytes inline, made by
+//   ibv_create_qp and by ibv_create_qp_ex: create writes back at least what was asked, exactly 5 WRs
+//   each way where the backend rounds, and 4 send SGEs where it fills the room, else 1; ibv_query_qp
+//   reports the same capabilities, with 7 WRs each way where the backend rounds.
+TEST_F(QpCreateTest, ActualCapsFollowBackend) {
+  const bool pow2 = Backend().Answer("QpSizeRoundedToPow2Minus1", false);
+  const bool fills = Backend().Answer("SendSgeFillsInlineRoom", false);
+  QpCaps caps;
+  caps.max_send_wr = 5;
+  caps.max_recv_wr = 5;
+  caps.max_inline_data = 64;
+  ibv_qp_init_attr init = Init(IBV_QPT_RC, caps);
+  QpPtr qp(ibv_create_qp(pd(), &init));
+  ASSERT_NE(qp, nullptr) << ErrnoName(errno);
+  ibv_qp_init_attr_ex init_ex = InitEx(IBV_QPT_RC, IBV_QP_INIT_ATTR_PD);
+  init_ex.cap = Init(IBV_QPT_RC, caps).cap;
+  QpPtr qp_ex(ibv_create_qp_ex(context(), &init_ex));
+  ASSERT_NE(qp_ex, nullptr) << ErrnoName(errno);
+  const auto check = [&](const char* verb, const ibv_qp_cap& created, ibv_qp* q) {
+    SCOPED_TRACE(verb);
+    if (pow2) {
+      EXPECT_EQ(created.max_send_wr, 5u);
+      EXPECT_EQ(created.max_recv_wr, 5u);
+    } else {
+      EXPECT_GE(created.max_send_wr, 5u);
+      EXPECT_GE(created.max_recv_wr, 5u);
+    }
+    EXPECT_EQ(created.max_send_sge, fills ? 4u : 1u);
+    EXPECT_GE(created.max_recv_sge, 1u);
+    EXPECT_GE(created.max_inline_data, 64u);
+    ibv_qp_attr attr = {};
+    ibv_qp_init_attr got = {};
+    ASSERT_EQ(ibv_query_qp(q, &attr, IBV_QP_CAP, &got), 0);
+    EXPECT_EQ(got.cap.max_send_wr, pow2 ? 7u : created.max_send_wr);
+    EXPECT_EQ(got.cap.max_recv_wr, pow2 ? 7u : created.max_recv_wr);
+    EXPECT_EQ(got.cap.max_send_sge, created.max_send_sge);
+    EXPECT_EQ(got.cap.max_recv_sge, created.max_recv_sge);
+    EXPECT_EQ(got.cap.max_inline_data, created.max_inline_data);
+    EXPECT_EQ(attr.cap.max_send_wr, got.cap.max_send_wr);
+  };
+  check("ibv_create_qp", init.cap, qp.get());
+  check("ibv_create_qp_ex", init_ex.cap, qp_ex.get());
+}
+
 // Rule: ibv_query_device(3): max_sge is the "Maximum number of s/g per WR for SQ & RQ of QP"; IBTA Vol 1 ch.
 //   11 (Create Queue Pair): a request exceeding the HCA's limits fails.
 // Checks: max_recv_sge = max_sge + 1 returns NULL with errno EINVAL.

@@ -32,6 +32,8 @@ KNOBS = [
     ("ignore_overrun", "unsupported", "CqOverrunTest.IgnoreOverrunCqNeverErrors"),
     ("srq_zero_wr", "einval", "SrqTest.CreateWithZeroMaxWrFollowsBackend"),
     ("srq_size", "pow2-1", "SrqTest.ActualSizeFollowsBackend"),
+    ("qp_size", "pow2-1", "QpCreateTest.ActualCapsFollowBackend"),
+    ("send_sge", "inline-room", "QpCreateTest.ActualCapsFollowBackend"),
     ("max_inline_data", 512, "QpCreateTest.InlineLimitFollowsBackend"),
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),

@@ -345,6 +345,12 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("srq_size", false)) {
     b.srq_size_pow2_minus_one = r.Choice<bool>("srq_size", {{"exact", false}, {"pow2-1", true}});
   }
+  if (r.Find("qp_size", false)) {
+    b.qp_size_pow2_minus_one = r.Choice<bool>("qp_size", {{"exact", false}, {"pow2-1", true}});
+  }
+  if (r.Find("send_sge", false)) {
+    b.send_sge_fills_inline_room = r.Choice<bool>("send_sge", {{"asked", false}, {"inline-room", true}});
+  }
   if (r.Find("srq_zero_wr", false)) {
     b.srq_zero_wr_einval = r.Choice<bool>("srq_zero_wr", {{"one", false}, {"einval", true}});
   }

@@ -71,6 +71,14 @@ struct Behaviour {
   // An SRQ holds the entries asked for, or (rxe) 2^k - 1 >= them: ibv_query_srq
   // reports that, ibv_create_srq still the size asked for (rxe 6.1, measured).
   bool srq_size_pow2_minus_one = false;
+  // A QP's send and receive queues hold the WRs asked for, or (rxe) 2^k - 1 >=
+  // them: ibv_query_qp reports that, ibv_create_qp still the counts asked for
+  // (rxe 6.1, measured).
+  bool qp_size_pow2_minus_one = false;
+  // A QP's max_send_sge is what was asked for, or (rxe) grows to fill the send
+  // WQE's room of max(max_send_sge * 16, max_inline_data) bytes
+  // (rxe_qp_init_req; rxe 6.1, measured).
+  bool send_sge_fills_inline_room = false;
   // ibv_create_srq with max_wr 0 gets a one-entry SRQ, or EINVAL (rxe:
   // rxe_srq_chk_init).
   bool srq_zero_wr_einval = false;

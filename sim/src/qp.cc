@@ -10,6 +10,7 @@
 #include "fabric/fabric.h"
 #include "pd.h"
 #include "qp_state_table.h"
+#include "queue_size.h"
 #include "srq.h"
 #include "trace/trace.h"
 #include "transport/engine.h"
@@ -80,10 +81,19 @@ Qp::Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_in
   // inline data may use the SGEs' room too (rxe_qp_init_req: max_inline = max(sge
   // * 16, inline); mlx5 likewise rounds up). ibv_create_qp(3) allows actual
   // capabilities above the requested ones.
+  const Behaviour& behaviour = ctx->device()->behaviour();
   init_.cap.max_inline_data = std::max<uint32_t>(
       init_.cap.max_inline_data,
-      std::min<uint32_t>(init_.cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)),
-                         ctx->device()->behaviour().max_inline_data));
+      std::min<uint32_t>(init_.cap.max_send_sge * static_cast<uint32_t>(sizeof(ibv_sge)), behaviour.max_inline_data));
+  if (behaviour.send_sge_fills_inline_room) {
+    const uint32_t room = init_.cap.max_inline_data / static_cast<uint32_t>(sizeof(ibv_sge));
+    const auto max_sge = static_cast<uint32_t>(ctx->device()->profile().attr_ex.orig_attr.max_sge);
+    init_.cap.max_send_sge = std::max(init_.cap.max_send_sge, std::min(room, max_sge));
+  }
+  if (behaviour.qp_size_pow2_minus_one) {
+    init_.cap.max_send_wr = Pow2Minus1AtLeast(init_.cap.max_send_wr);
+    init_.cap.max_recv_wr = Pow2Minus1AtLeast(init_.cap.max_recv_wr);
+  }
   init_.qp_type = a.qp_type;
   init_.sq_sig_all = a.sq_sig_all;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;
@@ -159,6 +169,15 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   return new Qp(ctx, pd, send_cq, recv_cq, srq, a, qpn);
 }
 
+ibv_qp_cap Qp::CreatedCaps(const ibv_qp_cap& asked) const {
+  ibv_qp_cap cap = init_.cap;
+  if (device()->behaviour().qp_size_pow2_minus_one) {
+    if (cap.max_send_wr != 0) cap.max_send_wr = asked.max_send_wr;
+    if (cap.max_recv_wr != 0) cap.max_recv_wr = asked.max_recv_wr;
+  }
+  return cap;
+}
+
 ibv_qp* Qp::CreateExOp(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
   Context* ctx = Context::From(ibctx);
   const bool target = attr && attr->qp_type == IBV_QPT_XRC_RECV;
@@ -176,6 +195,8 @@ ibv_qp* Qp::CreateExOp(ibv_context* ibctx, ibv_qp_init_attr_ex* attr) {
     errno = r.err();
     return nullptr;
   }
+  // ibv_create_qp_ex(3): cap is updated "with the actual QP values".
+  if (!target) attr->cap = r.value()->CreatedCaps(attr->cap);
   return r.value()->ibv();
 }
 

@@ -74,6 +74,10 @@ class Qp {
   int Destroy();
   int Modify(const ibv_qp_attr& attr, int mask);
   int Query(ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) const;
+  // What ibv_create_qp(_ex) writes back into the cap the program asked for:
+  // the actual capabilities, but the WR counts as asked where the queues are
+  // rounded up (qp_size pow2-1, as rxe 6.1).
+  ibv_qp_cap CreatedCaps(const ibv_qp_cap& asked) const;
   int PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr);
   int PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
   int AttachMulticast(const ibv_gid& gid, uint16_t lid);

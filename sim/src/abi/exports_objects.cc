@@ -196,10 +196,7 @@ SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd* pd, ibv_qp_i
     Qp* qp = PointerOrErrno(Qp::Create(p, ex));
     if (!qp) return nullptr;
     // ibv_create_qp(3): the actual capabilities are returned in qp_init_attr->cap.
-    ibv_qp_attr attr;
-    ibv_qp_init_attr init;
-    qp->Query(&attr, IBV_QP_CAP, &init);
-    qp_init_attr->cap = init.cap;
+    qp_init_attr->cap = qp->CreatedCaps(qp_init_attr->cap);
     return qp->ibv();
   });
 }
