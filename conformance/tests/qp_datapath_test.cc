@@ -9,9 +9,13 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
@@ -69,7 +73,7 @@ class QpDatapathTest : public QpTest {
   // A QP made with ibv_create_qp_ex and IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.
   testing::AssertionResult CreateQpExEnd(QpEnd* end, uint64_t send_ops, const QpCaps& caps = {}) {
     errno = 0;
-    end->send_cq.reset(ibv_create_cq(context(), 64, nullptr, nullptr, 0));
+    end->send_cq.reset(ibv_create_cq(context(), std::max(64, static_cast<int>(caps.max_send_wr)), nullptr, nullptr, 0));
     end->recv_cq.reset(ibv_create_cq(context(), 64, nullptr, nullptr, 0));
     if (!end->send_cq || !end->recv_cq) return testing::AssertionFailure() << "ibv_create_cq: " << ErrnoName(errno);
     ibv_qp_init_attr_ex attr = {};
@@ -676,6 +680,133 @@ TEST_F(QpDatapathTest, WrAbortPostsNothing) {
   EXPECT_EQ(rwc.wr_id, 10u);
   EXPECT_EQ(dst_.Bytes(0, 64), src_.Bytes(64, 64)) << "the first receive holds the aborted WR's data";
   EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get(), kQuietWindow));
+}
+
+// Rule: ibv_wr_post(3): "If a failure is detected during operation, for instance due to an invalid
+//   argument, then ibv_wr_complete() will return failure and the entire posting will be aborted", and
+//   "No work is executed to the queue until ibv_wr_complete() returns success".
+// Checks: a posting of a good WRITE (wr_id 1) followed by one with the QP's max_send_sge + 1 SGEs, and
+//   a posting of the QP's max_send_wr + 1 good WRITEs, each make ibv_wr_complete fail; neither WRITEs
+//   a byte nor completes a WR; a good WRITE (wr_id 3) posted after them is the first completion.
+TEST_F(QpDatapathTest, WrCompleteWithARefusedWrPostsNothing) {
+  ASSERT_TRUE(CreateQpExEnd(&a_, IBV_QP_EX_WITH_RDMA_WRITE));
+  ASSERT_TRUE(CreateEnd(&b_));
+  ASSERT_TRUE(Connect(a_, b_));
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(a_.get());
+  ASSERT_NE(qpx, nullptr);
+  ibv_qp_attr attr = {};
+  ibv_qp_init_attr init = {};
+  ASSERT_EQ(ibv_query_qp(a_.get(), &attr, IBV_QP_CAP, &init), 0);
+  ASSERT_LE(init.cap.max_send_wr, 4096u) << "unexpectedly deep send queue";
+  const std::vector<uint8_t> before = dst_.Bytes(0, 64);
+
+  ibv_wr_start(qpx);
+  qpx->wr_id = 1;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(qpx, dst_.rkey(), dst_.addr(0));
+  ibv_wr_set_sge(qpx, src_.lkey(), src_.addr(0), 32);
+  qpx->wr_id = 2;
+  ibv_wr_rdma_write(qpx, dst_.rkey(), dst_.addr(32));
+  const std::vector<ibv_sge> sges(init.cap.max_send_sge + 1, src_.Sge(0, 4));
+  ibv_wr_set_sge_list(qpx, sges.size(), sges.data());
+  EXPECT_NE(ibv_wr_complete(qpx), 0) << "a WR with " << sges.size() << " SGEs was taken";
+
+  ibv_wr_start(qpx);
+  for (uint32_t i = 0; i <= init.cap.max_send_wr; ++i) {
+    qpx->wr_id = 100 + i;
+    qpx->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_rdma_write(qpx, dst_.rkey(), dst_.addr(0));
+    ibv_wr_set_sge(qpx, src_.lkey(), src_.addr(0), 8);
+  }
+  EXPECT_NE(ibv_wr_complete(qpx), 0) << init.cap.max_send_wr + 1 << " WRs were taken by a queue of "
+                                     << init.cap.max_send_wr;
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "a WR of a failed posting ran";
+  EXPECT_EQ(dst_.Bytes(0, 64), before) << "a WRITE of a failed posting landed";
+
+  ibv_wr_start(qpx);
+  qpx->wr_id = 3;
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(qpx, dst_.rkey(), dst_.addr(0));
+  ibv_wr_set_sge(qpx, src_.lkey(), src_.addr(0), 64);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  EXPECT_EQ(wc.wr_id, 3u) << DescribeWc(wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_EQ(dst_.Bytes(0, 64), src_.Bytes(0, 64));
+}
+
+// Rule: ibv_wr_post(3), CONCURRENCY: "The provider will provide locking to ensure that ibv_wr_start()
+//   and ibv_wr_complete()/abort() form a per-QP critical section where no other threads can enter."
+// Checks: two threads each post 200 postings of two signaled 8-byte WRITEs (wr_ids of their own) on
+//   one QP at once; every ibv_wr_complete returns 0, and the QP completes all 800 WRs, each wr_id
+//   once, with success.
+TEST_F(QpDatapathTest, WrStartToCompleteIsAPerQpCriticalSection) {
+  constexpr int kThreads = 2;
+  constexpr int kPostings = 200;
+  constexpr int kWrs = kThreads * kPostings * 2;
+  QpCaps caps;
+  caps.max_send_wr = kWrs;
+  ASSERT_TRUE(CreateQpExEnd(&a_, IBV_QP_EX_WITH_RDMA_WRITE, caps));
+  ASSERT_TRUE(CreateEnd(&b_));
+  ASSERT_TRUE(Connect(a_, b_));
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(a_.get());
+  ASSERT_NE(qpx, nullptr);
+  std::atomic<int> failed_completes{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPostings; ++i) {
+        ibv_wr_start(qpx);
+        for (int k = 0; k < 2; ++k) {
+          // (wr_id and wr_flags are read by the builder call, inside the section)
+          qpx->wr_id = (static_cast<uint64_t>(t) << 32) | static_cast<uint64_t>(2 * i + k);
+          qpx->wr_flags = IBV_SEND_SIGNALED;
+          ibv_wr_rdma_write(qpx, dst_.rkey(), dst_.addr(static_cast<size_t>(64 * t + 8 * k)));
+          ibv_wr_set_sge(qpx, src_.lkey(), src_.addr(static_cast<size_t>(8 * k)), 8);
+        }
+        if (ibv_wr_complete(qpx) != 0) failed_completes.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failed_completes.load(), 0);
+  std::vector<ibv_wc> wcs;
+  EXPECT_TRUE(PollCompletions(a_.send_cq.get(), kWrs, &wcs, 4 * kReturnWindow));
+  std::set<uint64_t> seen;
+  for (const ibv_wc& wc : wcs) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+    EXPECT_TRUE(seen.insert(wc.wr_id).second) << "wr_id " << wc.wr_id << " completed twice";
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kWrs));
+}
+
+// Rule: ibv_wr_post(3), Flags: wr_flags takes IBV_SEND_FENCE, IBV_SEND_IP_CSUM, IBV_SEND_SIGNALED and
+//   IBV_SEND_SOLICITED; inline data is given by the inline setters ("Inline setters will copy the send
+//   data during the setter"), the DATA of ibv_wr_set_sge is the buffer it names.
+// Checks: a SEND built with wr_flags SIGNALED | INLINE and ibv_wr_set_sge of 16 bytes either is refused
+//   by ibv_wr_complete or delivers those 16 bytes (byte_len 16); it never completes with other data.
+TEST_F(QpDatapathTest, WrApiSgeSendWithInlineFlagDeliversTheSgeBytes) {
+  QpCaps caps;
+  caps.max_inline_data = 64;
+  ASSERT_TRUE(CreateQpExEnd(&a_, IBV_QP_EX_WITH_SEND, caps));
+  ASSERT_TRUE(CreateEnd(&b_));
+  ASSERT_TRUE(Connect(a_, b_));
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(a_.get());
+  ASSERT_NE(qpx, nullptr);
+  ibv_sge rsge = dst_.Sge(0, 64);
+  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+  ibv_wr_start(qpx);
+  qpx->wr_id = 9;
+  qpx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_wr_send(qpx);
+  ibv_wr_set_sge(qpx, src_.lkey(), src_.addr(0), 16);
+  if (ibv_wr_complete(qpx) != 0) return;  // refused: allowed, INLINE is no wr_flags flag
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(rwc.byte_len, 16u);
+  EXPECT_EQ(dst_.Bytes(0, 16), src_.Bytes(0, 16));
 }
 
 // Rule: IBTA Vol 1 ch. 10 (RTR state): a QP in Ready To Receive processes incoming requests with

@@ -78,7 +78,10 @@ class Qp {
   // the actual capabilities, but the WR counts as asked where the queues are
   // rounded up (qp_size pow2-1, as rxe 6.1).
   ibv_qp_cap CreatedCaps(const ibv_qp_cap& asked) const;
-  int PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  // ibv_post_send posts the WRs before a refused one (kUpToTheBadWr);
+  // ibv_wr_complete posts every WR or none (kAllOrNothing, ibv_wr_post(3)).
+  enum class PostMode { kUpToTheBadWr, kAllOrNothing };
+  int PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode = PostMode::kUpToTheBadWr);
   int PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
   int AttachMulticast(const ibv_gid& gid, uint16_t lid);
   int DetachMulticast(const ibv_gid& gid, uint16_t lid);
@@ -181,6 +184,8 @@ class Qp {
 
   static ibv_qp* CreateExOp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
   static int PostSendOp(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+  // Why `wr` cannot be posted behind `queued` WRs (EINVAL, ENOMEM), or 0.
+  int SendRefusalLocked(const ibv_send_wr& wr, size_t queued) const;
   static int PostRecvOp(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 
  private:

@@ -162,20 +162,31 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
   if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn;
 }
 
-int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
+int Qp::SendRefusalLocked(const ibv_send_wr& wr, size_t queued) const {
+  const ibv_qp_state s = state();
+  const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
+  if (destroying_ || ((s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) && !queue_early)) return EINVAL;
+  if (queued >= attr_.cap.max_send_wr) return ENOMEM;
+  return CheckSendWr(wr);
+}
+
+int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   if (wr && PostOneSendLocked(*wr)) return 0;
   const ibv_qp_state s = state();
-  const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
+  if (mode == PostMode::kAllOrNothing) {
+    size_t queued = sq_.size();
+    for (const ibv_send_wr* w = wr; w; w = w->next, ++queued) {
+      if (int err = SendRefusalLocked(*w, queued)) {
+        if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(w);
+        return err;
+      }
+    }
+  }
+  const size_t size_before = sq_.size();
   int err = 0;
   for (; wr; wr = wr->next) {
-    if (destroying_ || ((s == IBV_QPS_RESET || s == IBV_QPS_INIT || s == IBV_QPS_RTR) && !queue_early)) {
-      err = EINVAL;
-    } else if (sq_.size() >= attr_.cap.max_send_wr) {
-      err = ENOMEM;
-    } else {
-      err = CheckSendWr(*wr);
-    }
+    err = SendRefusalLocked(*wr, sq_.size());
     if (err) {
       // ibv_post_send(3): the WRs before the bad one are posted (and run).
       if (bad_wr) *bad_wr = wr;
@@ -185,9 +196,13 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       sq_.push_back_filled([&](SendWqe& slot) { MakeSendWqe(*wr, &slot); });
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue (ENOMEM), the
-      // WRs before it posted.
+      // WRs before it posted, or none of them.
       err = ENOMEM;
       if (bad_wr) *bad_wr = wr;
+      if (mode == PostMode::kAllOrNothing) {
+        while (sq_.size() > size_before) sq_.pop_back();
+        return err;
+      }
       break;
     }
     if (fail_countdown_ > 0 && --fail_countdown_ == 0) sq_.back().injected = fail_status_;

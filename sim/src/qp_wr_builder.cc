@@ -34,6 +34,16 @@ QpWrBuilder::Entry* Last(ibv_qp_ex* q) {
 
 void Unsupported(ibv_qp_ex* q) { B(q).error_ = EOPNOTSUPP; }
 
+// Ends the critical section wr_start opened, if this thread opened it.
+bool Leave(QpWrBuilder& b) {
+  if (b.owner_.load() != std::this_thread::get_id()) return false;
+  b.entries_.clear();
+  b.error_ = 0;
+  b.owner_.store(std::thread::id{});
+  b.mu_.unlock();
+  return true;
+}
+
 // The builder calls return nothing, and programs call them through the
 // ibv_qp_ex function pointers (C entry points, abi/c_api.h): a failure of one
 // (std::bad_alloc as it copies an SGE list or inline data) is kept, and
@@ -52,41 +62,46 @@ void Recording(ibv_qp_ex* q, Fn&& fn) noexcept {
 void QpWrBuilder::Install(ibv_qp_ex* q) {
   q->wr_start = [](ibv_qp_ex* qp) {
     QpWrBuilder& b = B(qp);
+    if (b.owner_.load() == std::this_thread::get_id()) {
+      // A second wr_start without wr_complete: start over (locking again would deadlock).
+      b.entries_.clear();
+      b.error_ = 0;
+      return;
+    }
+    b.mu_.lock();
+    b.owner_.store(std::this_thread::get_id());
     b.entries_.clear();
     b.error_ = 0;
   };
   q->wr_complete = [](ibv_qp_ex* qp) {
-    return Guarded<OnThrow::kErrno>([&] {
-      QpWrBuilder& b = B(qp);
-      int err = b.error_;
-      if (!err && !b.entries_.empty()) {
-        for (size_t i = 0; i < b.entries_.size(); ++i) {
-          Entry& e = b.entries_[i];
-          e.wr.next = i + 1 < b.entries_.size() ? &b.entries_[i + 1].wr : nullptr;
-          if (!e.inline_data.empty() || (e.wr.send_flags & IBV_SEND_INLINE)) {
-            e.wr.send_flags |= IBV_SEND_INLINE;
-            e.sges.assign(1, ibv_sge{reinterpret_cast<uintptr_t>(e.inline_data.data()),
-                                     static_cast<uint32_t>(e.inline_data.size()), 0});
-          }
-          e.wr.sg_list = e.sges.data();
-          e.wr.num_sge = static_cast<int>(e.sges.size());
-        }
-        ibv_send_wr* bad = nullptr;
-        Qp* target = Qp::From(&qp->qp_base);
-        fault_plan::OnWrComplete(target);
-        Fabric::Get().PostedWork();
-        err = target->PostSend(&b.entries_[0].wr, &bad);
-      }
-      b.entries_.clear();
-      b.error_ = 0;
-      return err;
-    });
-  };
-  q->wr_abort = [](ibv_qp_ex* qp) {
     QpWrBuilder& b = B(qp);
-    b.entries_.clear();
-    b.error_ = 0;
+    if (b.owner_.load() != std::this_thread::get_id()) return EINVAL;  // no wr_start in this thread
+    const int err = Guarded<OnThrow::kErrno>([&] {
+      if (b.error_ || b.entries_.empty()) return b.error_;
+      for (size_t i = 0; i < b.entries_.size(); ++i) {
+        Entry& e = b.entries_[i];
+        e.wr.next = i + 1 < b.entries_.size() ? &b.entries_[i + 1].wr : nullptr;
+        // IBV_SEND_INLINE is not a wr_flags flag (ibv_wr_post(3), Flags): data
+        // is inline when an inline setter gave it, as mlx5 builds it.
+        e.wr.send_flags &= ~static_cast<unsigned>(IBV_SEND_INLINE);
+        if (e.is_inline) {
+          e.wr.send_flags |= IBV_SEND_INLINE;
+          e.sges.assign(1, ibv_sge{reinterpret_cast<uintptr_t>(e.inline_data.data()),
+                                   static_cast<uint32_t>(e.inline_data.size()), 0});
+        }
+        e.wr.sg_list = e.sges.data();
+        e.wr.num_sge = static_cast<int>(e.sges.size());
+      }
+      ibv_send_wr* bad = nullptr;
+      Qp* target = Qp::From(&qp->qp_base);
+      fault_plan::OnWrComplete(target);
+      Fabric::Get().PostedWork();
+      return target->PostSend(&b.entries_[0].wr, &bad, Qp::PostMode::kAllOrNothing);
+    });
+    Leave(b);
+    return err;
   };
+  q->wr_abort = [](ibv_qp_ex* qp) { Leave(B(qp)); };
 
   q->wr_send = [](ibv_qp_ex* qp) { Recording(qp, [&] { NewWr(qp, IBV_WR_SEND); }); };
   q->wr_send_imm = [](ibv_qp_ex* qp, __be32 imm) {
@@ -165,12 +180,18 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
   };
   q->wr_set_sge = [](ibv_qp_ex* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
     Recording(qp, [&] {
-      if (Entry* e = Last(qp)) e->sges.assign(1, ibv_sge{addr, length, lkey});
+      if (Entry* e = Last(qp)) {
+        e->sges.assign(1, ibv_sge{addr, length, lkey});
+        e->is_inline = false;
+      }
     });
   };
   q->wr_set_sge_list = [](ibv_qp_ex* qp, size_t num_sge, const ibv_sge* sg_list) {
     Recording(qp, [&] {
-      if (Entry* e = Last(qp)) e->sges.assign(sg_list, sg_list + num_sge);
+      if (Entry* e = Last(qp)) {
+        e->sges.assign(sg_list, sg_list + num_sge);
+        e->is_inline = false;
+      }
     });
   };
   // Inline data is copied at once: the caller may reuse its buffer right away.
@@ -179,7 +200,7 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
       if (Entry* e = Last(qp)) {
         const auto* p = static_cast<const uint8_t*>(addr);
         e->inline_data.assign(p, p + length);
-        e->wr.send_flags |= IBV_SEND_INLINE;
+        e->is_inline = true;
       }
     });
   };
@@ -191,7 +212,7 @@ void QpWrBuilder::Install(ibv_qp_ex* q) {
           const auto* p = static_cast<const uint8_t*>(buf_list[i].addr);
           e->inline_data.insert(e->inline_data.end(), p, p + buf_list[i].length);
         }
-        e->wr.send_flags |= IBV_SEND_INLINE;
+        e->is_inline = true;
       }
     });
   };

@@ -3,12 +3,17 @@
 // The ibv_qp_ex work-request builder (ibv_wr_start / ibv_wr_send / ... /
 // ibv_wr_complete, see ibv_wr_post(3)): the WRs are collected between
 // wr_start and wr_complete and then posted as one ibv_post_send list, so both
-// APIs share one execution path.
+// APIs share one execution path; but all of them or none (a refused WR aborts
+// the whole posting), and wr_start .. wr_complete/wr_abort is a per-QP
+// critical section, as the man page's CONCURRENCY asks.
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace simverbs {
@@ -23,9 +28,15 @@ class QpWrBuilder {
     ibv_send_wr wr{};
     std::vector<ibv_sge> sges;
     std::vector<uint8_t> inline_data;
+    bool is_inline = false;  // set by wr_set_inline_data(_list), not by wr_flags
   };
   std::deque<Entry> entries_;
   int error_ = 0;  // an unsupported builder call: wr_complete fails with it
+  // Held from wr_start to wr_complete/wr_abort by the thread in owner_ (a
+  // wr_complete or wr_abort of another thread, or without wr_start, must not
+  // unlock it).
+  std::mutex mu_;
+  std::atomic<std::thread::id> owner_{};
 };
 
 }  // namespace simverbs

@@ -59,6 +59,9 @@ class RingQueue {
     head_ = (head_ + 1) & mask_;
     --size_;
   }
+  // Takes back the last entry pushed (its filling failed, or the batch it
+  // belonged to).
+  void pop_back() { --size_; }
   void clear() {
     head_ = 0;
     size_ = 0;
@@ -85,8 +88,6 @@ class RingQueue {
   Iterator<const RingQueue, const T> end() const { return {this, size_}; }
 
  private:
-  // Takes back the slot push_back_slot gave (its filling failed).
-  void pop_back() { --size_; }
   void Grow() {
     std::vector<T> bigger(slots_.empty() ? 16 : 2 * slots_.size());
     for (size_t i = 0; i < slots_.size(); ++i) bigger[i] = std::move((*this)[i]);
