@@ -231,6 +231,7 @@ struct ChildSetup {
   bool post_recv = true;
   ibv_qp_type type = IBV_QPT_RC;
   uint8_t rd_atomic = 1;       // max_rd_atomic of a_, max_dest_rd_atomic of the child's QP
+  int dest_rd_atomic = -1;     // max_dest_rd_atomic of the child's QP instead, if >= 0
   uint32_t max_send_wr = 16;   // of both QPs
   uint32_t max_send_sge = 1;   // of both QPs
   uint32_t max_recv_sge = 1;   // of both QPs
@@ -316,7 +317,8 @@ class CrossProcessWriteTest : public QpTest {
             ASSERT_EQ(read(to_child.fds[0], &parent_qpn, sizeof parent_qpn), static_cast<ssize_t>(sizeof parent_qpn));
             ConnectParams params;
             params.access = qp_access;
-            params.max_dest_rd_atomic = setup.rd_atomic;
+            params.max_dest_rd_atomic =
+                setup.dest_rd_atomic >= 0 ? static_cast<uint8_t>(setup.dest_rd_atomic) : setup.rd_atomic;
             if (setup.stay_in_rtr) {
               ASSERT_TRUE(ModifyToInit(end.get(), port(), params));
               ASSERT_TRUE(ModifyToRtr(end.get(), parent_qpn, address, params));
@@ -447,10 +449,9 @@ class CrossProcessWriteTest : public QpTest {
   // `qp_access`; the parent's READ of 64 bytes, and then one of kLargeRead (on the simulator, one
   // the requester reads itself when allowed: Qp::PlaceReadLocked), each with a child of its own,
   // complete with `status`, and the parent's buffer keeps what it held.
-  void ExpectReadRefused(unsigned access, unsigned qp_access, ibv_wc_status status) {
+  void ExpectReadRefused(unsigned access, unsigned qp_access, ibv_wc_status status, ChildSetup setup = {}) {
     Buffer sink;
     ASSERT_TRUE(sink.Register(pd(), kLargeRead));
-    ChildSetup setup;
     setup.length = kLargeRead;
     for (const size_t length : {size_t{64}, kLargeRead}) {
       SCOPED_TRACE("a READ of " + std::to_string(length) + " bytes");
@@ -741,6 +742,15 @@ TEST_F(CrossProcessWriteTest, ReadWithoutRemoteReadAccessFails) {
 //   its pattern.
 TEST_F(CrossProcessWriteTest, ReadFromQpWithoutRemoteReadFails) {
   ExpectReadRefused(kFullMrAccess, IBV_ACCESS_REMOTE_WRITE, IBV_WC_REM_INV_REQ_ERR);
+}
+
+// Rule: ibv_modify_qp(3): max_dest_rd_atomic is the "Number of responder resources for handling
+//   incoming RDMA reads & atomics operations"; with none, an incoming READ is an invalid request
+//   (rxe_resp.c check_resource: RESPST_ERR_TOO_MANY_RDMA_ATM_REQ), IBV_WC_REM_INV_REQ_ERR.
+// Checks: the child's QP has max_dest_rd_atomic 0; the parent's READ of 64 bytes, and one of 1 MiB,
+//   complete with IBV_WC_REM_INV_REQ_ERR and the parent's buffer keeps its pattern.
+TEST_F(CrossProcessWriteTest, ReadFromQpWithoutResponderResourcesFails) {
+  ExpectReadRefused(kFullMrAccess, kRcRemoteAccess, IBV_WC_REM_INV_REQ_ERR, ChildSetup{.dest_rd_atomic = 0});
 }
 
 // Rule: ibv_post_send(3): an RDMA READ reads length bytes at remote_addr of the remote MR into the

@@ -302,6 +302,36 @@ TEST_F(QpErrorTest, WriteFails_QpWithoutRemoteWrite) {
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
 }
 
+// Rule: ibv_modify_qp(3): max_dest_rd_atomic is the "Number of responder resources for handling
+//   incoming RDMA reads & atomics operations"; with none, an incoming READ or atomic is an invalid
+//   request (IBTA Vol 1 ch. 9, responder resources; rxe_resp.c check_resource:
+//   RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, NAK Invalid Request), IBV_WC_REM_INV_REQ_ERR at the requester.
+// Checks: a 64-byte READ to a responder QP with max_dest_rd_atomic 0 completes with
+//   IBV_WC_REM_INV_REQ_ERR and leaves the local buffer as it was; where the device has atomics, a
+//   FETCH_AND_ADD on a second such pair does too and leaves the remote word unchanged.
+TEST_F(QpErrorTest, ReadOrAtomicFails_ResponderWithoutResources) {
+  ConnectParams b_params;
+  b_params.max_dest_rd_atomic = 0;
+  ASSERT_TRUE(MakePair({}, {}, {}, b_params));
+  remote_.FillPattern(2);
+  local_.FillPattern(3);
+  ibv_sge sge = local_.Sge(0, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(
+      PostAndComplete(RdmaWr(1, IBV_WR_RDMA_READ, &sge, 1, remote_.addr(0), remote_.rkey()), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+  EXPECT_EQ(local_.Bytes(0, 64), Pattern(3, 64)) << "the READ brought data";
+  if (!HasAtomics()) return;
+  a_.reset();
+  b_.reset();
+  ASSERT_TRUE(MakePair({}, {}, {}, b_params));
+  ibv_sge atomic_sge = local_.Sge(0, 8);
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(
+      AtomicWr(2, IBV_WR_ATOMIC_FETCH_AND_ADD, &atomic_sge, remote_.addr(0), remote_.rkey(), 1, 0), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << DescribeWc(wc);
+  EXPECT_EQ(remote_.Bytes(0, 8), Pattern(2, 8)) << "the atomic changed the remote memory";
+}
+
 // Rule: IBTA Vol 1 ch. 11 (affiliated asynchronous events): an invalid request detected by the responder
 //   raises the affiliated asynchronous error IBV_EVENT_QP_REQ_ERR ("Invalid Request Local Work Queue Error",
 //   ibv_get_async_event(3)) on the responder QP (backend question ResponderInvalidRequestRaisesQpReqErr).

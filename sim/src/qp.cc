@@ -496,7 +496,9 @@ void Qp::PublishAcceptsLocked() {
   const bool responds = (type() == IBV_QPT_RC || type() == IBV_QPT_UC) &&
                         (next == IBV_QPS_RTR || next == IBV_QPS_RTS || next == IBV_QPS_SQD || next == IBV_QPS_SQE);
   const bool takes_writes = responds && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
-  const bool takes_reads = responds && type() == IBV_QPT_RC && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ);
+  // (a READ needs a responder resource: none with max_dest_rd_atomic 0)
+  const bool takes_reads = responds && type() == IBV_QPT_RC && (attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) &&
+                           attr_.max_dest_rd_atomic > 0;
   const bool pulls = responds && type() == IBV_QPT_RC && !pulls_refused_;
   uint32_t accepts = 0;
   if (takes_writes || takes_reads || pulls) {

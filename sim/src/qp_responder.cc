@@ -182,6 +182,14 @@ void Qp::ReceiveRequest(const Packet& pkt) {
     ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
     return;
   }
+  // A READ or an atomic needs a responder resource: with max_dest_rd_atomic 0
+  // the QP has none, an invalid request (rxe_resp.c check_resource:
+  // RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, AETH_NAK_INVALID_REQ).
+  if (rc && (pkt.op == IBV_WR_RDMA_READ || pkt.op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+             pkt.op == IBV_WR_ATOMIC_FETCH_AND_ADD) && attr_.max_dest_rd_atomic == 0) {
+    ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
+    return;
+  }
 
   // RC: a middle or last packet of a SEND with no message in progress (its
   // first packet was never accepted) is an invalid request, not data for the
@@ -478,7 +486,8 @@ bool Qp::ReceiveWholeReadLocked(const WholeRead& read) {
   // duplicate, an error to answer, COMM_EST to raise) goes the other way.
   if (destroying_ || type() != IBV_QPT_RC || read.transport != IBV_QPT_RC) return false;
   if (!RespondsLocked() || (state() == IBV_QPS_RTR && !comm_established_)) return false;
-  if (read.psn != epsn_ || !(attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) || read.dma_length > PathMtuBytes()) {
+  if (read.psn != epsn_ || !(attr_.qp_access_flags & IBV_ACCESS_REMOTE_READ) || attr_.max_dest_rd_atomic == 0 ||
+      read.dma_length > PathMtuBytes()) {
     return false;
   }
   Mr* mr = read.dma_length ? Mr::Check(device(), read.rkey, true, pd_, read.remote_addr, read.dma_length,
