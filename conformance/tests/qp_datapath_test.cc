@@ -954,6 +954,22 @@ TEST_F(QpDatapathTest, UdSendArrives_WithGrh) {
   EXPECT_EQ(dst_.Bytes(kGrhBytes, 64), src_.Bytes(0, 64));
 }
 
+// Rule: ibv_poll_cq(3): sl is the "Service Level" of the received message (UD); IBTA Vol 1 ch. 7: the SL
+//   travels in the LRH of an InfiniBand packet. A RoCE frame has no LRH and, untagged, no priority bits:
+//   rxe leaves sl 0 (rxe_resp.c do_complete), mlx5 reports the VLAN priority (0 untagged).
+// Checks: a UD SEND through an AH with sl 5 completes at b_ with sl 5 on InfiniBand, 0 on RoCE.
+TEST_F(QpDatapathTest, UdRecvCompletionSlFollowsTheLinkLayer) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdPair(roce()));
+  ibv_ah_attr attr = LocalAddress(roce());
+  attr.sl = 5;
+  errno = 0;
+  ah_.reset(ibv_create_ah(pd(), &attr));
+  ASSERT_NE(ah_, nullptr) << "ibv_create_ah: " << ErrnoName(errno);
+  ibv_wc rwc = {};
+  ASSERT_NO_FATAL_FAILURE(SendOneDatagram(&rwc));
+  EXPECT_EQ(rwc.sl, roce() ? 0 : 5);
+}
+
 // Rule: IBTA Vol 1 C10-93.1.1 (quoted in rxe's rxe_req.c): "If the total sum of all the buffer
 //   lengths specified for a UD message exceeds the MTU of the port as returned by QueryHCA, the CI
 //   shall not emit any packets for this message. Further, the CI shall not generate an error due to

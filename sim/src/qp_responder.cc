@@ -653,7 +653,10 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
     if (type() == IBV_QPT_UD) {
       wc.src_qp = arrival.src_qpn;
       wc.slid = arrival.slid;
-      wc.sl = arrival.sl;
+      // RoCE carries no SL (an untagged frame has no priority bits): rxe leaves
+      // it 0 (rxe_resp.c do_complete), mlx5 reports the VLAN priority, 0 untagged.
+      const bool roce = device()->StaticPortAttr(attr_.port_num).link_layer == IBV_LINK_LAYER_ETHERNET;
+      wc.sl = roce ? 0 : arrival.sl;
       wc.pkey_index = 0;
       if (arrival.has_grh) wc.wc_flags |= IBV_WC_GRH;
     } else if (device()->behaviour().recv_wc_grh_always) {
