@@ -13,6 +13,9 @@
 
 namespace {
 
+// IBTA CM reject reason 28: consumer defined, what rdma_reject sends.
+constexpr int kConsumerDefinedReject = 28;
+
 constexpr const char* kEventList =
     "DEVICE_FATAL, PORT_ACTIVE, PORT_ERR, LID_CHANGE, PKEY_CHANGE, SM_CHANGE, CLIENT_REREGISTER, GID_CHANGE "
     "(device/port); QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, PATH_MIG, PATH_MIG_ERR, "
@@ -39,26 +42,28 @@ std::string FillCmFault(const InjectOptions& o, CmKind kind, simverbs::FaultRequ
     return o.event + " is not affiliated with a QP: leave out --qp, --cq-of-qp and --srq-of-qp";
   }
   if (kind == CmKind::kReject) {
-    if (o.reason < 1 || o.reason > 255) {
-      return "--reason " + std::to_string(o.reason) + " is not an IBTA CM reject reason (1..255; 28: consumer defined)";
+    const int reason = o.reason.value_or(kConsumerDefinedReject);
+    if (reason < 1 || reason > 255) {
+      return "--reason " + std::to_string(reason) + " is not an IBTA CM reject reason (1..255; 28: consumer defined)";
     }
     r->object = FaultObject::kCmReject;
-    r->count = o.count >= 0 ? static_cast<uint32_t>(o.count) : 1;
-    r->argument = o.reason;
+    r->count = static_cast<uint32_t>(o.count.value_or(1));
+    r->argument = reason;
     *what = r->count == 0 ? std::string("disarmed") : "reject the next " + std::to_string(r->count) +
                                                           " connection request(s) with reason " +
-                                                          std::to_string(o.reason);
+                                                          std::to_string(reason);
     return "";
   }
+  const std::string name = o.message.value_or("REQ");
   int message = 0;
-  if (!simverbs::ParseCmMessage(o.message, &message)) {
-    return "--message \"" + o.message + "\" is not a CM message the CM resends; one of " + simverbs::kCmMessageNames;
+  if (!simverbs::ParseCmMessage(name, &message)) {
+    return "--message \"" + name + "\" is not a CM message the CM resends; one of " + simverbs::kCmMessageNames;
   }
   r->object = FaultObject::kCmDrop;
-  r->count = o.count >= 0 ? static_cast<uint32_t>(o.count) : 16;
+  r->count = static_cast<uint32_t>(o.count.value_or(16));
   r->argument = message;
-  *what = r->count == 0 ? "lose no more " + o.message + " messages (disarmed)"
-                        : "lose the next " + std::to_string(r->count) + " " + o.message + " message(s)";
+  *what = r->count == 0 ? "lose no more " + name + " messages (disarmed)"
+                        : "lose the next " + std::to_string(r->count) + " " + name + " message(s)";
   return "";
 }
 
@@ -184,16 +189,16 @@ CLI::App* AddInjectCommand(CLI::App& app, InjectOptions* o) {
 int RunInject(const InjectOptions& o) {
   const CmKind cm = CmKindOf(o.event);
   // Options the event does not take are refused, not ignored.
-  if (cm != CmKind::kReject && cm != CmKind::kDrop && (o.count >= 0 || o.reason != 28 || o.message != "REQ")) {
+  if (cm != CmKind::kReject && cm != CmKind::kDrop && (o.count || o.reason || o.message)) {
     std::fprintf(stderr, "simverbs inject: --count, --reason and --message are for CM_REJECT and CM_DROP, not %s\n",
                  o.event.c_str());
     return 2;
   }
-  if (cm == CmKind::kReject && o.message != "REQ") {
+  if (cm == CmKind::kReject && o.message) {
     std::fprintf(stderr, "simverbs inject: --message is for CM_DROP; CM_REJECT takes --reason and --count\n");
     return 2;
   }
-  if (cm == CmKind::kDrop && o.reason != 28) {
+  if (cm == CmKind::kDrop && o.reason) {
     std::fprintf(stderr, "simverbs inject: --reason is for CM_REJECT; CM_DROP takes --message and --count\n");
     return 2;
   }

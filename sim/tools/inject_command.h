@@ -6,6 +6,7 @@
 // event).
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 struct InjectOptions {
@@ -17,9 +18,9 @@ struct InjectOptions {
   std::string cq_of_qp; // CQ_ERR: the send CQ of this QP ...
   bool recv_cq = false; // ... or its receive CQ
   std::string srq_of_qp;
-  int count = -1;           // CM_REJECT (default 1), CM_DROP (default 16: the CM gives up); 0 disarms
-  int reason = 28;          // CM_REJECT: the IBTA reject reason
-  std::string message = "REQ";  // CM_DROP: the message lost
+  std::optional<int> count;            // CM_REJECT (default 1), CM_DROP (default 16: the CM gives up); 0 disarms
+  std::optional<int> reason;           // CM_REJECT: the IBTA reject reason (default 28: consumer defined)
+  std::optional<std::string> message;  // CM_DROP: the message lost (default REQ)
   int timeout_ms = 5000;
 };
 

@@ -99,7 +99,11 @@ try:
                          (["QP_FATAL"], "give --qp"),
                          (["CQ_ERR"], "--cq-of-qp"),
                          (["LID_CHANGE", "--qp", "17"], "not affiliated"),
-                         (["QP_FATAL", "--qp", "zz"], "not a QP number")]:
+                         (["QP_FATAL", "--qp", "zz"], "not a QP number"),
+                         # an option the event does not take, even given its default value
+                         (["PORT_ERR", "--reason", "28"], "are for CM_REJECT and CM_DROP"),
+                         (["CM_REJECT", "--message", "REQ"], "--message is for CM_DROP"),
+                         (["CM_DROP", "--reason", "28"], "--reason is for CM_REJECT")]:
         r = inject(*args)
         expect(f"inject {' '.join(args)}: exit 2 with a reason", r.returncode == 2 and needle in r.stderr,
                f"exit {r.returncode}: {r.stderr!r}")
