@@ -384,6 +384,35 @@ TEST_F(MwTest, WriteThroughType2WindowLands) {
   EXPECT_EQ(remote_.Bytes(kWindowOffset + 128, 256), local_.Bytes(0, 256));
 }
 
+// Rule: ibv_alloc_mw(3): a type 2 window is bound to a QP ("Type 2 ... Bind Memory Window through the QP"),
+//   and remote access through it is allowed to that QP only (IBTA Vol 1 10.6.7.2.2, type 2 windows: the
+//   QP number is checked); the binding is to the QP, not to its number (rxe_mw.c keeps the QP itself).
+// Checks: (only where the device gives a destroyed QP's number to the next QP; profile-knobs runs it with
+//   qp_number_reuse) a type 2 window bound on b_ grants nothing to the QP that takes b_'s number after b_
+//   is destroyed: a WRITE from a_ to it through the window completes with IBV_WC_REM_ACCESS_ERR and lands
+//   nothing.
+TEST_F(MwTest, Type2WindowServesNotTheNextQpOfItsNumber) {
+  SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
+  ASSERT_TRUE(MakePair());
+  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
+  ASSERT_NE(mw, nullptr);
+  uint32_t rkey = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), &rkey));
+  const uint32_t number = b_.qp_num();
+  b_.reset();
+  ASSERT_TRUE(CreateEnd(&b_));
+  SKIP_IF(b_.qp_num() != number) << "(the next QP did not get the destroyed QP's number)";
+  ConnectParams params;
+  params.path_mtu = DefaultMtu();
+  ASSERT_TRUE(BringUp(b_.get(), port(), a_.qp_num(), LocalAddress(), params));
+  const std::vector<uint8_t> before = remote_.Bytes(kWindowOffset, 64);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(WriteFromA(rkey, kWindowOffset, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << DescribeWc(wc);
+  EXPECT_EQ(remote_.Bytes(kWindowOffset, 64), before) << "the WRITE landed through the dead QP's window";
+}
+
 // Rule: ibv_post_send(3): IBV_WR_LOCAL_INV with invalidate_rkey ("Remote rkey to invalidate"); ibv_wr_post(3):
 //   local_inv "Invalidate a MW type 2 which is associated with rkey"; ibv_poll_cq(3): IBV_WC_LOCAL_INV.
 // Checks: a LOCAL_INV of a bound type 2 window's R_Key, posted on the QP that bound it, completes with

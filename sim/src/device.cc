@@ -149,6 +149,10 @@ Mw* Device::FindWindowHandle(const ibv_mw* handle) const {
   return nullptr;
 }
 
+void Device::ForgetWindowsOfQp(uint32_t qp_num) {
+  for (const auto& [key, mw] : window_keys_) mw->ForgetQpLocked(qp_num);
+}
+
 Mr* Device::FindMrHandle(const ibv_mr* handle) const {
   for (const auto& [key, mr] : keys_) {
     if (mr->ibv() == handle) return mr;

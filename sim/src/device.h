@@ -117,6 +117,9 @@ class Device {
   // it was posted, or nullptr once it was deallocated: looked up in the key
   // tables, so a freed handle is never read. Requires: engine lock.
   Mw* FindWindowHandle(const ibv_mw* handle) const;
+  // The QP `qp_num` is being destroyed: the type 2 windows it bound are told
+  // (Mw::ForgetQpLocked). Requires: engine lock.
+  void ForgetWindowsOfQp(uint32_t qp_num);
   Mr* FindMrHandle(const ibv_mr* handle) const;
 
   // QP numbers are unique on the device across the processes of the fabric;

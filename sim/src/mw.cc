@@ -125,9 +125,13 @@ ibv_wc_status Mw::BindLocked(const Pd* qp_pd, uint32_t qp_num, uint32_t new_rkey
 }
 
 bool Mw::InvalidateLocked(uint32_t rkey, uint32_t qp_num) {
-  if (type() != IBV_MW_TYPE_2 || key_ != rkey || !mr_ || qp_num_ != qp_num) return false;
+  if (type() != IBV_MW_TYPE_2 || key_ != rkey || !mr_ || (qp_num_ != qp_num && qp_num_ != kDestroyedQp)) return false;
   UnbindLocked();
   return true;
+}
+
+void Mw::ForgetQpLocked(uint32_t qp_num) {
+  if (type() == IBV_MW_TYPE_2 && mr_ && qp_num_ == qp_num) qp_num_ = kDestroyedQp;
 }
 
 Mr* Mw::CheckLocked(const Pd* pd, uint32_t qp_num, uint64_t va, uint64_t len, unsigned access) const {

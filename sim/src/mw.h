@@ -40,6 +40,11 @@ class Mw {
   // Invalidates a bound type 2 window whose rkey is `rkey`, on behalf of QP
   // `qp_num` (LOCAL_INV, or SEND_WITH_INV arriving there). Requires: engine lock.
   bool InvalidateLocked(uint32_t rkey, uint32_t qp_num);
+  // The QP `qp_num` is being destroyed: a type 2 window it bound serves no QP
+  // any more (not the next one given its number), and any QP may invalidate
+  // it, as rxe's window keeps the destroyed QP (rxe_mw.c: rxe_do_bind_mw
+  // holds it, rxe_invalidate_mw checks no QP). Requires: engine lock.
+  void ForgetQpLocked(uint32_t qp_num);
 
   // The MR behind a remote access through this window, or nullptr when the
   // window does not allow it. Requires: engine lock.
@@ -65,7 +70,9 @@ class Mw {
   uint64_t addr_ = 0;
   uint64_t length_ = 0;
   unsigned access_ = 0;
-  uint32_t qp_num_ = 0;  // type 2: the QP that bound it
+  uint32_t qp_num_ = 0;  // type 2: the QP that bound it, or kDestroyedQp
+  // Not a QP number (they have 24 bits): the QP that bound it is gone.
+  static constexpr uint32_t kDestroyedQp = 0xffffffff;
 };
 
 }  // namespace simverbs

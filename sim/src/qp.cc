@@ -570,6 +570,7 @@ int Qp::Destroy() {
     Engine::Get().CancelTimer(this);
     Engine::Get().ForgetDeferredAck(this);
     device()->RemoveQp(this);
+    device()->ForgetWindowsOfQp(qp_num());
     device()->ReleaseQpn(qp_num());
     DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
     if (send_cq_) send_cq_->RemoveQp(this);
