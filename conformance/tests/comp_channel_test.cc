@@ -1,12 +1,16 @@
 // Completion event channels.
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <thread>
+#include <vector>
 
 #include "conformance/lib/blocking_call.h"
 #include "conformance/lib/cancellable_call.h"
@@ -60,6 +64,74 @@ TEST_F(CompChannelTest, GetCqEventFails_NonBlockingEmpty) {
   ibv_cq* cq = nullptr;
   void* cq_context = nullptr;
   EXPECT_THAT(CaptureErrno([&] { return ibv_get_cq_event(channel(), &cq, &cq_context); }), FailsWithErrno(EAGAIN));
+}
+
+// Rule: ibv_create_comp_channel(3) "returns a pointer to the created completion event channel, or NULL if
+//   the request fails", and ibv_open_device(3) "returns a pointer to the allocated device context, or NULL
+//   if the request fails"; each needs a file descriptor (the channel's fd; async_fd and the command fd),
+//   so when the process has none left (RLIMIT_NOFILE) they fail with EMFILE, as open(2) and the kernel's
+//   get_unused_fd do, and the program goes on.
+// Checks: in a child whose descriptors are used up (RLIMIT_NOFILE at most 1024, then dup until EMFILE),
+//   ibv_create_comp_channel and ibv_open_device return NULL with errno EMFILE; once descriptors are free
+//   again ibv_create_comp_channel succeeds.
+TEST_F(CompChannelTest, CreateFails_NoFileDescriptorLeft) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        rlimit saved = {};
+        ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+        rlimit tight = saved;
+        tight.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 1024);
+        ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &tight), 0);
+        std::vector<int> held;
+        for (int fd = dup(context->async_fd); fd >= 0 && held.size() < 4096; fd = dup(context->async_fd)) {
+          held.push_back(fd);
+        }
+        errno = 0;
+        ibv_comp_channel* channel = ibv_create_comp_channel(context.get());
+        const int channel_errno = errno;
+        errno = 0;
+        ibv_context* other = ibv_open_device(context->device);
+        const int open_errno = errno;
+        // Reporting a check needs descriptors: they go first.
+        for (const int fd : held) close(fd);
+        setrlimit(RLIMIT_NOFILE, &saved);
+        EXPECT_EQ(channel, nullptr) << "a channel was made with no descriptor left";
+        if (channel) ibv_destroy_comp_channel(channel);
+        EXPECT_EQ(channel_errno, EMFILE) << ErrnoName(channel_errno);
+        EXPECT_EQ(other, nullptr) << "a context was opened with no descriptor left";
+        if (other) ibv_close_device(other);
+        EXPECT_EQ(open_errno, EMFILE) << ErrnoName(open_errno);
+        ChannelPtr again(ibv_create_comp_channel(context.get()));
+        EXPECT_NE(again, nullptr) << "with descriptors free again: " << ErrnoName(errno);
+      },
+      kChildTimeout, "ibv_create_comp_channel and ibv_open_device with no descriptor left");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: ibv_get_cq_event(3) "returns 0 on success, and -1 on error"; ibv_close_device(3) leaves the
+//   program's other objects, and the kernel closes the event queue of the context's channels
+//   (ib_uverbs_event_read: EIO "if device was disassociated and no event exists"). rxe 6.1 answers EIO
+//   for a non-blocking read too (measured; the man pages do not say).
+// Checks: (in a child, which leaves the channel of the closed context alone) after ibv_close_device of a
+//   second context, a non-blocking ibv_get_cq_event on its empty channel returns -1 with errno EIO.
+TEST_F(CompChannelTest, NonBlockingGetOnTheChannelOfAClosedContextFailsWithEio) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ibv_context* context = OpenAnotherContext().release();
+        ASSERT_NE(context, nullptr);
+        ibv_comp_channel* channel = ibv_create_comp_channel(context);  // never destroyed: its context is gone
+        ASSERT_NE(channel, nullptr) << ErrnoName(errno);
+        ASSERT_EQ(SetNonBlocking(channel->fd), 0) << ErrnoName(errno);
+        ASSERT_EQ(ibv_close_device(context), 0);
+        ibv_cq* cq = nullptr;
+        void* cq_context = nullptr;
+        EXPECT_THAT(CaptureErrno([&] { return ibv_get_cq_event(channel, &cq, &cq_context); }),
+                    FailsWithErrno(EIO));
+      },
+      kChildTimeout, "a non-blocking read of the channel of a closed context");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_create_comp_channel(3): "ibv_destroy_comp_channel() fails if any CQs are still

@@ -17,13 +17,19 @@ CompChannel::CompChannel(Context* ctx) : ctx_(ctx) {
 
 CompChannel::~CompChannel() {
   if (ctx_) ctx_->RemoveChannel(this);
-  close(events_.fd());
+  if (events_.fd() >= 0) close(events_.fd());
   handle_.Unbind();
 }
 
 Result<CompChannel*> CompChannel::Create(Context* ctx) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kCreateCompChannel)) return Result<CompChannel*>::Error(err);
-  return new CompChannel(ctx);
+  CompChannel* channel = new CompChannel(ctx);
+  // No fd left for it (RLIMIT_NOFILE): EMFILE, as the kernel answers.
+  if (const int fd_error = channel->events_.fd_error()) {
+    delete channel;
+    return Result<CompChannel*>::Error(fd_error);
+  }
+  return channel;
 }
 
 int CompChannel::Destroy() {

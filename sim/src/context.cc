@@ -34,6 +34,7 @@ Context::Context(Device* device) : device_(device) {
   // cmd_fd is never used for commands; it is a real fd so programs that
   // inspect or dup it see a valid descriptor.
   c.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  fd_error_ = c.cmd_fd < 0 ? errno : async_.fd_error();
   pthread_mutex_init(&c.mutex, nullptr);
   device->AddContext(this);
 }
@@ -41,8 +42,8 @@ Context::Context(Device* device) : device_(device) {
 Context::~Context() {
   device_->RemoveContext(this);
   pthread_mutex_destroy(&handle_.pub.context.mutex);
-  close(handle_.pub.context.cmd_fd);
-  close(async_.fd());
+  if (handle_.pub.context.cmd_fd >= 0) close(handle_.pub.context.cmd_fd);
+  if (async_.fd() >= 0) close(async_.fd());
   handle_.Unbind();
 }
 
@@ -62,6 +63,12 @@ Result<Context*> Context::Open(Device* device) {
     return Result<Context*>::Error(EINVAL);
   }
   Context* ctx = new Context(device);
+  // No fd left for async_fd or cmd_fd (RLIMIT_NOFILE): EMFILE, as open(2) of
+  // the uverbs device gives libibverbs.
+  if (const int fd_error = ctx->fd_error_) {
+    delete ctx;
+    return Result<Context*>::Error(fd_error);
+  }
   fault_plan::OnContextOpen(ctx);  // the plan's hooks on this context's ops
   return ctx;
 }

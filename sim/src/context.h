@@ -58,6 +58,7 @@ class Context {
   Handle<verbs_context, Context> handle_;
   Device* device_;
   EventQueue async_;
+  int fd_error_ = 0;  // why async_fd or cmd_fd could not be made (EMFILE), or 0
   std::mutex mu_;
   std::set<CompChannel*> channels_;
   std::atomic<bool> fatal_{false};

@@ -17,9 +17,7 @@
 
 namespace simverbs {
 
-EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC)) {
-  if (fd_ < 0) std::abort();  // no fd means no device: nothing sensible to continue with
-}
+EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC)), fd_error_(fd_ < 0 ? errno : 0) {}
 
 EventQueue::~EventQueue() {
   // The fd is closed by its owner (channel or context), maybe already: not touched here.
@@ -133,6 +131,7 @@ bool EventQueue::ClaimableLocked(const QueuedEvent& e, uint64_t me) const {
 
 void EventQueue::Push(const QueuedEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || fd_ < 0) return;  // (its object is destroyed with the context)
   QueuedEvent e = ev;
   // Only readers with no event reserved yet are candidates, so every reserved
   // event has a reader of its own.
@@ -188,7 +187,8 @@ int EventQueue::Pop(QueuedEvent* out) {
         return 0;
       }
       // Closed: nothing more comes, and what is left is reserved for other
-      // readers (a reader that blocked here could wait forever).
+      // readers (a reader that blocked here could wait forever). EIO even
+      // for an O_NONBLOCK fd, as rxe 6.1 answers (measured).
       if (closed_) {
         me.LeaveLocked();
         return EIO;

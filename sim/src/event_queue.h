@@ -58,6 +58,10 @@ class EventQueue {
   // The fd; ownership passes to the caller with ReleaseFd (the app closes a
   // channel fd through ibv_destroy_comp_channel, the context closes async_fd).
   int fd() const { return fd_; }
+  // Why there is no fd (-1): the errno of eventfd(2), EMFILE when the process
+  // has none left; the owner fails with it, as ibv_open_device and
+  // ibv_create_comp_channel do when the kernel has no fd to give. 0: an fd.
+  int fd_error() const { return fd_error_; }
 
   void Push(const QueuedEvent& ev);
 
@@ -68,7 +72,9 @@ class EventQueue {
   // Drops every queued event for `element` (the object is being destroyed).
   void Purge(const void* element);
 
-  // Marks the queue closed: readers of an empty queue get EIO from now on.
+  // Marks the queue closed: nothing more is queued, what is queued can still
+  // be read, then readers get EIO, blocking or not (rxe 6.1 hands out a
+  // completion event queued before ibv_close_device, then EIO, measured).
   void Close();
 
   // Threads blocked in Pop now.
@@ -99,6 +105,7 @@ class EventQueue {
   bool ClaimableLocked(const QueuedEvent& e, uint64_t me) const;
 
   int fd_;
+  int fd_error_;
   mutable std::mutex mu_;
   std::deque<QueuedEvent> events_;
   bool readable_ = false;
