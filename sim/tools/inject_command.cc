@@ -280,6 +280,13 @@ int RunInject(const InjectOptions& o) {
     return 1;
   }
   const bool affiliated = element != simverbs::EventElement::kPort && element != simverbs::EventElement::kDevice;
+  if (affiliated && post.delivered == 0 && post.not_raised > 0) {
+    std::fprintf(stderr,
+                 "simverbs inject: %s is in RESET or already in ERR: no event (a QP in RESET has nothing on the HCA "
+                 "to fail, one in ERR failed already)\n",
+                 where.c_str());
+    return 1;
+  }
   if (affiliated && post.delivered == 0) {
     std::fprintf(stderr, "simverbs inject: no process on fabric \"%s\" owns %s%s (is the QP number right?)\n",
                  fabric.c_str(), where.c_str(), element == simverbs::EventElement::kSrq ? " attached to an SRQ" : "");

@@ -1846,7 +1846,11 @@ void Fabric::HandleFaults() {
     FaultRequest& request = box.requests[seq % FaultMailbox::kRequests];
     if (request.seq.load(std::memory_order_acquire) != seq) continue;  // overwritten by a newer one
     const int delivered = HandleFaultRequest(request);
-    request.delivered.fetch_add(static_cast<uint32_t>(delivered));
+    if (delivered == kNotRaised) {
+      request.not_raised.fetch_add(1);
+    } else {
+      request.delivered.fetch_add(static_cast<uint32_t>(delivered));
+    }
     request.answered[slot_ / 64].fetch_or(uint64_t{1} << (slot_ % 64), std::memory_order_release);
   }
 }
@@ -1962,6 +1966,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
       request->argument = fields.argument;
       for (auto& word : request->answered) word.store(0);
       request->delivered.store(0);
+      request->not_raised.store(0);
       // The port state outlives the request: processes that join later see it.
       const int d = fields.device_index;
       const int port = fields.port_num;
@@ -2012,6 +2017,7 @@ FaultPost Fabric::PostFault(const std::string& fabric,
     }
   }
   post.delivered = request->delivered.load();
+  post.not_raised = request->not_raised.load();
   return post;
 }
 

@@ -255,6 +255,7 @@ struct FaultPost {
   int processes = 0;         // attached when the request was posted and still there
   int answered = 0;          // of those, how many handled it in time
   uint32_t delivered = 0;    // async events raised, over all processes
+  uint32_t not_raised = 0;   // processes that own the object, whose state takes no such event
   std::string silent;        // the pids that did not answer, "123 456"
   // Attached when it was posted and gone before they answered: one that ends
   // on the event itself (rping on DEVICE_REMOVAL) may not get to count it.

@@ -69,7 +69,10 @@ int RaiseOnObjectLocked(ibv_event_type type, const FaultSite& site) {
         site.qp->RaiseAsyncLocked(type);
         return 1;
       }
-      if (site.qp->state() == IBV_QPS_ERR) return 0;  // already failed: no second event
+      if (site.qp->state() == IBV_QPS_ERR) return kNotRaised;  // already failed: no second event
+      // A QP in RESET has nothing on the HCA to fail (as CascadeOverrunLocked
+      // and simverbs_set_qp_state hold): no event, no ERR.
+      if (site.qp->state() == IBV_QPS_RESET) return kNotRaised;
       site.qp->EnterErrorLocked(type);
       return 1;
     case EventElement::kCq:
@@ -128,7 +131,7 @@ int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObje
     default: break;
   }
   const int delivered = RaiseOnObjectLocked(type, site);
-  return delivered > 0 ? delivered : 0;
+  return delivered > 0 || delivered == kNotRaised ? delivered : 0;
 }
 
 int HandleFaultRequest(const FaultRequest& request) {

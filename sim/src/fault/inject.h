@@ -45,14 +45,18 @@ int RaiseFault(ibv_event_type type, const FaultSite& site);
 
 // Raises `type` on the QP numbered `qpn` of `device` in this process (or on
 // the CQ or SRQ `object` says it uses). Returns the events delivered: 0 when
-// this process has no such QP. Must not be called with the engine lock held.
+// this process has no such QP, kNotRaised when it has, but the QP's state
+// takes no such event (in RESET, or already in ERR). Must not be called with
+// the engine lock held.
 enum class FaultObject : int32_t;
+constexpr int kNotRaised = -1;
 int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object);
 
 // Handles a request from the fabric's mailbox: finds the object on this
 // process's devices and raises the event, or arms the connection manager's
 // fault. Returns the events delivered (0 when this process does not own the
-// object), or for a CM fault 1 when this process has rdma_cm and armed it.
+// object, kNotRaised when it does but its state takes no such event), or for
+// a CM fault 1 when this process has rdma_cm and armed it.
 int HandleFaultRequest(const FaultRequest& request);
 
 // "PORT_ERR", "port_err" or "IBV_EVENT_PORT_ERR" → the event type. False for

@@ -130,6 +130,10 @@ try:
            f"exit {r.returncode}: {r.stdout + r.stderr!r}")
     line = owner.next_line()
     expect("the owner gets QP_FATAL", line == "EVENT 1", repr(line))
+    r = inject("QP_FATAL", "--qp", qpns["owner"][0])
+    expect("QP_FATAL again on the QP it took to ERR: exit 1, no second event",
+           r.returncode == 1 and "already in ERR" in r.stderr and "0 event(s) delivered" in r.stdout,
+           f"exit {r.returncode}: {r.stdout + r.stderr!r}")
     r = inject("CQ_ERR", "--cq-of-qp", hex(int(qpns["other"][1])), "--recv-cq")
     expect("inject CQ_ERR by a QP's receive CQ", r.returncode == 0 and "1 event(s) delivered" in r.stdout,
            f"exit {r.returncode}: {r.stdout + r.stderr!r}")
