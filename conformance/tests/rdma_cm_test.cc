@@ -572,6 +572,40 @@ TEST_F(RdmaCmTest, DisconnectReachesBothSides) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: rdma_connect(3) and rdma_accept(3): rnr_retry_count is "The maximum number of times that a send
+//   operation from the remote peer should be retried on a connection after receiving a receiver not ready
+//   (RNR) error": each side's value sets the other side's QP (the kernel's cm_req_handler and
+//   cm_rep_handler take it from the REQ and the REP).
+// Checks: a client connecting with rnr_retry_count 6 and a server accepting with 2: the client's QP has
+//   rnr_retry 2 and the server's QP rnr_retry 6.
+TEST_F(RdmaCmTest, EachQpRetriesRnrAsThePeerAsked) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        rdma_conn_param param = {};
+        param.retry_count = 7;
+        param.rnr_retry_count = 6;
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&conn, IBV_QPT_RC));
+        rdma_conn_param accept = {};
+        accept.retry_count = 7;
+        accept.rnr_retry_count = 2;
+        ASSERT_EQ(rdma_accept(conn.id.get(), &accept), 0) << "rdma_accept: " << ErrnoName(errno);
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &client.event));
+        ASSERT_TRUE(GetCmEventWithin(server.channel.get(), RDMA_CM_EVENT_ESTABLISHED, kReturnWindow, &conn.event));
+        ibv_qp_attr attr = {};
+        ibv_qp_init_attr init = {};
+        ASSERT_EQ(ibv_query_qp(client.id->qp, &attr, IBV_QP_RNR_RETRY, &init), 0);
+        EXPECT_EQ(attr.rnr_retry, 2) << "the client's QP";
+        ASSERT_EQ(ibv_query_qp(conn.id->qp, &attr, IBV_QP_RNR_RETRY, &init), 0);
+        EXPECT_EQ(attr.rnr_retry, 6) << "the server's QP";
+      },
+      kChildTimeout, "rnr_retry_count of rdma_connect and rdma_accept");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: rdma_get_cm_event(3): RDMA_CM_EVENT_TIMEWAIT_EXIT "The QP associated with a connection has
 //   exited its timewait state and is now ready to be re-used. After a QP has been disconnected, it is
 //   maintained in a timewait state to allow any in flight packets to exit the network."
@@ -1562,6 +1596,29 @@ TEST_F(RdmaCmFaultTest, AddrChangeReachesTheIdsBoundToThePort) {
         ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
       },
       kChildTimeout, "simverbs_cm_raise_event ADDR_CHANGE");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_destroy_id(3) of a listener: the connection requests it queued and the program never read go
+//   with it (the kernel's ucma_cleanup_ctx_events destroys their ids), and with each of those ids every
+//   event queued for it: rdma_get_cm_event(3) never hands out an event for an id the program cannot know.
+// Checks: with a client's request queued unread on the listener's channel, DEVICE_REMOVAL raised on the
+//   port (it reaches the request's new id too), then the listener destroyed: the listener's channel gives
+//   no event afterwards.
+TEST_F(RdmaCmFaultTest, EventsOfAnUnreadRequestGoWithTheListener) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_TRUE(WaitReadable(server.channel->fd, kReturnWindow)) << "no connection request arrived";
+        EXPECT_GE(sim().CmRaiseEvent(context(), port(), RDMA_CM_EVENT_DEVICE_REMOVAL), 3)
+            << "DEVICE_REMOVAL should reach the listener, the client and the request's id";
+        server.id.reset();
+        EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow))
+            << "an event for the request's id, destroyed with the listener";
+      },
+      kChildTimeout, "DEVICE_REMOVAL for a request never read, then rdma_destroy_id of its listener");
   EXPECT_TRUE(Passed(result));
 }
 

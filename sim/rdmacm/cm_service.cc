@@ -590,12 +590,17 @@ void CmService::OnRequest(CmId* listener, uint64_t token, const CmMessage& req) 
   // active side sends it again later (measured on rxe: about 4 s later).
   if (listener->unread_requests.load() >= listener->backlog) {
     Entry& held = entries_[token];
+    // One look timer per held request: OnHeldRequest, which looks again
+    // through here, arms the next one itself.
+    const bool first_look = !held.held;
     held.held = true;
     held.request = req;
-    CmTimer timer;
-    timer.kind = CmTimer::Kind::kHeldRequest;
-    timer.token = token;
-    timers_.Add(kResponseTimeout, timer);
+    if (first_look) {
+      CmTimer timer;
+      timer.kind = CmTimer::Kind::kHeldRequest;
+      timer.token = token;
+      timers_.Add(kResponseTimeout, timer);
+    }
     return;
   }
   entries_[token].held = false;
@@ -648,6 +653,9 @@ void CmService::OnMessage(CmId* id, const CmMessage& m) {
       // responder resources bound our initiator depth, and the other way.
       id->initiator_depth = m.responder_resources;
       id->responder_resources = m.initiator_depth;
+      // How often our sends are retried on an RNR NAK is the peer's to say
+      // (rdma_accept(3) rnr_retry_count; cm_rep_handler takes it from the REP).
+      id->rnr_retry_count = m.rnr_retry_count;
       std::memcpy(id->pub_.route.addr.addr.ibaddr.dgid.raw, m.gid, 16);
       if (!id->pub_.qp) {
         // A QP the program manages: it moves it and calls rdma_establish.

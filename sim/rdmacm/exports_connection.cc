@@ -125,6 +125,9 @@ void DropRequest(CmService& service, CmId* conn) {
   RejectIfUnanswered(service, conn);
   service.Close(conn);
   service.Forget(conn);
+  // Its events queued meanwhile (DEVICE_REMOVAL, ADDR_CHANGE) go with it, as
+  // ucma_cleanup_ctx_events removes them: none may name a freed id.
+  for (CmEvent* e : EventChannel::From(conn->pub_.channel)->Withdraw(conn)) delete e;
   FreeId(conn);
 }
 
