@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netdb.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -419,6 +420,36 @@ TEST_F(RdmaCmTest, GetaddrinfoWithHintsAloneGivesTheirAddresses) {
         rdma_freeaddrinfo(res);
       },
       kChildTimeout, "rdma_getaddrinfo");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_getaddrinfo(3): RAI_NUMERICHOST "The node parameter is a numeric address" (librdmacm passes it
+//   to getaddrinfo as AI_NUMERICHOST), and RETURN VALUE: "Returns 0 on success, or -1 on error ... If an
+//   error occurs, errno will be set" with, for lookups, getaddrinfo's own code returned (librdmacm's
+//   ucma_getaddrinfo returns it, so rdma_client prints it with gai_strerror); without a port space in the
+//   hints, a UD QP type gives RDMA_PS_UDP (ucma_get_port_space).
+// Checks: node "localhost" with RAI_NUMERICHOST returns EAI_NONAME and no result; node "127.0.0.1" with
+//   QP type UD and no port space gives a result in RDMA_PS_UDP with QP type UD.
+TEST_F(RdmaCmTest, GetaddrinfoFollowsItsHints) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        rdma_addrinfo hints = {};
+        hints.ai_flags = RAI_NUMERICHOST;
+        rdma_addrinfo* res = nullptr;
+        EXPECT_EQ(rdma_getaddrinfo("localhost", "7471", &hints, &res), EAI_NONAME)
+            << "a name for a numeric host";
+        EXPECT_EQ(res, nullptr);
+        if (res) rdma_freeaddrinfo(res);
+        res = nullptr;
+        rdma_addrinfo ud = {};
+        ud.ai_qp_type = IBV_QPT_UD;
+        ASSERT_EQ(rdma_getaddrinfo("127.0.0.1", "7471", &ud, &res), 0) << ErrnoName(errno);
+        ASSERT_NE(res, nullptr);
+        EXPECT_EQ(res->ai_port_space, RDMA_PS_UDP);
+        EXPECT_EQ(res->ai_qp_type, IBV_QPT_UD);
+        rdma_freeaddrinfo(res);
+      },
+      kChildTimeout, "rdma_getaddrinfo with RAI_NUMERICHOST, and with a UD QP type");
   EXPECT_TRUE(Passed(result));
 }
 

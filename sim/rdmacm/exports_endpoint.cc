@@ -22,27 +22,27 @@ using simverbs::rdmacm::Guarded;
 namespace {
 
 // One address of `node`/`service` (numeric, or a name the system resolves:
-// localhost), as getaddrinfo gives it; nullptr with errno.
-sockaddr* Lookup(const char* node, const char* service, int family, bool passive, socklen_t* len) {
+// localhost), as getaddrinfo gives it, into *addr. Returns getaddrinfo's
+// answer: 0, or an EAI_* code (EAI_MEMORY when the copy finds no memory).
+int Lookup(const char* node, const char* service, int family, unsigned rai_flags, sockaddr** addr,
+           socklen_t* len) {
   addrinfo hints = {};
   hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;
-  if (passive) hints.ai_flags |= AI_PASSIVE;
+  // As librdmacm's ucma_convert_to_ai.
+  if (rai_flags & RAI_PASSIVE) hints.ai_flags |= AI_PASSIVE;
+  if (rai_flags & RAI_NUMERICHOST) hints.ai_flags |= AI_NUMERICHOST;
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(node, service, &hints, &found);
-  if (rc != 0 || !found) {
-    errno = rc == EAI_SYSTEM ? errno : ENODEV;
-    return nullptr;
-  }
-  auto* addr = static_cast<sockaddr*>(std::calloc(1, found->ai_addrlen));
-  if (addr) {
-    std::memcpy(addr, found->ai_addr, found->ai_addrlen);
+  if (rc != 0) return rc;
+  if (!found) return EAI_NONAME;
+  *addr = static_cast<sockaddr*>(std::calloc(1, found->ai_addrlen));
+  if (*addr) {
+    std::memcpy(*addr, found->ai_addr, found->ai_addrlen);
     *len = found->ai_addrlen;
-  } else {
-    errno = ENOMEM;
   }
   freeaddrinfo(found);
-  return addr;
+  return *addr ? 0 : EAI_MEMORY;
 }
 
 // A copy of `len` bytes of `addr` that rdma_freeaddrinfo frees; nullptr: no memory.
@@ -68,13 +68,20 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
     };
     if (node || service) {
       ai->ai_flags = hints ? hints->ai_flags : 0;
-      ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : RDMA_PS_TCP;
+      // The port space the hints give, else the QP type's (librdmacm's ucma_get_port_space).
+      const bool ud = hints && hints->ai_qp_type == IBV_QPT_UD;
+      ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : ud ? RDMA_PS_UDP : RDMA_PS_TCP;
       ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type
                                                    : (ai->ai_port_space == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
       const int family = hints && hints->ai_family ? hints->ai_family : AF_UNSPEC;
       const bool passive = ai->ai_flags & RAI_PASSIVE;
-      sockaddr* addr = Lookup(node, service, family, passive, passive ? &ai->ai_src_len : &ai->ai_dst_len);
-      if (!addr) return fail(errno);
+      sockaddr* addr = nullptr;
+      // rdma_getaddrinfo(3) RETURN VALUE: getaddrinfo's EAI_* code, as librdmacm returns it.
+      if (const int rc = Lookup(node, service, family, static_cast<unsigned>(ai->ai_flags), &addr,
+                                passive ? &ai->ai_src_len : &ai->ai_dst_len)) {
+        rdma_freeaddrinfo(ai);
+        return rc;
+      }
       (passive ? ai->ai_src_addr : ai->ai_dst_addr) = addr;
       ai->ai_family = addr->sa_family;
     } else {
