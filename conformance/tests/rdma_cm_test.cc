@@ -518,26 +518,31 @@ TEST_F(RdmaCmTest, ConnectAndAcceptCarryTheirPrivateData) {
 }
 
 // Rule: the IBTA CM has room for 56 bytes of a program's data in a REQ (92 less rdma_cm's 36-byte
-//   header for RDMA_PS_TCP); the kernel's rdma_connect refuses more with EINVAL (ib_send_cm_req).
-// Checks: rdma_connect with 57 bytes of private data fails with EINVAL, and the same id then
-//   connects with 56 (the failed call changed nothing): the server sees its CONNECT_REQUEST.
+//   header, which the kernel leaves out for AF_IB addresses only, whatever the port space:
+//   cma_user_data_offset); the kernel's rdma_connect refuses more with EINVAL (ib_send_cm_req).
+// Checks: in RDMA_PS_TCP and in RDMA_PS_IB, over IPv4 addresses: rdma_connect with 57 bytes of private
+//   data fails with EINVAL, and the same id then connects with 56 (the failed call changed nothing): the
+//   server sees its CONNECT_REQUEST.
 TEST_F(RdmaCmTest, ConnectWithTooMuchPrivateDataIsEinval) {
   const ChildResult result = RunChecksInChild(
       [&] {
         const auto req = Pattern(5);
-        CmSide server, client;
-        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
-        rdma_conn_param param = {};
-        param.private_data = req.data();
-        param.private_data_len = kReqPrivateData + 1;
-        IntCall call = CaptureErrno([&] { return rdma_connect(client.id.get(), &param); });
-        EXPECT_EQ(call.rc, -1);
-        EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
-        param.private_data_len = kReqPrivateData;
-        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
-        CmSide request;
-        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &request));
-        rdma_reject(request.id.get(), nullptr, 0);
+        for (const rdma_port_space ps : {RDMA_PS_TCP, RDMA_PS_IB}) {
+          SCOPED_TRACE(ps == RDMA_PS_TCP ? "RDMA_PS_TCP" : "RDMA_PS_IB");
+          CmSide server, client;
+          ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, ps));
+          rdma_conn_param param = {};
+          param.private_data = req.data();
+          param.private_data_len = kReqPrivateData + 1;
+          IntCall call = CaptureErrno([&] { return rdma_connect(client.id.get(), &param); });
+          EXPECT_EQ(call.rc, -1);
+          EXPECT_EQ(call.err, EINVAL) << ErrnoName(call.err);
+          param.private_data_len = kReqPrivateData;
+          ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+          CmSide request;
+          ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &request));
+          rdma_reject(request.id.get(), nullptr, 0);
+        }
       },
       kChildTimeout, "rdma_connect with 57 bytes of private data");
   EXPECT_TRUE(Passed(result));

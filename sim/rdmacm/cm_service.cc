@@ -61,8 +61,10 @@ int BoundSocket(const std::string& name) {
 // kernel reports (REQ, REP, REJ and the SIDR ones); none for the RTU, DREQ
 // and DREP behind ESTABLISHED and DISCONNECTED (cma_ib_handler leaves
 // private_data_len 0 there).
-size_t ReportedPrivateData(CmMessageType type, uint16_t ps) {
-  const size_t header = ps == RDMA_PS_IB ? 0 : kCmaHeader;
+// rdma_cm's header is left out for AF_IB addresses only, whatever the port
+// space (the kernel's cma_user_data_offset).
+size_t ReportedPrivateData(CmMessageType type, sa_family_t family) {
+  const size_t header = family == AF_IB ? 0 : kCmaHeader;
   switch (type) {
     case CmMessageType::kReq: return kReqPrivateData - header;
     case CmMessageType::kRep: return kRepPrivateData;
@@ -448,7 +450,7 @@ CmEvent* CmService::NewEvent(CmId* id, rdma_cm_event_type type, int status, cons
   e->pub.status = status;
   if (from) {
     std::memcpy(e->private_data, from->private_data, std::min<size_t>(from->private_data_len, kMaxPrivateData));
-    const auto reported = static_cast<uint8_t>(ReportedPrivateData(from->type, from->port_space));
+    const auto reported = static_cast<uint8_t>(ReportedPrivateData(from->type, from->src.ss_family));
     if (id->pub_.qp_type == IBV_QPT_UD) {
       rdma_ud_param& ud = e->pub.param.ud;
       // NULL without any (librdmacm's ucma_copy_ud_event; libfabric tells the sides apart by it).

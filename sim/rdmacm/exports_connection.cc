@@ -425,7 +425,8 @@ int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
     std::lock_guard<std::mutex> lock(service.mu());
     if (id->state != State::kRouteResolved) return Fail(EINVAL);
     const bool ud = pub->qp_type == IBV_QPT_UD;
-    const size_t header = pub->ps == RDMA_PS_IB ? 0 : cm::kCmaHeader;
+    // (rdma_cm's header is left out for AF_IB addresses only: cma_user_data_offset)
+    const size_t header = id->src()->sa_family == AF_IB ? 0 : cm::kCmaHeader;
     const size_t limit = (ud ? cm::kSidrReqPrivateData : cm::kReqPrivateData) - header;
     if (param && param->private_data_len > limit) return Fail(EINVAL);
     if (!ud && !pub->qp && !param) return Fail(EINVAL);  // nothing says which QP connects
