@@ -38,6 +38,7 @@
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/ud_constants.h"
 #include "conformance/lib/verbs_handles.h"
+#include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/verbs_test.h"
 #include "conformance/lib/watchdog.h"
 
@@ -1632,6 +1633,40 @@ TEST_F(RdmaCmFaultTest, AddrChangeReachesTheIdsBoundToThePort) {
         ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
       },
       kChildTimeout, "simverbs_cm_raise_event ADDR_CHANGE");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: rdma_get_request(3): "Retrieves the next pending connection request event" of a listener made with
+//   rdma_create_ep (a synchronous id) and "returns 0 on success, or -1 on error"; librdmacm's
+//   rdma_get_request returns -1 with errno EINVAL for any other event and leaves it in listen->event, so a
+//   server waiting for clients learns of DEVICE_REMOVAL.
+// Checks: with DEVICE_REMOVAL raised on the port of a synchronous listener (rdma_create_ep, RAI_PASSIVE,
+//   rdma_listen), rdma_get_request returns -1 with errno EINVAL, and listen->event is that
+//   DEVICE_REMOVAL; rdma_destroy_ep of the listener then returns.
+TEST_F(RdmaCmFaultTest, GetRequestReturnsOtherEventsAsAnError) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        sockaddr_in src = Address(0);
+        rdma_addrinfo hints = {};
+        hints.ai_flags = RAI_PASSIVE;
+        hints.ai_port_space = RDMA_PS_TCP;
+        hints.ai_src_addr = reinterpret_cast<sockaddr*>(&src);
+        hints.ai_src_len = sizeof src;
+        rdma_addrinfo* res = nullptr;
+        ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0) << ErrnoName(errno);
+        rdma_cm_id* listen = nullptr;
+        const int created = rdma_create_ep(&listen, res, nullptr, nullptr);
+        rdma_freeaddrinfo(res);
+        ASSERT_EQ(created, 0) << "rdma_create_ep: " << ErrnoName(errno);
+        ASSERT_EQ(rdma_listen(listen, 4), 0) << ErrnoName(errno);
+        EXPECT_GE(sim().CmRaiseEvent(context(), port(), RDMA_CM_EVENT_DEVICE_REMOVAL), 1);
+        rdma_cm_id* id = nullptr;
+        EXPECT_THAT(CaptureErrno([&] { return rdma_get_request(listen, &id); }), FailsWithErrno(EINVAL));
+        ASSERT_NE(listen->event, nullptr) << "the event was not left in listen->event";
+        EXPECT_EQ(listen->event->event, RDMA_CM_EVENT_DEVICE_REMOVAL) << rdma_event_str(listen->event->event);
+        rdma_destroy_ep(listen);
+      },
+      kChildTimeout, "rdma_get_request after DEVICE_REMOVAL");
   EXPECT_TRUE(Passed(result));
 }
 

@@ -478,25 +478,39 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
     if (!listen || !id) return Fail(EINVAL);
     CmId* listener = CmId::From(listen);
     if (!listener->sync) return Fail(EINVAL);
-    for (;;) {
-      CmEvent* e = EventChannel::From(listen->channel)->Pop();
-      if (!e) return -1;
-      if (e->pub.event != RDMA_CM_EVENT_CONNECT_REQUEST) {
-        rdma_ack_cm_event(&e->pub);
-        continue;
-      }
-      if (listener->ep_qp_attr) {
-        ibv_qp_init_attr_ex attr = *listener->ep_qp_attr;
-        if (rdma_create_qp_ex(e->pub.id, &attr) != 0) {
-          const int err = errno;
-          rdma_ack_cm_event(&e->pub);
-          return Fail(err);
-        }
-      }
-      *id = e->pub.id;
-      (*id)->event = &e->pub;
-      return 0;
+    // As librdmacm's rdma_get_request: the listener's last event is acked
+    // first, and any event but a request ends the call with an error, the
+    // event left in listen->event (DEVICE_REMOVAL must not be swallowed by a
+    // server waiting here).
+    if (listen->event) {
+      rdma_ack_cm_event(listen->event);
+      listen->event = nullptr;
     }
+    CmEvent* e = EventChannel::From(listen->channel)->Pop();
+    if (!e) return -1;
+    int err = 0;
+    if (e->pub.event == RDMA_CM_EVENT_REJECTED) {
+      err = ECONNREFUSED;
+    } else if (e->pub.status != 0) {
+      err = e->pub.status < 0 ? -e->pub.status : e->pub.status;
+    } else if (e->pub.event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      err = EINVAL;
+    }
+    if (err) {
+      listen->event = &e->pub;
+      return Fail(err);
+    }
+    if (listener->ep_qp_attr) {
+      ibv_qp_init_attr_ex attr = *listener->ep_qp_attr;
+      if (rdma_create_qp_ex(e->pub.id, &attr) != 0) {
+        const int create_err = errno;
+        rdma_ack_cm_event(&e->pub);
+        return Fail(create_err);
+      }
+    }
+    *id = e->pub.id;
+    (*id)->event = &e->pub;
+    return 0;
   });
 }
 
