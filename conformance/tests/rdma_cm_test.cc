@@ -823,6 +823,32 @@ TEST_F(RdmaCmTest, UdLookupRejectedGivesUnreachableWithSidrStatus) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: rdma_destroy_id(3) of an id whose lookup (RDMA_PS_UDP) was never answered: the IB CM answers it
+//   with a SIDR REP whose status is "rejected" (the kernel's cm_destroy_id in IB_CM_SIDR_REQ_RCVD:
+//   cm_reject_sidr_req(IB_SIDR_REJECT)), which the client gets as UNREACHABLE with status 2; a UD QP has
+//   no connection to break.
+// Checks: the server destroys the id of the client's lookup without answering; the client gets
+//   UNREACHABLE with status 2, and its UD QP stays in RTS.
+TEST_F(RdmaCmTest, UdLookupOfADestroyedIdGivesUnreachableWithSidrStatus) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_UDP));
+        rdma_conn_param param = {};
+        ASSERT_EQ(rdma_connect(client.id.get(), &param), 0) << ErrnoName(errno);
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        conn.id.reset();
+        ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_UNREACHABLE, kReturnWindow, &client.event));
+        EXPECT_EQ(client.event->status, kSidrReject);
+        ibv_qp_attr attr = {};
+        ibv_qp_init_attr init = {};
+        ASSERT_EQ(ibv_query_qp(client.id->qp, &attr, IBV_QP_STATE, &init), 0);
+        EXPECT_EQ(attr.qp_state, IBV_QPS_RTS);
+      },
+      kChildTimeout, "rdma_destroy_id of an unanswered RDMA_PS_UDP lookup");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: the IB CM answers a SIDR REQ for a service ID nobody listens on with status 1, "service ID
 //   not supported" (IBTA Vol 1 12.11.2; the kernel's cm_sidr_req_handler); rdma_cm reports it as
 //   UNREACHABLE with that status.

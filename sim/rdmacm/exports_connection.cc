@@ -109,12 +109,14 @@ void FreeId(CmId* id) {
 }
 
 // An id destroyed before it answered its request: the IB CM rejects the
-// request of a destroyed id (cm_destroy_id in REQ_RCVD, consumer defined).
+// request of a destroyed id (cm_destroy_id in REQ_RCVD, consumer defined), or
+// for a UD lookup answers a SIDR REP with IB_SIDR_REJECT (in SIDR_REQ_RCVD).
 // Requires: mu().
 void RejectIfUnanswered(CmService& service, CmId* id) {
   if (id->state != State::kRequestReceived) return;
-  CmMessage rej = id->Message(CmMessageType::kRej);
-  rej.reason = cm::kRejConsumerDefined;
+  const bool ud = id->pub_.qp_type == IBV_QPT_UD;
+  CmMessage rej = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRej);
+  rej.reason = ud ? cm::kSidrReject : cm::kRejConsumerDefined;
   service.Send(id, rej);
 }
 
