@@ -751,6 +751,67 @@ TEST_F(RdmaCmTest, BindingAPortInUseIsEaddrinuse) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: rdma_bind_addr(3) and rdma_resolve_addr(3) (which binds an unbound id to its source address); a port
+//   is shared as the kernel's cma_check_port allows: an id binding a port another id has fails with
+//   EADDRNOTAVAIL when either of them is bound to the wildcard address, and with EADDRINUSE when both are
+//   bound to the same address.
+// Checks: with the port's address bound on port P, the wildcard on P gives EADDRNOTAVAIL; with the
+//   wildcard bound on port Q, the port's address on Q gives EADDRNOTAVAIL; with rdma_resolve_addr given
+//   the port's address and port R as its source, an rdma_bind_addr of that address and R gives
+//   EADDRINUSE. (P, Q and R: ports rdma_cm handed out for port 0 and freed again.)
+TEST_F(RdmaCmTest, PortsAreSharedAsTheKernelAllows) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        const auto free_port = [&] {
+          CmSide probe;
+          uint16_t number = 0;
+          Listen(&probe, RDMA_PS_TCP, &number);
+          return number;
+        };
+        const auto bind = [](CmSide* side, sockaddr_in sin) {
+          return CaptureErrno([&] { return rdma_bind_addr(side->id.get(), reinterpret_cast<sockaddr*>(&sin)); });
+        };
+        sockaddr_in any = {};
+        any.sin_family = AF_INET;
+        {
+          const uint16_t p = free_port();
+          ASSERT_NE(p, 0);
+          CmSide specific, wildcard;
+          ASSERT_NO_FATAL_FAILURE(NewSide(&specific, RDMA_PS_TCP));
+          ASSERT_NO_FATAL_FAILURE(NewSide(&wildcard, RDMA_PS_TCP));
+          ASSERT_EQ(bind(&specific, Address(p)).rc, 0) << ErrnoName(errno);
+          any.sin_port = htons(p);
+          EXPECT_THAT(bind(&wildcard, any), FailsWithErrno(EADDRNOTAVAIL)) << "the wildcard after an address";
+        }
+        {
+          const uint16_t q = free_port();
+          ASSERT_NE(q, 0);
+          CmSide wildcard, specific;
+          ASSERT_NO_FATAL_FAILURE(NewSide(&wildcard, RDMA_PS_TCP));
+          ASSERT_NO_FATAL_FAILURE(NewSide(&specific, RDMA_PS_TCP));
+          any.sin_port = htons(q);
+          ASSERT_EQ(bind(&wildcard, any).rc, 0) << ErrnoName(errno);
+          EXPECT_THAT(bind(&specific, Address(q)), FailsWithErrno(EADDRNOTAVAIL)) << "an address after the wildcard";
+        }
+        {
+          const uint16_t r = free_port();
+          ASSERT_NE(r, 0);
+          CmSide resolved, bound;
+          ASSERT_NO_FATAL_FAILURE(NewSide(&resolved, RDMA_PS_TCP));
+          ASSERT_NO_FATAL_FAILURE(NewSide(&bound, RDMA_PS_TCP));
+          sockaddr_in src = Address(r);
+          sockaddr_in dst = Address(free_port());
+          ASSERT_EQ(rdma_resolve_addr(resolved.id.get(), reinterpret_cast<sockaddr*>(&src),
+                                      reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs),
+                    0)
+              << "rdma_resolve_addr: " << ErrnoName(errno);
+          EXPECT_THAT(bind(&bound, Address(r)), FailsWithErrno(EADDRINUSE)) << "the source port of a resolved id";
+        }
+      },
+      kChildTimeout, "rdma_bind_addr and rdma_resolve_addr on ports in use");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: rdma_connect(3): "For an rdma_cm_id of type RDMA_PS_UDP, it initiates a lookup of the
 //   remote QP providing the datagram service"; rdma_get_cm_event(3), UD EVENT DATA: ESTABLISHED
 //   gives "qp_num ... The QP number of the remote endpoint" and its qkey; rdma_cm's UD QPs use

@@ -180,19 +180,32 @@ bool CmService::NameTaken(const std::string& name) const {
 int CmService::Reserve(CmId* id) {
   const uint16_t ps = id->pub_.ps;
   const uint16_t port = AddressPort(id->src());
-  // The names that conflict with this one: the wildcard's for an address, every address's for the wildcard.
+  // The names that conflict with this one: the wildcard's for an address, every address's for the wildcard
+  // (IPv4 and IPv6: the kernel binds no rdma_cm id to one family only). A conflict with a wildcard on
+  // either side is EADDRNOTAVAIL, the same address EADDRINUSE (the kernel's cma_check_port).
   std::vector<std::string> others;
   if (IsWildcard(id->src())) {
-    others.push_back("127.0.0.1");
-    for (const LocalPort& p : PortAddresses::Get().ports()) others.push_back(Ipv4Text(p.ipv4));
+    others = {"127.0.0.1", "::1"};
+    for (const LocalPort& p : PortAddresses::Get().ports()) {
+      others.push_back(Ipv4Text(p.ipv4));
+      for (const ibv_gid& gid : p.gids) {
+        sockaddr_in6 a = {};
+        a.sin6_family = AF_INET6;
+        std::memcpy(&a.sin6_addr, gid.raw, sizeof gid.raw);
+        if (!IsWildcard(reinterpret_cast<const sockaddr*>(&a))) {
+          others.push_back(AddressText(reinterpret_cast<const sockaddr*>(&a)));
+        }
+      }
+    }
   } else {
     others.push_back("any");
   }
   for (const std::string& other : others) {
-    if (NameTaken(SocketName(ps, other, port))) return EADDRINUSE;
+    if (NameTaken(SocketName(ps, other, port))) return EADDRNOTAVAIL;
   }
   const int sock = BoundSocket(SocketName(ps, AddressText(id->src()), port));
-  if (sock < 0) return errno;
+  // (Our own name taken: the same address, or for the wildcard another wildcard.)
+  if (sock < 0) return errno == EADDRINUSE && IsWildcard(id->src()) ? EADDRNOTAVAIL : errno;
   id->bound_sock = sock;
   return 0;
 }

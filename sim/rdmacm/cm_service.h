@@ -76,9 +76,9 @@ class CmService {
   void Forget(CmId* id);
 
   // Takes id->src()'s port in id's port space for the life of the id
-  // (rdma_bind_addr): EADDRINUSE when an id of the fabric has that address and
-  // port, or the wildcard on that port (or, for the wildcard, any address on
-  // it). Requires: mu().
+  // (rdma_bind_addr, rdma_resolve_addr): EADDRINUSE when an id of the fabric
+  // has that address and port, EADDRNOTAVAIL when the wildcard has that port
+  // (or, for the wildcard, any address has it). Requires: mu().
   int Reserve(CmId* id);
   // Requires: mu(). 0 or an errno.
   int Listen(CmId* id);

@@ -50,6 +50,20 @@ int TakeAddress(const sockaddr* addr, sockaddr* out) {
   return 0;
 }
 
+// Takes `addr` as id's source and reserves its port (CmService::Reserve); port
+// 0 gets a free port (rdma_bind_addr(3)), other ones tried when one is taken.
+// 0 or an errno. Requires: mu().
+int BindLocked(CmId* id, const sockaddr* addr) {
+  if (int err = TakeAddress(addr, id->src())) return err;
+  int err = CmService::Get().Reserve(id);
+  for (int tries = 0; (err == EADDRINUSE || err == EADDRNOTAVAIL) && cm::AddressPort(addr) == 0 && tries < 64;
+       ++tries) {
+    cm::SetAddressPort(id->src(), CmService::Get().EphemeralPort());
+    err = CmService::Get().Reserve(id);
+  }
+  return err;
+}
+
 // The device's RDMA read/atomic limits, as librdmacm keeps them per device
 // (cma_dev->max_responder_resources, max_initiator_depth).
 struct RdAtomicLimits {
@@ -226,14 +240,7 @@ int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr) {
       port = PortAddresses::Get().Find(addr);
       if (!port) return Fail(EADDRNOTAVAIL);  // no simulated port has this address
     }
-    if (int err = TakeAddress(addr, id->src())) return Fail(err);
-    int err = CmService::Get().Reserve(id);
-    // Port 0: rdma_cm picks a free port (rdma_bind_addr(3)); try others when one is taken.
-    for (int tries = 0; err == EADDRINUSE && cm::AddressPort(addr) == 0 && tries < 64; ++tries) {
-      cm::SetAddressPort(id->src(), CmService::Get().EphemeralPort());
-      err = CmService::Get().Reserve(id);
-    }
-    if (err) return Fail(err);
+    if (int err = BindLocked(id, addr)) return Fail(err);
     if (port) id->AttachPort(port);
     id->state = State::kAddrBound;
     return 0;
@@ -251,12 +258,11 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
       sockaddr_storage any = {};
       any.ss_family = dst_addr->sa_family;
       const sockaddr* src = src_addr ? src_addr : reinterpret_cast<sockaddr*>(&any);
-      if (int err = TakeAddress(src, id->src())) return Fail(err);
-      if (!cm::IsWildcard(src)) {
-        const LocalPort* port = PortAddresses::Get().Find(src);
-        if (!port) return Fail(EADDRNOTAVAIL);
-        id->AttachPort(port);
-      }
+      const LocalPort* port = cm::IsWildcard(src) ? nullptr : PortAddresses::Get().Find(src);
+      if (!cm::IsWildcard(src) && !port) return Fail(EADDRNOTAVAIL);
+      // Bound as by rdma_bind_addr (the kernel's cma_bind_addr): its port is reserved.
+      if (int err = BindLocked(id, src)) return Fail(err);
+      if (port) id->AttachPort(port);
       id->state = State::kAddrBound;
     }
     std::memset(id->dst(), 0, sizeof(sockaddr_storage));
