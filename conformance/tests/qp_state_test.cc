@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
@@ -485,6 +486,24 @@ TEST_F(QpAttrTest, ModifyFails_UnknownMaskBit) {
   ibv_qp_attr attr = FullAttr(IBV_QPS_INIT);
   EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kInitRcUc | (1 << 21)), ReturnsErrno(EOPNOTSUPP));
   EXPECT_TRUE(StateIs(IBV_QPS_RESET));
+}
+
+// Rule: ibv_modify_qp(3): IBV_QP_RATE_LIMIT sets "rate_limit"; which QPs take it is the provider's: mlx5
+//   limits raw packet QPs only (EINVAL for others), and a provider that passes no mask bit above
+//   IBV_QP_DEST_QPN refuses it before anything else (libibverbs' ibv_cmd_modify_qp: EOPNOTSUPP, rxe;
+//   backend question ModifyQpRateLimitUnsupported).
+// Checks: INIT->INIT of an RC QP with IBV_QP_RATE_LIMIT (1000 kbps) returns EOPNOTSUPP where the backend
+//   says so, else EINVAL; the QP stays in INIT.
+TEST_F(QpAttrTest, ModifyWithRateLimitFollowsBackend) {
+  const bool unsupported = Backend().Answer("ModifyQpRateLimitUnsupported", false);
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ASSERT_TRUE(DriveTo(IBV_QPS_INIT));
+  ibv_qp_attr attr = {};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.rate_limit = 1000;
+  EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | IBV_QP_RATE_LIMIT),
+              ReturnsErrno(unsupported ? EOPNOTSUPP : EINVAL));
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
 }
 
 // Rule: ibv_modify_qp(3) and ibv_create_ah(3) take the source GID by its index; the kernel resolves it

@@ -38,6 +38,7 @@ KNOBS = [
     ("srq_size", "pow2-1", "SrqTest.ActualSizeFollowsBackend"),
     ("qp_size", "pow2-1", "QpCreateTest.ActualCapsFollowBackend"),
     ("send_sge", "inline-room", "QpCreateTest.ActualCapsFollowBackend"),
+    ("rate_limit", "unsupported", "QpAttrTest.ModifyWithRateLimitFollowsBackend"),
     ("max_inline_data", 512, "QpCreateTest.InlineLimitFollowsBackend"),
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),

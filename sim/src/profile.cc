@@ -348,6 +348,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("qp_size", false)) {
     b.qp_size_pow2_minus_one = r.Choice<bool>("qp_size", {{"exact", false}, {"pow2-1", true}});
   }
+  if (r.Find("rate_limit", false)) {
+    b.rate_limit_unsupported = r.Choice<bool>("rate_limit", {{"einval", false}, {"unsupported", true}});
+  }
   if (r.Find("send_sge", false)) {
     b.send_sge_fills_inline_room = r.Choice<bool>("send_sge", {{"asked", false}, {"inline-room", true}});
   }

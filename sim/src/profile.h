@@ -79,6 +79,11 @@ struct Behaviour {
   // WQE's room of max(max_send_sge * 16, max_inline_data) bytes
   // (rxe_qp_init_req; rxe 6.1, measured).
   bool send_sge_fills_inline_room = false;
+  // ibv_modify_qp with IBV_QP_RATE_LIMIT on a QP that cannot take it: EINVAL
+  // (mlx5: rate limits are for raw packet QPs), or EOPNOTSUPP where the
+  // provider passes no mask bit above IBV_QP_DEST_QPN (rxe: libibverbs'
+  // ibv_cmd_modify_qp; rxe 6.1, measured).
+  bool rate_limit_unsupported = false;
   // ibv_create_srq with max_wr 0 gets a one-entry SRQ, or EINVAL (rxe:
   // rxe_srq_chk_init).
   bool srq_zero_wr_einval = false;

@@ -275,6 +275,7 @@ int Qp::Modify(const ibv_qp_attr& requested, int requested_mask) {
   // The kernel refuses mask bits it does not know before anything else
   // (ib_uverbs_modify_qp: EOPNOTSUPP); a rate limit it knows, but not for these QPs.
   if (requested_mask & ~(((IBV_QP_DEST_QPN << 1) - 1) | IBV_QP_RATE_LIMIT)) return EOPNOTSUPP;
+  if ((requested_mask & IBV_QP_RATE_LIMIT) && device()->behaviour().rate_limit_unsupported) return EOPNOTSUPP;
   ibv_qp_attr a = requested;
   // The kernel drops what an XRC QP has no use for before anything looks at
   // the mask (drivers/infiniband/core/uverbs_cmd.c: modify_qp_mask), so
