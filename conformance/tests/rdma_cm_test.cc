@@ -758,7 +758,10 @@ TEST_F(RdmaCmTest, BindingAPortInUseIsEaddrinuse) {
 // Checks: with the port's address bound on port P, the wildcard on P gives EADDRNOTAVAIL; with the
 //   wildcard bound on port Q, the port's address on Q gives EADDRNOTAVAIL; with rdma_resolve_addr given
 //   the port's address and port R as its source, an rdma_bind_addr of that address and R gives
-//   EADDRINUSE. (P, Q and R: ports rdma_cm handed out for port 0 and freed again.)
+//   EADDRINUSE; with an id resolved from no source, once ADDR_RESOLVED gave it the port's address and a
+//   port S, an rdma_bind_addr of that address and S gives EADDRINUSE; with [::1] bound on port T, the
+//   IPv4 wildcard on T gives EADDRNOTAVAIL. (P, Q, R and T: ports rdma_cm handed out for port 0 and
+//   freed again.)
 TEST_F(RdmaCmTest, PortsAreSharedAsTheKernelAllows) {
   const ChildResult result = RunChecksInChild(
       [&] {
@@ -806,6 +809,35 @@ TEST_F(RdmaCmTest, PortsAreSharedAsTheKernelAllows) {
                     0)
               << "rdma_resolve_addr: " << ErrnoName(errno);
           EXPECT_THAT(bind(&bound, Address(r)), FailsWithErrno(EADDRINUSE)) << "the source port of a resolved id";
+        }
+        {
+          CmSide resolved, bound;
+          ASSERT_NO_FATAL_FAILURE(NewSide(&resolved, RDMA_PS_TCP));
+          ASSERT_NO_FATAL_FAILURE(NewSide(&bound, RDMA_PS_TCP));
+          sockaddr_in dst = Address(free_port());
+          ASSERT_EQ(rdma_resolve_addr(resolved.id.get(), nullptr, reinterpret_cast<sockaddr*>(&dst), kResolveTimeoutMs),
+                    0)
+              << "rdma_resolve_addr: " << ErrnoName(errno);
+          ASSERT_TRUE(GetCmEventWithin(resolved.channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, kReturnWindow,
+                                       &resolved.event));
+          const uint16_t s = ntohs(rdma_get_src_port(resolved.id.get()));
+          ASSERT_NE(s, 0) << "a resolved id without a source port";
+          EXPECT_THAT(bind(&bound, Address(s)), FailsWithErrno(EADDRINUSE)) << "the port of an id resolved from no source";
+        }
+        {
+          const uint16_t t = free_port();
+          ASSERT_NE(t, 0);
+          CmSide loopback6, wildcard;
+          ASSERT_NO_FATAL_FAILURE(NewSide(&loopback6, RDMA_PS_TCP));
+          ASSERT_NO_FATAL_FAILURE(NewSide(&wildcard, RDMA_PS_TCP));
+          sockaddr_in6 six = {};
+          six.sin6_family = AF_INET6;
+          six.sin6_addr = in6addr_loopback;
+          six.sin6_port = htons(t);
+          ASSERT_EQ(rdma_bind_addr(loopback6.id.get(), reinterpret_cast<sockaddr*>(&six)), 0)
+              << "rdma_bind_addr [::1]: " << ErrnoName(errno);
+          any.sin_port = htons(t);
+          EXPECT_THAT(bind(&wildcard, any), FailsWithErrno(EADDRNOTAVAIL)) << "the IPv4 wildcard after [::1]";
         }
       },
       kChildTimeout, "rdma_bind_addr and rdma_resolve_addr on ports in use");

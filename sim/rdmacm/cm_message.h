@@ -29,9 +29,8 @@ enum class CmMessageType : uint8_t {
   kLost,
 };
 
-// Private data limits of the IBTA CM messages (Vol 1 12.6), less the 36-byte
-// header rdma_cm puts before the user's data in a REQ / SIDR REQ of the TCP and
-// UDP port spaces (the kernel's cma_user_data_offset).
+// Private data limits of the IBTA CM messages (Vol 1 12.6). A REQ / SIDR REQ
+// carries rdma_cm's 36-byte header before the user's data (UserDataOffset).
 constexpr size_t kReqPrivateData = 92;
 constexpr size_t kRepPrivateData = 196;
 constexpr size_t kRejPrivateData = 148;
@@ -42,6 +41,11 @@ constexpr size_t kSidrReqPrivateData = 216;
 constexpr size_t kSidrRepPrivateData = 136;
 constexpr size_t kCmaHeader = 36;
 constexpr size_t kMaxPrivateData = 224;
+
+// Where the program's data starts in a REQ / SIDR REQ from an id of this
+// address family: after rdma_cm's header, left out for AF_IB addresses only,
+// whatever the port space (the kernel's cma_user_data_offset).
+inline size_t UserDataOffset(sa_family_t family) { return family == AF_IB ? 0 : kCmaHeader; }
 
 // IBTA CM reject reasons rdma_cm reports in the event's status.
 constexpr int kRejInvalidServiceId = 8;

@@ -61,10 +61,8 @@ int BoundSocket(const std::string& name) {
 // kernel reports (REQ, REP, REJ and the SIDR ones); none for the RTU, DREQ
 // and DREP behind ESTABLISHED and DISCONNECTED (cma_ib_handler leaves
 // private_data_len 0 there).
-// rdma_cm's header is left out for AF_IB addresses only, whatever the port
-// space (the kernel's cma_user_data_offset).
 size_t ReportedPrivateData(CmMessageType type, sa_family_t family) {
-  const size_t header = family == AF_IB ? 0 : kCmaHeader;
+  const size_t header = UserDataOffset(family);
   switch (type) {
     case CmMessageType::kReq: return kReqPrivateData - header;
     case CmMessageType::kRep: return kRepPrivateData;
@@ -208,6 +206,13 @@ int CmService::Reserve(CmId* id) {
   if (sock < 0) return errno == EADDRINUSE && IsWildcard(id->src()) ? EADDRNOTAVAIL : errno;
   id->bound_sock = sock;
   return 0;
+}
+
+void CmService::MoveReservation(CmId* id) {
+  if (id->bound_sock < 0) return;
+  close(id->bound_sock);
+  id->bound_sock = -1;
+  Reserve(id);  // (our wildcard held the port: no id took the address on it meanwhile)
 }
 
 int CmService::Listen(CmId* id) {

@@ -80,6 +80,10 @@ class CmService {
   // has that address and port, EADDRNOTAVAIL when the wildcard has that port
   // (or, for the wildcard, any address has it). Requires: mu().
   int Reserve(CmId* id);
+  // id->src() changed from the wildcard to an address (route resolution): its
+  // port is held under that address now, as the kernel compares an id's
+  // current address (cma_check_port). Requires: mu().
+  void MoveReservation(CmId* id);
   // Requires: mu(). 0 or an errno.
   int Listen(CmId* id);
   // Connects to the peer of id->dst() and sends `req`; 0, or an errno when the

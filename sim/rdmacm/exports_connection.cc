@@ -122,16 +122,22 @@ void FreeId(CmId* id) {
   delete id;
 }
 
+// The answer that refuses id's request: a REJ, consumer defined, or for a UD
+// lookup a SIDR REP with IB_SIDR_REJECT.
+CmMessage RejectionOf(const CmId* id) {
+  const bool ud = id->pub_.qp_type == IBV_QPT_UD;
+  CmMessage rej = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRej);
+  rej.reason = ud ? cm::kSidrReject : cm::kRejConsumerDefined;
+  return rej;
+}
+
 // An id destroyed before it answered its request: the IB CM rejects the
 // request of a destroyed id (cm_destroy_id in REQ_RCVD, consumer defined), or
 // for a UD lookup answers a SIDR REP with IB_SIDR_REJECT (in SIDR_REQ_RCVD).
 // Requires: mu().
 void RejectIfUnanswered(CmService& service, CmId* id) {
   if (id->state != State::kRequestReceived) return;
-  const bool ud = id->pub_.qp_type == IBV_QPT_UD;
-  CmMessage rej = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRej);
-  rej.reason = ud ? cm::kSidrReject : cm::kRejConsumerDefined;
-  service.Send(id, rej);
+  service.Send(id, RejectionOf(id));
 }
 
 // A request whose id the program never saw (its CONNECT_REQUEST was not read
@@ -291,6 +297,7 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
       const uint16_t source_port = cm::AddressPort(id->src());
       std::memcpy(id->src(), dst_addr, cm::AddressLength(dst_addr));
       cm::SetAddressPort(id->src(), source_port);
+      service.MoveReservation(id);
     }
     pub->route.addr.addr.ibaddr.dgid = remote->ConnectionGid();
     id->state = State::kAddrResolved;
@@ -433,8 +440,7 @@ int rdma_connect(rdma_cm_id* pub, rdma_conn_param* param) {
     std::lock_guard<std::mutex> lock(service.mu());
     if (id->state != State::kRouteResolved) return Fail(EINVAL);
     const bool ud = pub->qp_type == IBV_QPT_UD;
-    // (rdma_cm's header is left out for AF_IB addresses only: cma_user_data_offset)
-    const size_t header = id->src()->sa_family == AF_IB ? 0 : cm::kCmaHeader;
+    const size_t header = cm::UserDataOffset(id->src()->sa_family);
     const size_t limit = (ud ? cm::kSidrReqPrivateData : cm::kReqPrivateData) - header;
     if (param && param->private_data_len > limit) return Fail(EINVAL);
     if (!ud && !pub->qp && !param) return Fail(EINVAL);  // nothing says which QP connects
@@ -512,7 +518,7 @@ int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** id) {
       ibv_qp_init_attr_ex attr = *listener->ep_qp_attr;
       if (rdma_create_qp_ex(e->pub.id, &attr) != 0) {
         const int create_err = errno;
-        rdma_ack_cm_event(&e->pub);
+        listen->event = &e->pub;  // (librdmacm keeps the request there too)
         return Fail(create_err);
       }
     }
@@ -574,8 +580,7 @@ int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_
     if (id->state != State::kRequestReceived) return Fail(EINVAL);
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRejPrivateData)) return Fail(EINVAL);
-    CmMessage rej = id->Message(ud ? CmMessageType::kSidrRep : CmMessageType::kRej);
-    rej.reason = ud ? cm::kSidrReject : cm::kRejConsumerDefined;
+    CmMessage rej = RejectionOf(id);
     CopyPrivateData(&rej, private_data, private_data_len);
     service.Send(id, rej);  // a peer that is gone does not need the answer
     service.Close(id);

@@ -68,7 +68,8 @@ int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo*
     };
     if (node || service) {
       ai->ai_flags = hints ? hints->ai_flags : 0;
-      // The port space the hints give, else the QP type's (librdmacm's ucma_get_port_space).
+      // The port space the hints give, else the QP type's (a UD QP: RDMA_PS_UDP, as
+      // librdmacm's rdma_getaddrinfo ends up with for such hints).
       const bool ud = hints && hints->ai_qp_type == IBV_QPT_UD;
       ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space : ud ? RDMA_PS_UDP : RDMA_PS_TCP;
       ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type

@@ -557,6 +557,12 @@ void Qp::OrphanLocked() {
   if (destroying_) return;
   destroying_ = true;
   LeaveWireLocked();
+  ReleaseQpNumberLocked();
+}
+
+void Qp::ReleaseQpNumberLocked() {
+  // The windows it bound serve no QP that takes the number next.
+  device()->ForgetWindowsOfQp(qp_num());
   device()->ReleaseQpn(qp_num());
 }
 
@@ -571,8 +577,7 @@ int Qp::Destroy() {
     Engine::Get().CancelTimer(this);
     Engine::Get().ForgetDeferredAck(this);
     device()->RemoveQp(this);
-    device()->ForgetWindowsOfQp(qp_num());
-    device()->ReleaseQpn(qp_num());
+    ReleaseQpNumberLocked();
     DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
     if (send_cq_) send_cq_->RemoveQp(this);
     if (xrcd_) {

@@ -136,6 +136,9 @@ class Qp {
   // memory to the program, but the kernel destroys the QP, so it leaves the
   // wire for good, frees its number and raises nothing more. Requires: engine lock.
   void OrphanLocked();
+  // The QP is going (destroyed, or its context closed): its number is free
+  // again, and its type 2 windows are told. Requires: engine lock.
+  void ReleaseQpNumberLocked();
 
   // Requires: engine lock held. Moves the QP to ERR and flushes it; raises
   // `event` (e.g. IBV_EVENT_QP_FATAL) unless it is negative.

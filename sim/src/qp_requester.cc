@@ -184,6 +184,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
     }
   }
   const size_t size_before = sq_.size();
+  const int countdown_before = fail_countdown_;
   int err = 0;
   for (; wr; wr = wr->next) {
     err = SendRefusalLocked(*wr, sq_.size());
@@ -200,7 +201,9 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
       err = ENOMEM;
       if (bad_wr) *bad_wr = wr;
       if (mode == PostMode::kAllOrNothing) {
+        // None was posted: an armed failure (simverbs_fail_send_wr) waits for the next WRs.
         while (sq_.size() > size_before) sq_.pop_back();
+        fail_countdown_ = countdown_before;
         return err;
       }
       break;

@@ -34,14 +34,25 @@ QpWrBuilder::Entry* Last(ibv_qp_ex* q) {
 
 void Unsupported(ibv_qp_ex* q) { B(q).error_ = EOPNOTSUPP; }
 
-// Ends the critical section wr_start opened, if this thread opened it.
-bool Leave(QpWrBuilder& b) {
-  if (b.owner_.load() != std::this_thread::get_id()) return false;
+// Forgets the WRs built so far.
+void Reset(QpWrBuilder& b) {
   b.entries_.clear();
   b.error_ = 0;
-  b.owner_.store(std::thread::id{});
-  b.mu_.unlock();
+}
+
+// Ends the open critical section (whichever thread opened it); false when none is open.
+bool Leave(QpWrBuilder& b) {
+  std::lock_guard<std::mutex> lock(b.gate_mu_);
+  if (!b.open_) return false;
+  Reset(b);
+  b.open_ = false;
+  b.gate_cv_.notify_one();
   return true;
+}
+
+bool SectionOpen(QpWrBuilder& b) {
+  std::lock_guard<std::mutex> lock(b.gate_mu_);
+  return b.open_;
 }
 
 // The builder calls return nothing, and programs call them through the
@@ -62,20 +73,19 @@ void Recording(ibv_qp_ex* q, Fn&& fn) noexcept {
 void QpWrBuilder::Install(ibv_qp_ex* q) {
   q->wr_start = [](ibv_qp_ex* qp) {
     QpWrBuilder& b = B(qp);
-    if (b.owner_.load() == std::this_thread::get_id()) {
-      // A second wr_start without wr_complete: start over (locking again would deadlock).
-      b.entries_.clear();
-      b.error_ = 0;
-      return;
+    std::unique_lock<std::mutex> lock(b.gate_mu_);
+    // A second wr_start of the thread in the section starts over (waiting for
+    // itself would never end); any other waits for the section to end.
+    if (!(b.open_ && b.opened_by_ == std::this_thread::get_id())) {
+      b.gate_cv_.wait(lock, [&b] { return !b.open_; });
+      b.open_ = true;
+      b.opened_by_ = std::this_thread::get_id();
     }
-    b.mu_.lock();
-    b.owner_.store(std::this_thread::get_id());
-    b.entries_.clear();
-    b.error_ = 0;
+    Reset(b);
   };
   q->wr_complete = [](ibv_qp_ex* qp) {
     QpWrBuilder& b = B(qp);
-    if (b.owner_.load() != std::this_thread::get_id()) return EINVAL;  // no wr_start in this thread
+    if (!SectionOpen(b)) return EINVAL;  // no wr_start
     const int err = Guarded<OnThrow::kErrno>([&] {
       if (b.error_ || b.entries_.empty()) return b.error_;
       for (size_t i = 0; i < b.entries_.size(); ++i) {

@@ -9,7 +9,7 @@
 
 #include <infiniband/verbs.h>
 
-#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -32,11 +32,13 @@ class QpWrBuilder {
   };
   std::deque<Entry> entries_;
   int error_ = 0;  // an unsupported builder call: wr_complete fails with it
-  // Held from wr_start to wr_complete/wr_abort by the thread in owner_ (a
-  // wr_complete or wr_abort of another thread, or without wr_start, must not
-  // unlock it).
-  std::mutex mu_;
-  std::atomic<std::thread::id> owner_{};
+  // The critical section, from wr_start to wr_complete/wr_abort: a gate, not a
+  // mutex, so that any thread may end it (the providers' spinlocks have no
+  // owner either), and a QP destroyed with it open destroys no held lock.
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool open_ = false;              // a section is open (gate_mu_)
+  std::thread::id opened_by_;      // the thread that opened it (gate_mu_)
 };
 
 }  // namespace simverbs

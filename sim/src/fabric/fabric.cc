@@ -41,7 +41,7 @@ namespace simverbs {
 namespace {
 
 // The low byte is the version of the layout of the segment and of its rings' packets.
-constexpr uint64_t kMagic = 0x53494d4641425248;  // "SIMFABRH"
+constexpr uint64_t kMagic = 0x53494d4641425249;  // "SIMFABRI"
 constexpr int kMaxProcs = kMaxFabricProcesses;
 constexpr int kMaxDevices = 16;
 constexpr int kMaxPorts = 254;  // a profile's limit

@@ -50,7 +50,9 @@ struct FaultRequest {
   static constexpr int kAnswerWords = kMaxFabricProcesses / 64;
   std::atomic<uint64_t> answered[kAnswerWords];  // bit per process slot that has handled it
   std::atomic<uint32_t> delivered;  // async events raised, over all processes
-  std::atomic<uint32_t> not_raised;  // processes that own the object, whose state takes no such event
+  // Processes that own the object, whose state takes no such event (new in
+  // the segment version "SIMFABRI", fabric.cc kMagic).
+  std::atomic<uint32_t> not_raised;
 };
 
 struct FaultMailbox {
