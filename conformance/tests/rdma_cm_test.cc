@@ -173,6 +173,13 @@ class RdmaCmTest : public VerbsTest {
     ASSERT_EQ(rdma_connect(client->id.get(), &param), 0) << "rdma_connect: " << ErrnoName(errno);
   }
 
+  // A client's connection request (RDMA_PS_TCP) queued, unread, on the server's channel.
+  void QueueUnreadRequest(CmSide* server, CmSide* client) const {
+    ASSERT_NO_FATAL_FAILURE(ListenAndResolve(server, client, RDMA_PS_TCP));
+    ASSERT_NO_FATAL_FAILURE(StartConnect(client));
+    ASSERT_TRUE(WaitReadable(server->channel->fd, kReturnWindow)) << "no connection request arrived";
+  }
+
   // An RC QP for the accepted id, and its rdma_accept.
   static void Accept(CmSide* conn) {
     ASSERT_NO_FATAL_FAILURE(CreateQp(conn, IBV_QPT_RC));
@@ -1288,9 +1295,7 @@ TEST_F(RdmaCmTest, ListenerDestroyedWithAnUnreadRequestRejectsIt) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, client;
-        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
-        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
-        ASSERT_TRUE(WaitReadable(server.channel->fd, kReturnWindow)) << "no CONNECT_REQUEST came";
+        ASSERT_NO_FATAL_FAILURE(QueueUnreadRequest(&server, &client));
         EXPECT_EQ(rdma_destroy_id(server.id.release()), 0) << ErrnoName(errno);
         EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "an event of the destroyed listener";
         ASSERT_TRUE(GetCmEventWithin(client.channel.get(), RDMA_CM_EVENT_REJECTED, kReturnWindow, &client.event));
@@ -1799,9 +1804,7 @@ TEST_F(RdmaCmFaultTest, EventsOfAnUnreadRequestGoWithTheListener) {
   const ChildResult result = RunChecksInChild(
       [&] {
         CmSide server, client;
-        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
-        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
-        ASSERT_TRUE(WaitReadable(server.channel->fd, kReturnWindow)) << "no connection request arrived";
+        ASSERT_NO_FATAL_FAILURE(QueueUnreadRequest(&server, &client));
         EXPECT_GE(sim().CmRaiseEvent(context(), port(), RDMA_CM_EVENT_DEVICE_REMOVAL), 3)
             << "DEVICE_REMOVAL should reach the listener, the client and the request's id";
         server.id.reset();

@@ -65,6 +65,14 @@ def run(binary, libdir, backends_dir, profile_path, fabric, tests):
     return proc.returncode, failed, passed, proc.stdout
 
 
+def write_flipped(base, knob, value, path):
+    """The profile `base` with behaviour field `knob` set to `value`, written to `path`."""
+    flipped = json.loads(json.dumps(base))
+    flipped.setdefault("behaviour", {})[knob] = value
+    with open(path, "w") as f:
+        json.dump(flipped, f)
+
+
 def main():
     binary, libdir, backends_dir, profile, fabric = sys.argv[1:6]
     with open(profile) as f:
@@ -77,11 +85,8 @@ def main():
         print(out)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (knob, value, test) in enumerate(KNOBS):
-            flipped = json.loads(json.dumps(base))
-            flipped.setdefault("behaviour", {})[knob] = value
             path = os.path.join(tmp, f"knob{i}.json")
-            with open(path, "w") as f:
-                json.dump(flipped, f)
+            write_flipped(base, knob, value, path)
             rc, failed, _, out = run(binary, libdir, backends_dir, path, f"{fabric}-{i}", [test])
             verdict = "fails" if test in failed else "DOES NOT FAIL"
             print(f"{knob} = {json.dumps(value)}: {test} {verdict}")
@@ -89,11 +94,8 @@ def main():
                 problems.append(f"{knob} = {json.dumps(value)} did not make {test} fail")
                 print(out)
         for i, (knob, value, test) in enumerate(HOLD_UNDER):
-            flipped = json.loads(json.dumps(base))
-            flipped.setdefault("behaviour", {})[knob] = value
             path = os.path.join(tmp, f"hold{i}.json")
-            with open(path, "w") as f:
-                json.dump(flipped, f)
+            write_flipped(base, knob, value, path)
             rc, failed, passed, out = run(binary, libdir, backends_dir, path, f"{fabric}-hold{i}", [test])
             verdict = "passes" if rc == 0 and passed == 1 else "DOES NOT PASS (failed or skipped)"
             print(f"{knob} = {json.dumps(value)}: {test} {verdict}")
