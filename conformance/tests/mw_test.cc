@@ -147,6 +147,16 @@ class MwTest : public QpTest {
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "the bind failed: " << DescribeWc(wc);
   }
 
+  // A connected pair, and a type 2 window bound on b_ over remote_'s window range with remote
+  // write; *rkey is its R_Key.
+  void PairWithType2WriteWindowOnB(uint32_t* rkey) {
+    ASSERT_TRUE(MakePair());
+    ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
+    ASSERT_NE(mw, nullptr);
+    ASSERT_NO_FATAL_FAILURE(
+        BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), rkey));
+  }
+
   // A 64-byte (or `length`) RDMA WRITE from a_ to remote_ + offset with rkey, and its completion.
   void WriteFromA(uint32_t rkey, size_t offset, ibv_wc* wc, uint32_t length = 64) {
     ibv_sge sge = local_.Sge(0, length);
@@ -393,12 +403,8 @@ TEST_F(MwTest, WriteThroughType2WindowLands) {
 //   nothing.
 TEST_F(MwTest, Type2WindowServesNotTheNextQpOfItsNumber) {
   SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
-  ASSERT_TRUE(MakePair());
-  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
   uint32_t rkey = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), &rkey));
+  ASSERT_NO_FATAL_FAILURE(PairWithType2WriteWindowOnB(&rkey));
   const uint32_t number = b_.qp_num();
   b_.reset();
   ASSERT_TRUE(CreateEnd(&b_));
@@ -419,12 +425,8 @@ TEST_F(MwTest, Type2WindowServesNotTheNextQpOfItsNumber) {
 //   IBV_WC_SUCCESS and opcode IBV_WC_LOCAL_INV.
 TEST_F(MwTest, LocalInvCompletesWithLocalInv) {
   SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
-  ASSERT_TRUE(MakePair());
-  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
   uint32_t rkey = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), &rkey));
+  ASSERT_NO_FATAL_FAILURE(PairWithType2WriteWindowOnB(&rkey));
   ASSERT_EQ(PostOne(b_.get(), LocalInvWr(61, rkey)), 0);
   ibv_wc wc = {};
   ASSERT_TRUE(PollOneCompletion(b_.send_cq.get(), &wc));
@@ -440,12 +442,8 @@ TEST_F(MwTest, LocalInvCompletesWithLocalInv) {
 //   completes with IBV_WC_REM_ACCESS_ERR.
 TEST_F(MwTest, WriteFails_AfterLocalInv) {
   SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
-  ASSERT_TRUE(MakePair());
-  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
   uint32_t rkey = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), &rkey));
+  ASSERT_NO_FATAL_FAILURE(PairWithType2WriteWindowOnB(&rkey));
   ASSERT_EQ(PostOne(b_.get(), LocalInvWr(61, rkey)), 0);
   ibv_wc inv_wc = {};
   ASSERT_TRUE(PollOneCompletion(b_.send_cq.get(), &inv_wc));
@@ -462,12 +460,8 @@ TEST_F(MwTest, WriteFails_AfterLocalInv) {
 //   IBV_WC_SUCCESS, opcode IBV_WC_RECV, IBV_WC_WITH_INV and invalidated_rkey == the window's R_Key.
 TEST_F(MwTest, SendWithInvReportsInvalidatedRkey) {
   SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
-  ASSERT_TRUE(MakePair());
-  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
   uint32_t rkey = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), &rkey));
+  ASSERT_NO_FATAL_FAILURE(PairWithType2WriteWindowOnB(&rkey));
   ibv_sge rsge = remote_.Sge(0, 64);
   ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
   ibv_sge sge = local_.Sge(0, 32);
@@ -488,12 +482,8 @@ TEST_F(MwTest, SendWithInvReportsInvalidatedRkey) {
 //   with that R_Key completes with IBV_WC_REM_ACCESS_ERR.
 TEST_F(MwTest, WriteFails_AfterSendWithInv) {
   SKIP_IF(!HasType2()) << "(no IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)";
-  ASSERT_TRUE(MakePair());
-  ibv_mw* mw = AllocMw(IBV_MW_TYPE_2);
-  ASSERT_NE(mw, nullptr);
   uint32_t rkey = 0;
-  ASSERT_NO_FATAL_FAILURE(
-      BindType2OnB(mw, BindInfo(remote_, kWindowOffset, kWindowLength, IBV_ACCESS_REMOTE_WRITE), &rkey));
+  ASSERT_NO_FATAL_FAILURE(PairWithType2WriteWindowOnB(&rkey));
   ibv_sge rsge = remote_.Sge(0, 64);
   ASSERT_EQ(PostRecv(b_.get(), 9, &rsge, 1), 0);
   ibv_sge sge = local_.Sge(0, 32);

@@ -50,10 +50,15 @@ int TakeAddress(const sockaddr* addr, sockaddr* out) {
   return 0;
 }
 
-// Takes `addr` as id's source and reserves its port (CmService::Reserve); port
-// 0 gets a free port (rdma_bind_addr(3)), other ones tried when one is taken.
-// 0 or an errno. Requires: mu().
+// Binds id to `addr` (rdma_bind_addr, and rdma_resolve_addr's source as the
+// kernel's cma_bind_addr does): an address a simulated port has, or the
+// wildcard; its port is reserved (CmService::Reserve), port 0 getting a free
+// one (rdma_bind_addr(3)), others tried when one is taken. 0 or an errno.
+// Requires: mu().
 int BindLocked(CmId* id, const sockaddr* addr) {
+  if (cm::AddressLength(addr) == 0) return EAFNOSUPPORT;
+  const LocalPort* port = cm::IsWildcard(addr) ? nullptr : PortAddresses::Get().Find(addr);
+  if (!cm::IsWildcard(addr) && !port) return EADDRNOTAVAIL;  // no simulated port has this address
   if (int err = TakeAddress(addr, id->src())) return err;
   int err = CmService::Get().Reserve(id);
   for (int tries = 0; (err == EADDRINUSE || err == EADDRNOTAVAIL) && cm::AddressPort(addr) == 0 && tries < 64;
@@ -61,7 +66,10 @@ int BindLocked(CmId* id, const sockaddr* addr) {
     cm::SetAddressPort(id->src(), CmService::Get().EphemeralPort());
     err = CmService::Get().Reserve(id);
   }
-  return err;
+  if (err) return err;
+  if (port) id->AttachPort(port);
+  id->state = State::kAddrBound;
+  return 0;
 }
 
 // The device's RDMA read/atomic limits, as librdmacm keeps them per device
@@ -240,15 +248,7 @@ int rdma_bind_addr(rdma_cm_id* pub, sockaddr* addr) {
     CmId* id = CmId::From(pub);
     std::lock_guard<std::mutex> lock(CmService::Get().mu());
     if (id->state != State::kIdle) return Fail(EINVAL);
-    if (cm::AddressLength(addr) == 0) return Fail(EAFNOSUPPORT);
-    const LocalPort* port = nullptr;
-    if (!cm::IsWildcard(addr)) {
-      port = PortAddresses::Get().Find(addr);
-      if (!port) return Fail(EADDRNOTAVAIL);  // no simulated port has this address
-    }
     if (int err = BindLocked(id, addr)) return Fail(err);
-    if (port) id->AttachPort(port);
-    id->state = State::kAddrBound;
     return 0;
   });
 }
@@ -264,12 +264,7 @@ int rdma_resolve_addr(rdma_cm_id* pub, sockaddr* src_addr, sockaddr* dst_addr, i
       sockaddr_storage any = {};
       any.ss_family = dst_addr->sa_family;
       const sockaddr* src = src_addr ? src_addr : reinterpret_cast<sockaddr*>(&any);
-      const LocalPort* port = cm::IsWildcard(src) ? nullptr : PortAddresses::Get().Find(src);
-      if (!cm::IsWildcard(src) && !port) return Fail(EADDRNOTAVAIL);
-      // Bound as by rdma_bind_addr (the kernel's cma_bind_addr): its port is reserved.
       if (int err = BindLocked(id, src)) return Fail(err);
-      if (port) id->AttachPort(port);
-      id->state = State::kAddrBound;
     }
     std::memset(id->dst(), 0, sizeof(sockaddr_storage));
     std::memcpy(id->dst(), dst_addr, cm::AddressLength(dst_addr));

@@ -131,7 +131,7 @@ bool EventQueue::ClaimableLocked(const QueuedEvent& e, uint64_t me) const {
 
 void EventQueue::Push(const QueuedEvent& ev) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_ || fd_ < 0) return;  // closed: the channel's context is gone
+  if (closed_) return;  // the channel's context is gone
   QueuedEvent e = ev;
   // Only readers with no event reserved yet are candidates, so every reserved
   // event has a reader of its own.

@@ -49,8 +49,6 @@ ibv_wc_opcode WcOpcode(ibv_wr_opcode op) {
   }
 }
 
-bool IsAtomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
-
 // Which work request opcodes each transport carries (ibv_post_send(3)).
 bool OpcodeAllowed(ibv_qp_type type, ibv_wr_opcode op) {
   if (type == IBV_QPT_XRC_RECV) return false;  // no send queue
@@ -187,7 +185,8 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
   const int countdown_before = fail_countdown_;
   int err = 0;
   for (; wr; wr = wr->next) {
-    err = SendRefusalLocked(*wr, sq_.size());
+    // (All or nothing: every WR was checked above, under the same lock.)
+    err = mode == PostMode::kAllOrNothing ? 0 : SendRefusalLocked(*wr, sq_.size());
     if (err) {
       // ibv_post_send(3): the WRs before the bad one are posted (and run).
       if (bad_wr) *bad_wr = wr;

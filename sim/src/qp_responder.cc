@@ -133,7 +133,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
       if (diff > 0x800000) {
         // A duplicate (the requester retried): acknowledge it again. A READ
         // is answered again, an atomic with the result it had.
-        if (pkt.op == IBV_WR_ATOMIC_CMP_AND_SWP || pkt.op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        if (IsAtomic(pkt.op)) {
           ReplayAtomicLocked(pkt);
           return;
         }
@@ -185,8 +185,7 @@ void Qp::ReceiveRequest(const Packet& pkt) {
   // A READ or an atomic needs a responder resource: with max_dest_rd_atomic 0
   // the QP has none, an invalid request (rxe_resp.c check_resource:
   // RESPST_ERR_TOO_MANY_RDMA_ATM_REQ, AETH_NAK_INVALID_REQ).
-  if (rc && (pkt.op == IBV_WR_RDMA_READ || pkt.op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-             pkt.op == IBV_WR_ATOMIC_FETCH_AND_ADD) && attr_.max_dest_rd_atomic == 0) {
+  if (rc && (pkt.op == IBV_WR_RDMA_READ || IsAtomic(pkt.op)) && attr_.max_dest_rd_atomic == 0) {
     ResponderFatal(pkt, IBV_WC_SUCCESS, Packet::Nak::kInvalidRequest, IBV_EVENT_QP_REQ_ERR);
     return;
   }

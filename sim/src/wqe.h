@@ -10,6 +10,8 @@
 
 namespace simverbs {
 
+inline bool IsAtomic(ibv_wr_opcode op) { return op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD; }
+
 // Where a packet goes: an ibv_ah_attr resolved at post/modify time.
 struct AddressVector {
   uint16_t dlid = 0;

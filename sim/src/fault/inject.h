@@ -39,7 +39,8 @@ struct FaultSite {
 };
 
 // Raises `type` on `site`. Returns the number of async events delivered
-// (contexts reached), or -EINVAL when the site does not fit the event.
+// (contexts reached), -EINVAL when the site does not fit the event, or
+// kNotRaised (below) for a QP whose state takes no such event.
 // Must not be called with the engine lock held.
 int RaiseFault(ibv_event_type type, const FaultSite& site);
 
