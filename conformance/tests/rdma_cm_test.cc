@@ -758,6 +758,34 @@ TEST_F(RdmaCmTest, BindingAPortInUseIsEaddrinuse) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: rdma_listen(3) "Initiates a listen for incoming connection requests or datagram service lookup";
+//   the kernel's rdma_listen binds an id that is not bound yet to the IPv4 wildcard address and a port it
+//   chooses (cma.c: "if (id_priv->state == RDMA_CM_IDLE) ... rdma_bind_addr(id, cma_src_addr(id_priv))"),
+//   and librdmacm then reads the address back (ucma_query_addr).
+// Checks: rdma_listen on an id never bound returns 0; rdma_get_local_addr is then AF_INET, INADDR_ANY, a
+//   port other than 0; a client that resolves the port's address with that port and connects is seen by the
+//   listener as a CONNECT_REQUEST.
+TEST_F(RdmaCmTest, ListenOnAnUnboundIdBindsTheWildcard) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, client, request;
+        ASSERT_NO_FATAL_FAILURE(NewSide(&server, RDMA_PS_TCP));
+        ASSERT_EQ(rdma_listen(server.id.get(), 4), 0) << "rdma_listen on an unbound id: " << ErrnoName(errno);
+        const sockaddr* local = rdma_get_local_addr(server.id.get());
+        ASSERT_EQ(local->sa_family, AF_INET);
+        const auto* sin = reinterpret_cast<const sockaddr_in*>(local);
+        EXPECT_EQ(sin->sin_addr.s_addr, htonl(INADDR_ANY));
+        const uint16_t port_number = ntohs(sin->sin_port);
+        ASSERT_NE(port_number, 0) << "the listener got no port";
+        ASSERT_NO_FATAL_FAILURE(Resolve(&client, RDMA_PS_TCP, port_number));
+        ASSERT_NO_FATAL_FAILURE(CreateQp(&client, IBV_QPT_RC));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &request));
+      },
+      kChildTimeout, "rdma_listen on an unbound id");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: rdma_bind_addr(3) and rdma_resolve_addr(3) (which binds an unbound id to its source address); a port
 //   is shared as the kernel's cma_check_port allows: an id binding a port another id has fails with
 //   EADDRNOTAVAIL when either of them is bound to the wildcard address, and with EADDRINUSE when both are

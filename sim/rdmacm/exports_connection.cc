@@ -472,6 +472,13 @@ int rdma_listen(rdma_cm_id* pub, int backlog) {
     CmId* id = CmId::From(pub);
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
+    if (id->state == State::kIdle) {
+      // The kernel's rdma_listen binds an unbound id to the IPv4 wildcard
+      // and a port of its choosing (and leaves it bound if listening fails).
+      sockaddr_in any = {};
+      any.sin_family = AF_INET;
+      if (int err = BindLocked(id, reinterpret_cast<sockaddr*>(&any))) return Fail(err);
+    }
     if (id->state != State::kAddrBound) return Fail(EINVAL);
     // The kernel's ucma_listen: a backlog outside 1..max_backlog (the
     // net.rdma_ucm.max_backlog sysctl, 1024 by default) is max_backlog.
