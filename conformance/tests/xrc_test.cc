@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "conformance/lib/device_opener.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
@@ -345,6 +346,27 @@ TEST_F(XrcdTest, ExistingInodeOpensWithoutCreate) {
   EXPECT_EQ(ibv_close_xrcd(first), 0);
 }
 
+// Rule: ibv_close_device(3) leaves the destruction of the context's objects to the kernel, which destroys
+//   its XRCDs (uverbs_free_xrcd -> ib_uverbs_dealloc_xrcd drops the inode's reference; with the last, the
+//   inode has no XRCD any more).
+// Checks: an XRCD opened with O_CREAT on a file in a second context of the device, that context closed
+//   without ibv_close_xrcd: opening the inode without O_CREAT then fails with EAGAIN, and with
+//   O_CREAT | O_EXCL succeeds.
+TEST_F(XrcdTest, DomainEndsWithTheContextOfItsLastHandle) {
+  std::string error;
+  ContextPtr other = OpenDeviceByName(device_name(), &error);
+  ASSERT_NE(other, nullptr) << error;
+  ibv_xrcd_init_attr attr = {};
+  attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  attr.fd = file_.fd();
+  attr.oflags = O_CREAT;
+  ASSERT_NE(ibv_open_xrcd(other.get(), &attr), nullptr) << "ibv_open_xrcd: " << ErrnoName(errno);
+  other.reset();  // ibv_close_device, the XRCD still open
+  EXPECT_THAT(CaptureErrno([&] { return OpenXrcd(file_.fd(), 0); }), ReturnsNullWithErrno(EAGAIN));
+  xrcd_.reset(OpenXrcd(file_.fd(), O_CREAT | O_EXCL));
+  EXPECT_NE(xrcd_, nullptr) << "ibv_open_xrcd(O_CREAT | O_EXCL): " << ErrnoName(errno);
+}
+
 // Rule: ibv_open_xrcd(3): "fd is the file descriptor to associate with the XRCD"; a descriptor that is
 //   not open fails with EBADF (ib_uverbs_open_xrcd: fdget).
 // Checks: a closed descriptor returns NULL with errno EBADF.
@@ -475,6 +497,20 @@ TEST_F(XrcSrqTest, CqOfSrqIsBusy) {
 
 // ---- XRC QPs
 
+// Rule: ibv_create_qp_ex(3): comp_mask IBV_QP_INIT_ATTR_CREATE_FLAGS makes create_flags valid; with no flag
+//   set it asks for nothing (mlx5 takes the bit for every QP type: MLX5_CREATE_QP_SUP_COMP_MASK).
+// Checks: an XRC_RECV QP asked for with IBV_QP_INIT_ATTR_CREATE_FLAGS and create_flags 0 is created.
+TEST_F(XrcQpTest, TargetTakesCreateFlagsWithNoFlagSet) {
+  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+  ibv_qp_init_attr_ex attr = {};
+  attr.qp_type = IBV_QPT_XRC_RECV;
+  attr.comp_mask = IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  attr.xrcd = xrcd_.get();
+  errno = 0;
+  target_.reset(ibv_create_qp_ex(context(), &attr));
+  EXPECT_NE(target_, nullptr) << "ibv_create_qp_ex(XRC_RECV, CREATE_FLAGS 0): " << ErrnoName(errno);
+}
+
 // Rule: IBTA / the kernel's qp_state_table (ib_modify_qp_is_ok): INIT -> RTR of an XRC_TGT QP requires
 //   AV, PATH_MTU, DEST_QPN, RQ_PSN, MAX_DEST_RD_ATOMIC and MIN_RNR_TIMER; ibv_modify_qp fails with EINVAL.
 // Checks: an XRC_RECV QP refused RTR without MIN_RNR_TIMER, then accepts the full mask.
@@ -536,6 +572,34 @@ TEST_F(XrcQpTest, SendArrivesInNamedSrq) {
   ASSERT_EQ(SendTo(SrqNum(xrc_srq_.get()), 1), 0);
   ASSERT_NO_FATAL_FAILURE(ExpectDelivered(1, 11));
   EXPECT_TRUE(NoCompletionWithin(other_srq_cq_.get()));
+}
+
+// Rule: an XRC_RECV QP has no CQ of its own (ibv_create_qp_ex(3): "XRC_RECV QPs ... have no send or
+//   receive queues"): the completions of what it received belong to the XRC SRQ's CQ, and moving it to
+//   RESET or destroying it takes none away (mlx5_destroy_qp and the RESET path of mlx5_modify_qp clean
+//   the QP's recv_cq, which is NULL for an XRC target: __mlx5_cq_clean returns at once).
+// Checks: a message delivered into the XRC SRQ, its send completed, the SRQ's CQ not polled yet: after
+//   the target QP goes to RESET and is then destroyed, the SRQ's CQ still holds the receive completion.
+TEST_F(XrcQpTest, TargetResetOrDestroyKeepsTheSrqCompletions) {
+  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
+  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
+  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  ASSERT_NO_FATAL_FAILURE(PostSrqReceive(xrc_srq_.get(), 11));
+  ASSERT_EQ(SendTo(SrqNum(xrc_srq_.get()), 1), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(send_cq_.get(), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  const uint32_t target_qpn = target_->qp_num;
+  ibv_qp_attr reset = {};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(target_.get(), &reset, IBV_QP_STATE), 0) << "target to RESET";
+  target_.reset();
+  ASSERT_TRUE(PollOneCompletion(srq_cq_.get(), &wc)) << "the receive completion was taken away";
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  EXPECT_EQ(wc.wr_id, 11u) << DescribeWc(wc);
+  EXPECT_EQ(wc.qp_num, target_qpn) << DescribeWc(wc);
 }
 
 // Rule: ibv_wr_post(3): ibv_wr_set_xrc_srqn sets "the XRC SRQ number" of the WR being built, as

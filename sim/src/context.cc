@@ -15,6 +15,7 @@
 #include "ops_table.h"
 #include "qp.h"
 #include "srq.h"
+#include "xrcd.h"
 #include "transport/engine.h"
 #include "trace/trace.h"
 #include "fault/fault_points.h"
@@ -91,6 +92,7 @@ void Context::Close() {
     for (Qp* qp : qps) qp->OrphanLocked();
     Srq::OrphanXrcLocked(this);
   }
+  Xrcd::OrphanAll(this);
   delete this;
 }
 

@@ -249,7 +249,9 @@ int Qp::AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& p
 void Qp::DiscardCompletionsLocked() {
   if (!context()->device()->behaviour().reset_discards_completions) return;
   if (send_cq_) send_cq_->DiscardQpCompletions(qp_num());
-  if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->DiscardQpCompletions(qp_num());
+  // An XRC target's completions are its SRQ's CQ's (recv_cq_ names it): mlx5
+  // cleans no CQ for one (its ibqp->recv_cq is NULL).
+  if (recv_cq_ && recv_cq_ != send_cq_ && !xrcd_) recv_cq_->DiscardQpCompletions(qp_num());
 }
 
 bool Qp::PortUpLocked() const { return ctx_->device()->PassesTraffic(attr_.port_num); }

@@ -73,7 +73,7 @@ Result<Srq*> Srq::CreateEx(Context* ctx, const ibv_srq_init_attr_ex& a) {
   using R = Result<Srq*>;
   constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
                               IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
-  if (a.comp_mask & ~kKnown) return R::Error(EINVAL);
+  if (a.comp_mask & ~kKnown) return R::Error(EOPNOTSUPP);  // as ibv_cmd_create_srq_ex
   const ibv_srq_type type = (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? a.srq_type : IBV_SRQT_BASIC;
   if (type == IBV_SRQT_TM) return R::Error(EOPNOTSUPP);  // tag matching is not simulated
   if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return R::Error(EINVAL);

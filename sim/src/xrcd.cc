@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <list>
 #include <mutex>
+#include <set>
 
 #include "context.h"
 #include "device.h"
@@ -20,6 +21,7 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::list<XrcDomain> domains;
+  std::set<Xrcd*> handles;  // open, in every context
 };
 
 Registry& Domains() {
@@ -69,8 +71,16 @@ Result<Xrcd*> Xrcd::Open(Context* ctx, const ibv_xrcd_init_attr& attr) {
     d.st_ino = st.st_ino;
     domain = &d;
   }
+  Xrcd* handle = new Xrcd(ctx, domain);
+  try {
+    reg.handles.insert(handle);
+  } catch (...) {
+    delete handle;
+    if (domain->handles == 0) reg.domains.remove_if([domain](const XrcDomain& d) { return &d == domain; });
+    return R::Error(ENOMEM);
+  }
   ++domain->handles;
-  return new Xrcd(ctx, domain);
+  return handle;
 }
 
 int Xrcd::Close() {
@@ -78,12 +88,30 @@ int Xrcd::Close() {
   Registry& reg = Domains();
   {
     std::lock_guard<std::mutex> lock(reg.mu);
+    reg.handles.erase(this);
     if (--domain_->handles == 0) {
       reg.domains.remove_if([this](const XrcDomain& d) { return &d == domain_; });
     }
   }
   delete this;
   return 0;
+}
+
+void Xrcd::OrphanAll(const Context* ctx) {
+  Registry& reg = Domains();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  for (auto it = reg.handles.begin(); it != reg.handles.end();) {
+    Xrcd* handle = *it;
+    if (handle->ctx_ != ctx) {
+      ++it;
+      continue;
+    }
+    it = reg.handles.erase(it);
+    // The last handle gone, the inode has no domain any more (a new open needs
+    // O_CREAT again). The domain itself stays: the orphaned QPs and SRQs of
+    // the context may still point at it.
+    if (--handle->domain_->handles == 0) handle->domain_->has_inode = false;
+  }
 }
 
 ibv_xrcd* Xrcd::OpenOp(ibv_context* ibctx, ibv_xrcd_init_attr* attr) {

@@ -17,7 +17,8 @@
 //
 // A handle counts the SRQs and target QPs created with it: ibv_close_xrcd
 // fails with EBUSY while any exist (the kernel's uobject refcnt); the domain
-// ends with the last handle. The domain also lists its target QPs, so that
+// ends with the last handle, or with the context of the last handle
+// (ibv_close_device). The domain also lists its target QPs, so that
 // an XRC SRQ being destroyed can detach from the QPs that delivered into it.
 
 #include <infiniband/verbs.h>
@@ -52,6 +53,9 @@ class Xrcd {
 
   static Result<Xrcd*> Open(Context* ctx, const ibv_xrcd_init_attr& attr);
   int Close();  // 0, or EBUSY while SRQs or QPs use this handle
+  // ibv_close_device: the kernel destroys the context's XRCDs with it; their
+  // handles are left to the program, as its other objects are.
+  static void OrphanAll(const Context* ctx);
 
   static Xrcd* From(const ibv_xrcd* x) { return Handle<ibv_xrcd, Xrcd>::From(x); }
   ibv_xrcd* ibv() { return &handle_.pub; }
