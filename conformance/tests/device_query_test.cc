@@ -142,6 +142,18 @@ TEST_F(DeviceQueryTest, QueryDeviceExOrigAttrMatchesQueryDevice) {
 #undef EXPECT_SAME_FIELD
 }
 
+// Rule: ibv_query_device_ex(3): device_cap_flags_ex holds the device's capability flags, the extended ones
+//   included; the kernel reports them in both fields (ib_uverbs_ex_query_device: resp.device_cap_flags_ex is
+//   the device's flags, orig_attr.device_cap_flags their low 32 bits).
+// Checks: the low 32 bits of device_cap_flags_ex equal orig_attr.device_cap_flags.
+TEST_F(DeviceQueryTest, QueryDeviceExCapFlagsExHoldTheLegacyFlags) {
+  ibv_device_attr_ex ex = {};
+  ASSERT_EQ(ibv_query_device_ex(context(), nullptr, &ex), 0);
+  EXPECT_EQ(ex.device_cap_flags_ex & 0xffffffffu, static_cast<uint64_t>(ex.orig_attr.device_cap_flags))
+      << std::hex << "device_cap_flags_ex 0x" << ex.device_cap_flags_ex << ", device_cap_flags 0x"
+      << ex.orig_attr.device_cap_flags;
+}
+
 // Rule: ibv_query_device_ex(3): "The argument input is a pointer to an
 //   ibv_query_device_ex_input structure, used for future extensions"; libibverbs rejects
 //   extensions it does not know (verbs.h: input->comp_mask != 0 -> EINVAL).
@@ -156,10 +168,14 @@ TEST_F(DeviceQueryTest, QueryDeviceExFails_NonZeroInputCompMask) {
 // Rule: ibv_query_port(3): "returns 0 on success, or the value of errno on failure"; a CA's
 //   ports are numbered from 1 to phys_port_cnt (IBTA Vol 1: port 0 is a switch's management
 //   port, which a channel adapter does not have).
-// Checks: port 0 is rejected with a non-zero errno value.
+//   libibverbs returns the errno the failed kernel command left, so errno holds the same value.
+// Checks: port 0 is rejected with a non-zero errno value, and errno is that value.
 TEST_F(DeviceQueryTest, QueryPortFails_PortZero) {
   ibv_port_attr attr = {};
-  EXPECT_THAT(ibv_query_port(context(), 0, &attr), Gt(0));
+  errno = 0;
+  const int rc = ibv_query_port(context(), 0, &attr);
+  EXPECT_THAT(rc, Gt(0));
+  EXPECT_EQ(errno, rc) << ErrnoName(errno);
 }
 
 // Rule: ibv_query_port(3): "returns 0 on success, or the value of errno on failure"; a CA has

@@ -334,12 +334,16 @@ class QpAttrTest : public QpStateFixture {};
 
 // Rule: ibv_modify_qp(3): port_num is the "Primary port number"; ibv_query_device(3): ports are numbered 1 to
 //   phys_port_cnt; IBTA Vol 1 ch. 11 (Modify Queue Pair): an invalid port is an invalid modifier.
-// Checks: RESET->INIT with port_num 0 returns EINVAL and the QP stays in RESET.
+//   ibv_modify_qp(3) returns "the value of errno on failure": libibverbs returns the errno the failed kernel
+//   command left, so errno holds it too (a program's perror names the failure).
+// Checks: RESET->INIT with port_num 0 returns EINVAL, errno is EINVAL, and the QP stays in RESET.
 TEST_F(QpAttrTest, ModifyFails_PortNumZero) {
   ASSERT_TRUE(CreateQp(IBV_QPT_RC));
   ibv_qp_attr attr = FullAttr(IBV_QPS_INIT);
   attr.port_num = 0;
+  errno = 0;
   EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kInitRcUc), ReturnsErrno(EINVAL));
+  EXPECT_EQ(errno, EINVAL) << ErrnoName(errno);
   EXPECT_TRUE(StateIs(IBV_QPS_RESET));
 }
 

@@ -113,11 +113,11 @@ void InstallOps(verbs_context* v) {
   // What the simulator implements, each behind a guard: programs call these
   // through verbs.h's inline functions, so they are C entry points too
   // (abi/c_api.h).
-  o._compat_query_device = Guard<QueryDeviceOp, OnThrow::kErrno>::Call;
+  o._compat_query_device = Guard<QueryDeviceOp, OnThrow::kErrnoSet>::Call;
   o._compat_query_port =
-      reinterpret_cast<decltype(o._compat_query_port)>(Guard<QueryPortCompatOp, OnThrow::kErrno>::Call);
-  v->query_port = Guard<QueryPortOp, OnThrow::kErrno>::Call;
-  v->query_device_ex = Guard<QueryDeviceExOp, OnThrow::kErrno>::Call;
+      reinterpret_cast<decltype(o._compat_query_port)>(Guard<QueryPortCompatOp, OnThrow::kErrnoSet>::Call);
+  v->query_port = Guard<QueryPortOp, OnThrow::kErrnoSet>::Call;
+  v->query_device_ex = Guard<QueryDeviceExOp, OnThrow::kErrnoSet>::Call;
   v->query_rt_values = Guard<QueryRtValuesOp, OnThrow::kErrno>::Call;
   o.poll_cq = Guard<Cq::PollOp, OnThrow::kNegativeErrno>::Call;
   o.req_notify_cq = Guard<Cq::ReqNotifyOp, OnThrow::kErrno>::Call;
@@ -126,11 +126,11 @@ void InstallOps(verbs_context* v) {
   o.post_srq_recv = GuardPost<Srq::PostRecvOp>::Call;
   o.post_send = GuardPost<Qp::PostSendOp>::Call;
   o.alloc_mw = Guard<Mw::AllocOp, OnThrow::kNullErrno>::Call;
-  o.dealloc_mw = Guard<Mw::DeallocOp, OnThrow::kErrno>::Call;
+  o.dealloc_mw = Guard<Mw::DeallocOp, OnThrow::kErrnoSet>::Call;
   o.bind_mw = Guard<Mw::BindOp, OnThrow::kErrno>::Call;
   o.post_recv = GuardPost<Qp::PostRecvOp>::Call;
   v->open_xrcd = Guard<Xrcd::OpenOp, OnThrow::kNullErrno>::Call;
-  v->close_xrcd = Guard<Xrcd::CloseOp, OnThrow::kErrno>::Call;
+  v->close_xrcd = Guard<Xrcd::CloseOp, OnThrow::kErrnoSet>::Call;
   v->create_srq_ex = Guard<Srq::CreateExOp, OnThrow::kNullErrno>::Call;
   v->get_srq_num = Guard<Srq::GetSrqNumOp, OnThrow::kErrno>::Call;
 }

@@ -184,7 +184,8 @@ void ParseDeviceAttr(const json& j, const std::string& where, ibv_device_attr* a
   r.Finish();
 }
 
-// Extended attributes are optional: a field that is absent reads as 0.
+// Extended attributes are optional: a field that is absent reads as 0 (device_cap_flags_ex as
+// device_cap_flags: ParseProfile).
 void ParseDeviceAttrEx(const json& j, const std::string& where, ibv_device_attr_ex* a) {
   ObjectReader r(j, where);
   r.Unsigned("completion_timestamp_mask", &a->completion_timestamp_mask, false);
@@ -284,6 +285,9 @@ DeviceProfile ParseDevice(const json& j, const std::string& where) {
     }
   }
   ParseDeviceAttr(*r.Find("device", true), r.Path("device"), &d.attr_ex.orig_attr);
+  // The kernel reports its capability flags in both fields (ib_uverbs_ex_query_device: the legacy one
+  // has their low 32 bits): an absent device_cap_flags_ex is device_cap_flags.
+  d.attr_ex.device_cap_flags_ex = d.attr_ex.orig_attr.device_cap_flags;
   if (const json* ex = r.Find("device_ex", false)) ParseDeviceAttrEx(*ex, r.Path("device_ex"), &d.attr_ex);
 
   const json* ports = r.Find("ports", true);

@@ -62,7 +62,8 @@ inline int MinusOneOrZero(int err) {
 // How a verb reports a failure (its man page's RETURN VALUE).
 enum class OnThrow {
   kNullErrno,      // NULL, errno set (ibv_create_cq, ibv_reg_mr, ...)
-  kErrno,          // the errno value returned (ibv_destroy_cq, ibv_modify_qp, ...)
+  kErrno,          // the errno value returned (ibv_req_notify_cq, ibv_start_poll, ...)
+  kErrnoSet,       // the same, and errno set to it: a kernel command's failure (ibv_modify_qp, ...)
   kMinusOneErrno,  // -1, errno set (ibv_get_cq_event, ibv_query_gid, ...)
   kNegativeErrno,  // -errno returned (ibv_poll_cq: "a negative value")
   kReregCmd,       // IBV_REREG_MR_ERR_CMD, errno set (ibv_rereg_mr)
@@ -90,7 +91,15 @@ template <OnThrow kHow, typename Body>
 auto Guarded(Body&& body) noexcept -> decltype(body()) {
   using R = decltype(body());
   try {
-    return body();
+    if constexpr (kHow == OnThrow::kErrnoSet) {
+      // libibverbs returns the errno the failed command left (execute_ioctl), so a program's
+      // perror after such a verb names the failure.
+      const R r = body();
+      if (r > 0) errno = static_cast<int>(r);
+      return r;
+    } else {
+      return body();
+    }
   } catch (...) {
     const int err = ErrnoOfCurrentException();
     if constexpr (kHow == OnThrow::kNothing) {
@@ -101,6 +110,9 @@ auto Guarded(Body&& body) noexcept -> decltype(body()) {
       errno = err;
       return nullptr;
     } else if constexpr (kHow == OnThrow::kErrno) {
+      return static_cast<R>(err);
+    } else if constexpr (kHow == OnThrow::kErrnoSet) {
+      errno = err;
       return static_cast<R>(err);
     } else if constexpr (kHow == OnThrow::kMinusOneErrno) {
       errno = err;

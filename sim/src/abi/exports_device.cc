@@ -90,13 +90,13 @@ SIMVERBS_EXPORT ibv_context* ibv_import_device(int /*cmd_fd*/) {
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_device) int sv_ibv_query_device(ibv_context* context, ibv_device_attr* device_attr) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     return QueryDeviceOp(context, device_attr);
   });
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_port) int sv_ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* port_attr) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     return QueryPortCompatOp(context, port_num, port_attr);
   });
 }
@@ -109,7 +109,7 @@ SIMVERBS_EXPORT_1_1(ibv_query_gid) int sv_ibv_query_gid(ibv_context* context, ui
 
 SIMVERBS_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
                                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     return QueryGidEx(context, port_num, gid_index, entry, flags, entry_size);
   });
 }

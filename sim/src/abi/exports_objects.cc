@@ -45,7 +45,7 @@ SIMVERBS_EXPORT_1_1(ibv_alloc_pd) ibv_pd* sv_ibv_alloc_pd(ibv_context* context) 
 }
 
 SIMVERBS_EXPORT_1_1(ibv_dealloc_pd) int sv_ibv_dealloc_pd(ibv_pd* pd) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Pd* p = Pd::From(pd);
     return p ? p->Dealloc() : EINVAL;
   });
@@ -98,7 +98,7 @@ SIMVERBS_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, 
 }
 
 SIMVERBS_EXPORT_1_1(ibv_dereg_mr) int sv_ibv_dereg_mr(ibv_mr* mr) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Mr* m = Mr::From(mr);
     return m ? m->Deregister() : EINVAL;
   });
@@ -168,7 +168,7 @@ SIMVERBS_EXPORT_1_1(ibv_create_cq) ibv_cq* sv_ibv_create_cq(ibv_context* context
 }
 
 SIMVERBS_EXPORT_1_1(ibv_resize_cq) int sv_ibv_resize_cq(ibv_cq* cq, int cqe) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Cq* c = Cq::From(cq);
     if (c && DeviceFatal(cq->context)) return EIO;
     return c ? c->Resize(cqe) : EINVAL;
@@ -176,7 +176,7 @@ SIMVERBS_EXPORT_1_1(ibv_resize_cq) int sv_ibv_resize_cq(ibv_cq* cq, int cqe) {
 }
 
 SIMVERBS_EXPORT_1_1(ibv_destroy_cq) int sv_ibv_destroy_cq(ibv_cq* cq) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Cq* c = Cq::From(cq);
     return c ? c->Destroy() : EINVAL;
   });
@@ -203,7 +203,7 @@ SIMVERBS_EXPORT_1_1(ibv_create_qp) ibv_qp* sv_ibv_create_qp(ibv_pd* pd, ibv_qp_i
 
 SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask,
                                                      ibv_qp_init_attr* init_attr) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (q && DeviceFatal(qp->context)) return EIO;
     const int rc = q ? q->Query(attr, attr_mask, init_attr) : EINVAL;
@@ -214,7 +214,7 @@ SIMVERBS_EXPORT_1_1(ibv_query_qp) int sv_ibv_query_qp(ibv_qp* qp, ibv_qp_attr* a
 }
 
 SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (q && DeviceFatal(qp->context)) return EIO;
     const int rc = q && attr ? q->Modify(*attr, attr_mask) : EINVAL;
@@ -224,7 +224,7 @@ SIMVERBS_EXPORT_1_1(ibv_modify_qp) int sv_ibv_modify_qp(ibv_qp* qp, ibv_qp_attr*
 }
 
 SIMVERBS_EXPORT_1_1(ibv_destroy_qp) int sv_ibv_destroy_qp(ibv_qp* qp) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Qp* q = Qp::From(qp);
     return q ? q->Destroy() : EINVAL;
   });
@@ -259,7 +259,7 @@ SIMVERBS_EXPORT_1_1(ibv_create_srq) ibv_srq* sv_ibv_create_srq(ibv_pd* pd, ibv_s
 }
 
 SIMVERBS_EXPORT_1_1(ibv_modify_srq) int sv_ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* srq_attr, int srq_attr_mask) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Srq* s = Srq::From(srq);
     if (s && DeviceFatal(srq->context)) return EIO;
     return s && srq_attr ? s->Modify(*srq_attr, srq_attr_mask) : EINVAL;
@@ -267,7 +267,7 @@ SIMVERBS_EXPORT_1_1(ibv_modify_srq) int sv_ibv_modify_srq(ibv_srq* srq, ibv_srq_
 }
 
 SIMVERBS_EXPORT_1_1(ibv_query_srq) int sv_ibv_query_srq(ibv_srq* srq, ibv_srq_attr* srq_attr) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Srq* s = Srq::From(srq);
     if (s && DeviceFatal(srq->context)) return EIO;
     return s ? s->Query(srq_attr) : EINVAL;
@@ -275,7 +275,7 @@ SIMVERBS_EXPORT_1_1(ibv_query_srq) int sv_ibv_query_srq(ibv_srq* srq, ibv_srq_at
 }
 
 SIMVERBS_EXPORT_1_1(ibv_destroy_srq) int sv_ibv_destroy_srq(ibv_srq* srq) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Srq* s = Srq::From(srq);
     return s ? s->Destroy() : EINVAL;
   });
@@ -316,7 +316,7 @@ SIMVERBS_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* g
 }
 
 SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah* ah) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Ah* a = Ah::From(ah);
     return a ? a->Destroy() : EINVAL;
   });
@@ -325,7 +325,7 @@ SIMVERBS_EXPORT_1_1(ibv_destroy_ah) int sv_ibv_destroy_ah(ibv_ah* ah) {
 // ---- multicast
 
 SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (q && DeviceFatal(qp->context)) return EIO;
     return q && gid ? q->AttachMulticast(*gid, lid) : EINVAL;
@@ -333,7 +333,7 @@ SIMVERBS_EXPORT_1_1(ibv_attach_mcast) int sv_ibv_attach_mcast(ibv_qp* qp, const 
 }
 
 SIMVERBS_EXPORT_1_1(ibv_detach_mcast) int sv_ibv_detach_mcast(ibv_qp* qp, const ibv_gid* gid, uint16_t lid) {
-  return Guarded<OnThrow::kErrno>([&]() -> int {
+  return Guarded<OnThrow::kErrnoSet>([&]() -> int {
     Qp* q = Qp::From(qp);
     if (q && DeviceFatal(qp->context)) return EIO;
     return q && gid ? q->DetachMulticast(*gid, lid) : EINVAL;
