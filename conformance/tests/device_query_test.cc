@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <net/if.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -243,6 +244,19 @@ TEST_F(DeviceQueryTest, QueryGidExMatchesQueryGid) {
   if (port_attr().link_layer != IBV_LINK_LAYER_ETHERNET) {
     EXPECT_EQ(entry.gid_type, IBV_GID_TYPE_IB);
   }
+}
+
+// Rule: ibv_query_gid_ex(3): ndev_ifindex is "The net device index that this GID is associated with" (RoCE;
+//   the kernel gives the GID's netdev's ifindex, rdma-core's sysfs path if_nametoindex of gid_attrs/ndevs/N).
+// Checks: on an Ethernet port, the entry for --gid-index names an interface that exists here
+//   (if_indextoname finds it).
+TEST_F(DeviceQueryTest, QueryGidExNamesTheNetDeviceOnRoce) {
+  SKIP_IF(port_attr().link_layer != IBV_LINK_LAYER_ETHERNET) << "(an InfiniBand GID has no net device)";
+  ibv_gid_entry entry = {};
+  ASSERT_EQ(ibv_query_gid_ex(context(), port(), static_cast<uint32_t>(gid_index()), &entry, 0), 0);
+  char name[IF_NAMESIZE] = {};
+  EXPECT_NE(if_indextoname(entry.ndev_ifindex, name), nullptr)
+      << "ndev_ifindex " << entry.ndev_ifindex << " names no interface: " << ErrnoName(errno);
 }
 
 // Rule: ibv_query_gid_table(3): "returns the valid GID table entries of the RDMA device context

@@ -1,6 +1,7 @@
 #include "query.h"
 
 #include <arpa/inet.h>
+#include <net/if.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -28,14 +29,22 @@ ibv_gid_type GidEntryType(const Device* dev, uint32_t port_num, const GidProfile
   return g.kind == GidKind::kRoceV2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
 }
 
+uint32_t LoopbackIfindex() {
+  static const uint32_t index = [] {
+    const unsigned int found = if_nametoindex("lo");
+    return found != 0 ? found : 1u;  // (lo is the first interface of every network namespace)
+  }();
+  return index;
+}
+
 void FillGidEntry(Device* dev, uint32_t port_num, uint32_t index, const GidProfile& g, ibv_gid_entry* e) {
   std::memset(e, 0, sizeof *e);
   e->gid = g.gid;
   e->gid_index = index;
   e->port_num = port_num;
   e->gid_type = GidEntryType(dev, port_num, g);
-  // RoCE GIDs belong to a netdev; the simulated one has the device's index.
-  e->ndev_ifindex = e->gid_type == IBV_GID_TYPE_IB ? 0 : 1000 + static_cast<uint32_t>(dev->index());
+  // RoCE GIDs belong to a netdev: the loopback interface, as `simverbs run --sysfs` names it (ndevs/N).
+  e->ndev_ifindex = e->gid_type == IBV_GID_TYPE_IB ? 0 : LoopbackIfindex();
 }
 
 }  // namespace
