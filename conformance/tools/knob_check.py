@@ -28,7 +28,7 @@ KNOBS = [
     ("last_wqe_reached_event", False, "SrqTest.LastWqeReached_SrqQpEntersErr"),
     ("comm_est_event", False, "QpCommEstTest.RaisedByFirstPacketInRtr"),
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
-    ("rereg_mr_no_flags", "cmd", "PdMrTest.ReregMrFails_NoFlags"),
+    ("rereg_mr_no_flags", "input", "PdMrTest.ReregMrFails_NoFlags"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtResetFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtDestroyFollowBackend"),
     ("rereg_mr", "unsupported", "PdMrTest.ReregMrChangeAccessSucceeds"),

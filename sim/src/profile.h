@@ -58,9 +58,9 @@ struct Behaviour {
   // SQ_DRAINED only when en_sqd_async_notify was set (IBTA), or always (rxe).
   bool sq_drained_always = false;
   // ibv_rereg_mr with flags 0: libibverbs passes it on, so a kernel provider
-  // fails it as a command (IBV_REREG_MR_ERR_CMD); the simulator's default
-  // reports an input error.
-  bool rereg_no_flags_cmd_error = false;
+  // fails it as a command (IBV_REREG_MR_ERR_CMD), as every one does; or an
+  // input error (IBV_REREG_MR_ERR_INPUT), which no provider gives.
+  bool rereg_no_flags_cmd_error = true;
   // ibv_create_cq_ex takes every wc_flags bit libibverbs knows (as mlx5, which
   // has CVLAN, FLOW_TAG and TM_INFO), or only BYTE_LEN..DLID_PATH_BITS, the
   // others EOPNOTSUPP (rxe: RXE_SUP_WC_EX_FLAGS).

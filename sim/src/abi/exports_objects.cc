@@ -87,10 +87,10 @@ SIMVERBS_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, i
 SIMVERBS_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
   return Guarded<OnThrow::kReregCmd>([&]() -> int {
     Mr* m = Mr::From(mr);
+    // (A missing PD with CHANGE_PD is Reregister's to refuse, after what a
+    // provider without rereg_mr answers first.)
     Pd* p = (flags & IBV_REREG_MR_CHANGE_PD) ? Pd::From(pd) : nullptr;
-    const int result = !m || ((flags & IBV_REREG_MR_CHANGE_PD) && !p)
-                           ? IBV_REREG_MR_ERR_INPUT
-                           : m->Reregister(flags, p, addr, length, static_cast<unsigned>(access));
+    const int result = !m ? IBV_REREG_MR_ERR_INPUT : m->Reregister(flags, p, addr, length, static_cast<unsigned>(access));
     // As libibverbs' own input checks: errno EINVAL with IBV_REREG_MR_ERR_INPUT.
     if (result == IBV_REREG_MR_ERR_INPUT) errno = EINVAL;
     return result;
