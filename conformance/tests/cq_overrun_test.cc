@@ -135,6 +135,25 @@ TEST_F(CqOverrunTest, QpEntersErr_RequesterCqOverrun) {
   EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
 }
 
+// Rule: (simulator) simverbs_raise_cq_event(cq, IBV_EVENT_CQ_ERR): "the CQ also enters the error state" -
+//   the state an overrun leaves it in, with the same consequences for the QPs that use it (IBTA: a QP that
+//   completes into a CQ in error is in error too; the backend's CqOverrunMovesQpsToErr); their completions
+//   must not vanish while they go on working.
+// Checks: on a backend that answers true, after a CQ error is raised on a_'s send CQ and one signaled
+//   WRITE is posted on a_, a_ gets IBV_EVENT_QP_FATAL and reads ERR.
+TEST_F(CqOverrunTest, RaisedCqErrFailsTheQpThatCompletesIntoIt) {
+  SKIP_IF(!Sim()) << "(raising the CQ error is the simulator's)";
+  SKIP_IF(!Backend().Answer("CqOverrunMovesQpsToErr", true)) << "(the backend keeps the QPs going)";
+  ASSERT_NO_FATAL_FAILURE(MakeSmallSendCqPair());
+  if (IsSkipped()) return;
+  ASSERT_EQ(sim().RaiseCqEvent(a_.send_cq.get(), IBV_EVENT_CQ_ERR), 0);
+  ibv_sge sge = local_.Sge(0, 8);
+  ibv_send_wr wr = RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, remote_.addr(0), remote_.rkey());
+  ASSERT_EQ(PostOne(a_.get(), wr), 0);
+  EXPECT_TRUE(WaitForAsyncEvent(context(), IBV_EVENT_QP_FATAL, a_.get(), &acks_));
+  EXPECT_TRUE(QpStateBecomes(a_.get(), IBV_QPS_ERR));
+}
+
 // Rule: ibv_poll_cq(3): "In case of a CQ overrun ... the CQ cannot be used"; whether the HCA takes
 //   every QP that uses the CQ to ERR at once, or only a QP that later tries to complete into it
 //   (IBTA), is the backend's choice (CqOverrunMovesIdleQpsToErr).

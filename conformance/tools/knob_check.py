@@ -52,6 +52,7 @@ KNOBS = [
 # (behaviour field, value, a test that skips unless the device behaves so, and must pass when it does)
 HOLD_UNDER = [
     ("qp_number_reuse", True, "MwTest.Type2WindowServesNotTheNextQpOfItsNumber"),
+    ("cq_overrun", "lazy", "CqOverrunTest.RaisedCqErrFailsTheQpThatCompletesIntoIt"),
 ]
 
 

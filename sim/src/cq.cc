@@ -255,11 +255,15 @@ void Cq::NotifyLocked(const ibv_wc& wc, bool solicited_bit) {
   channel_->events().Push(events_.CompletionEvent());
 }
 
-void Cq::SetError() {
-  std::lock_guard<DataPathMutex> lock(mu_);
-  if (destroying_ || error_) return;
-  error_ = true;
-  RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
+void Cq::SetErrorLocked() {
+  {
+    std::lock_guard<DataPathMutex> lock(mu_);
+    if (destroying_ || error_) return;
+    error_ = true;
+    RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
+  }
+  // (lazy: each QP fails as it next completes into the CQ, Qp::CompletionLostLocked.)
+  if (ctx_->device()->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) CascadeOverrunLocked();
 }
 
 void Cq::RaiseAsync(ibv_event_type type) {

@@ -75,7 +75,9 @@ class Cq {
   // with IBV_EVENT_QP_FATAL. Requires: engine lock.
   void CascadeOverrunLocked();
   // Puts the CQ into the error state and raises IBV_EVENT_CQ_ERR.
-  void SetError();
+  // The CQ enters the error state and raises IBV_EVENT_CQ_ERR (simverbs_raise_cq_event, an injected
+  // fault), with what an overrun brings the QPs on it under the profile (cq_overrun). Requires: engine lock.
+  void SetErrorLocked();
   // Raises an async event affiliated with this CQ (counted for destroy).
   void RaiseAsync(ibv_event_type type);
 

@@ -695,8 +695,9 @@ void Qp::CompletionLostLocked(Cq* cq, bool overrun, bool recv) {
     }
     return;
   }
-  // IBTA: a QP that tries to complete into an errored CQ is in error too.
-  if (mode == Behaviour::CqOverrun::kLazy) EnterErrorLocked(IBV_EVENT_QP_FATAL);
+  // IBTA: a QP that tries to complete into an errored CQ is in error too (under
+  // cascade, one that was not on the CQ when it failed; rxe's CQs have no error state).
+  if (mode != Behaviour::CqOverrun::kRxe61) EnterErrorLocked(IBV_EVENT_QP_FATAL);
 }
 
 int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {

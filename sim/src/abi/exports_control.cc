@@ -24,7 +24,8 @@ SIMVERBS_EXPORT int simverbs_raise_cq_event(ibv_cq* cq, ibv_event_type type) {
     Cq* c = Cq::From(cq);
     if (!c || ElementOf(type) != EventElement::kCq) return EINVAL;
     if (c->context()->fatal()) return EIO;  // nothing comes after DEVICE_FATAL
-    c->SetError();
+    std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
+    c->SetErrorLocked();
     return 0;
   });
 }

@@ -77,7 +77,7 @@ int RaiseOnObjectLocked(ibv_event_type type, const FaultSite& site) {
       return 1;
     case EventElement::kCq:
       if (!site.cq) return -EINVAL;
-      site.cq->SetError();
+      site.cq->SetErrorLocked();
       return 1;
     case EventElement::kSrq:
       if (!site.srq) return -EINVAL;
