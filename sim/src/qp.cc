@@ -427,7 +427,8 @@ int Qp::FailNthSend(uint32_t nth, ibv_wc_status status) {
 }
 
 int Qp::FailNthSendLocked(uint32_t nth, ibv_wc_status status) {
-  if (nth == 0 || status == IBV_WC_SUCCESS || destroying_) return EINVAL;
+  // An error status of enum ibv_wc_status (as the plan's names): no HCA completes with another.
+  if (nth == 0 || status <= IBV_WC_SUCCESS || status > IBV_WC_TM_RNDV_INCOMPLETE || destroying_) return EINVAL;
   fail_countdown_ = nth;
   fail_status_ = status;
   return 0;

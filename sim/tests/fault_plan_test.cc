@@ -29,6 +29,36 @@ TEST(FaultEventNameTest, RejectsWhatIsNotAnEvent) {
   EXPECT_FALSE(ParseEventName("IBV_EVENT_", &type));
 }
 
+TEST(QpNumberTest, DecimalOrHexOnly) {
+  uint32_t qpn = 0;
+  ASSERT_TRUE(ParseQpNumber("17", &qpn));
+  EXPECT_EQ(qpn, 17u);
+  ASSERT_TRUE(ParseQpNumber("017", &qpn));  // decimal, not octal
+  EXPECT_EQ(qpn, 17u);
+  ASSERT_TRUE(ParseQpNumber("0x1f", &qpn));
+  EXPECT_EQ(qpn, 31u);
+  ASSERT_TRUE(ParseQpNumber("16777215", &qpn));
+  EXPECT_EQ(qpn, 0xffffffu);
+  for (const char* bad : {"", "0", "0x", "+1", " 1", "1 ", "-1", "1e3", "0x1000000", "16777216", "99999999999"}) {
+    EXPECT_FALSE(ParseQpNumber(bad, &qpn)) << '"' << bad << '"';
+  }
+}
+
+TEST(FaultPlanTest, QpNumbersAreDecimalOrHex) {
+  EXPECT_EQ(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
+                                                   "action": {"event": "QP_FATAL", "qp": "010"}}]})"),
+            "");
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
+                                                      "action": {"event": "QP_FATAL", "qp": "# 1"}}]})"),
+              HasSubstr("faults[0].action.qp"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
+                                                      "action": {"event": "QP_FATAL", "qp": "#0x2"}}]})"),
+              HasSubstr("faults[0].action.qp"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
+                                                      "action": {"event": "QP_FATAL", "qp": " 17"}}]})"),
+              HasSubstr("faults[0].action.qp"));
+}
+
 TEST(FaultPlanTest, AcceptsEachTriggerKind) {
   EXPECT_EQ(fault_plan::Check("p.json", R"({"description": "d", "faults": [
       {"trigger": {"post_send": 3, "qp": "#1"}, "action": {"event": "QP_FATAL"}},

@@ -67,14 +67,6 @@ std::string FillCmFault(const InjectOptions& o, CmKind kind, simverbs::FaultRequ
   return "";
 }
 
-bool ParseQpn(const std::string& text, uint32_t* qpn) {
-  char* end = nullptr;
-  const unsigned long value = std::strtoul(text.c_str(), &end, 0);
-  if (text.empty() || *end != '\0' || value == 0 || value > 0xffffff) return false;
-  *qpn = static_cast<uint32_t>(value);
-  return true;
-}
-
 // The target options that fit the event's kind; an error message otherwise.
 std::string FillTarget(const InjectOptions& o, simverbs::EventElement element, simverbs::FaultRequest* r) {
   using simverbs::EventElement;
@@ -108,7 +100,9 @@ std::string FillTarget(const InjectOptions& o, simverbs::EventElement element, s
     default:
       return o.event + " cannot be injected (the simulator has no WQs)";
   }
-  if (!ParseQpn(number, &r->qpn)) return "\"" + number + "\" is not a QP number (1..0xffffff, decimal or 0x hex)";
+  if (!simverbs::ParseQpNumber(number, &r->qpn)) {
+    return "\"" + number + "\" is not a QP number (1..0xffffff, decimal or 0x hex)";
+  }
   return "";
 }
 
@@ -220,6 +214,11 @@ int RunInject(const InjectOptions& o) {
   // ADDR_CHANGE is an rdma_cm event on a port.
   const simverbs::EventElement element = addr_change ? simverbs::EventElement::kPort : simverbs::ElementOf(type);
   const char* name = addr_change ? "ADDR_CHANGE" : simverbs::EventName(type);
+  if (o.port && element != simverbs::EventElement::kPort) {
+    std::fprintf(stderr, "simverbs inject: --port is for port events and ADDR_CHANGE; %s takes none\n", name);
+    return 2;
+  }
+  const int port = o.port.value_or(1);
   const std::string fabric = simverbs::Fabric::NameFromEnvironment(o.fabric);
   std::string where;
   const simverbs::FaultPost post = simverbs::Fabric::PostFault(
@@ -243,11 +242,11 @@ int RunInject(const InjectOptions& o) {
         where = devices[index].name;
         if (element == simverbs::EventElement::kPort) {
           const int ports = static_cast<int>(devices[index].ports.size());
-          if (o.port < 1 || o.port > ports) {
-            return where + " has no port " + std::to_string(o.port) + " (ports 1.." + std::to_string(ports) + ")";
+          if (port < 1 || port > ports) {
+            return where + " has no port " + std::to_string(port) + " (ports 1.." + std::to_string(ports) + ")";
           }
-          r->port_num = o.port;
-          where += " port " + std::to_string(o.port);
+          r->port_num = port;
+          where += " port " + std::to_string(port);
         }
         const std::string error = FillTarget(o, element, r);
         if (addr_change) {

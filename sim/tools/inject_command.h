@@ -13,7 +13,7 @@ struct InjectOptions {
   std::string event;
   std::string fabric;   // empty: SIMVERBS_FABRIC, or "default"
   std::string device;   // empty: the profile's first device
-  int port = 1;
+  std::optional<int> port;  // port events and ADDR_CHANGE (default 1)
   std::string qp;       // QP number (decimal or 0x hex) for QP events
   std::string cq_of_qp; // CQ_ERR: the send CQ of this QP ...
   bool recv_cq = false; // ... or its receive CQ

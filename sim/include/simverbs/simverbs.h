@@ -56,7 +56,7 @@ int simverbs_push_completion(struct ibv_cq *cq, const struct ibv_wc *wc, int sol
  * completes with `status` instead of executing, with the consequences a real
  * error of that status has: an RC QP goes to ERR and flushes the rest, a UC or
  * UD QP goes to SQE. The error completion is generated even if unsignaled.
- * EINVAL for nth 0 or IBV_WC_SUCCESS. A later call replaces an armed one. */
+ * EINVAL for nth 0, IBV_WC_SUCCESS or a value that is not an ibv_wc_status. A later call replaces an armed one. */
 int simverbs_fail_send_wr(struct ibv_qp *qp, unsigned int nth, enum ibv_wc_status status);
 
 /* The HCA moves the QP, as after an error it detected itself:

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -98,13 +99,12 @@ QpRef ParseQpRef(const json& v, const std::string& field) {
     return ref;
   }
   const std::string s = v.is_string() ? v.get<std::string>() : "";
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(s.c_str() + (s.rfind('#', 0) == 0 ? 1 : 0), &end, s[0] == '#' ? 10 : 0);
-  if (s.empty() || *end != '\0' || n == 0 || n > 0xffffff || s[s[0] == '#' ? 1 : 0] == '-') {
-    Fail(field, "expected a QP: \"#N\" (the Nth QP created, from 1) or a QP number");
+  ref.by_order = s.rfind('#', 0) == 0;
+  const std::string number = ref.by_order ? s.substr(1) : s;
+  // (#N counts in decimal only.)
+  if ((ref.by_order && number.rfind("0x", 0) == 0) || !ParseQpNumber(number, &ref.value)) {
+    Fail(field, "expected a QP: \"#N\" (the Nth QP created, from 1) or a QP number (decimal, or 0x hex)");
   }
-  ref.by_order = s[0] == '#';
-  ref.value = static_cast<uint32_t>(n);
   return ref;
 }
 
@@ -131,6 +131,7 @@ struct Action {
   std::string device;  // empty: the involved object's device, else the first
   int port = 1;
   QpRef qp;            // overrides the involved QP
+  bool cq_named = false;  // "cq": the send or receive CQ of the QP, not the CQ that was polled
   bool recv_cq = false;
   // "wc_error", "qp_state"
   ibv_wc_status wc_status = IBV_WC_GENERAL_ERR;
@@ -219,6 +220,7 @@ void ParseEvent(Fields& fields, const json& value, Action* a) {
     if (!v->is_string() || (*v != "send" && *v != "recv")) {
       Fail(fields.Path("cq"), "expected \"send\" or \"recv\" (which CQ of the QP)");
     }
+    a->cq_named = true;
     a->recv_cq = *v == "recv";
   }
 }
@@ -233,8 +235,8 @@ void RunEvent(const Action& a, const Involved& involved) {
     RaiseFault(a.event, site);
     return;
   }
-  // CQ_ERR on the CQ that was polled, unless the action names a QP.
-  if (element == EventElement::kCq && involved.cq && !a.qp.set) {
+  // CQ_ERR on the CQ that was polled, unless the action names a QP or which CQ of the completion's QP.
+  if (element == EventElement::kCq && involved.cq && !a.qp.set && !a.cq_named) {
     site.cq = involved.cq;
     RaiseFault(a.event, site);
     return;
@@ -249,7 +251,10 @@ void RunEvent(const Action& a, const Involved& involved) {
   FaultObject object = FaultObject::kQp;
   if (element == EventElement::kCq) object = a.recv_cq ? FaultObject::kRecvCq : FaultObject::kSendCq;
   if (element == EventElement::kSrq) object = FaultObject::kSrq;
-  RaiseOnQpNumber(a.event, devices[qp.first].get(), qp.second, object);
+  if (RaiseOnQpNumber(a.event, devices[qp.first].get(), qp.second, object) == kNotRaised) {
+    std::fprintf(stderr, "simverbs: fault plan %s: %s not raised on QP %u: the QP is in RESET or already in ERR\n",
+                 a.where.c_str(), EventName(a.event), qp.second);
+  }
 }
 
 // "wc_error": "<status>": the next send WR of the QP (the one just posted, for a
@@ -304,7 +309,14 @@ void RunWcError(const Action& a, const Involved& involved) {
 }
 
 void RunQpState(const Action& a, const Involved& involved) {
-  OnTargetQp(a, involved, [&](Qp* q) { q->InjectStateLocked(a.qp_state); });
+  OnTargetQp(a, involved, [&](Qp* q) {
+    const ibv_qp_state was = q->state();
+    if (q->InjectStateLocked(a.qp_state) == 0) return;
+    std::fprintf(stderr,
+                 "simverbs: fault plan %s: QP %u (in %s) not moved to %s: ERR takes a QP in any state but RESET and "
+                 "ERR, SQE a UC or UD QP in RTS\n",
+                 a.where.c_str(), q->qp_num(), Trace::QpStateName(was), Trace::QpStateName(a.qp_state));
+  });
 }
 
 // "cm_reject": <reason>: the next `count` (default 1) connection requests

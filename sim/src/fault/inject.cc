@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <mutex>
 
 #include "context.h"
@@ -166,6 +167,19 @@ int HandleFaultRequest(const FaultRequest& request) {
   site.port_num = port_num;
   const int delivered = RaiseFault(type, site);
   return delivered > 0 ? delivered : 0;
+}
+
+bool ParseQpNumber(const std::string& text, uint32_t* qpn) {
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const std::string digits = hex ? text.substr(2) : text;
+  if (digits.empty() || digits.size() > 8) return false;
+  for (char c : digits) {
+    if (!(hex ? std::isxdigit(static_cast<unsigned char>(c)) : std::isdigit(static_cast<unsigned char>(c)))) return false;
+  }
+  const unsigned long value = std::strtoul(digits.c_str(), nullptr, hex ? 16 : 10);
+  if (value == 0 || value > 0xffffff) return false;
+  *qpn = static_cast<uint32_t>(value);
+  return true;
 }
 
 bool ParseEventName(const std::string& name, ibv_event_type* type) {

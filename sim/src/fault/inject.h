@@ -60,6 +60,10 @@ int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObje
 // a CM fault 1 when this process has rdma_cm and armed it.
 int HandleFaultRequest(const FaultRequest& request);
 
+// A QP number as plans and inject take it: decimal, or hexadecimal after 0x, 1..0xffffff, nothing else
+// (no sign, no spaces, no octal).
+bool ParseQpNumber(const std::string& text, uint32_t* qpn);
+
 // "PORT_ERR", "port_err" or "IBV_EVENT_PORT_ERR" → the event type. False for
 // names that are not an async event type.
 bool ParseEventName(const std::string& name, ibv_event_type* type);

@@ -100,6 +100,9 @@ try:
                          (["CQ_ERR"], "--cq-of-qp"),
                          (["LID_CHANGE", "--qp", "17"], "not affiliated"),
                          (["QP_FATAL", "--qp", "zz"], "not a QP number"),
+                         (["QP_FATAL", "--qp", "+17"], "not a QP number"),
+                         (["QP_FATAL", "--qp", "17", "--port", "1"], "--port is for port events"),
+                         (["DEVICE_FATAL", "--port", "1"], "--port is for port events"),
                          # an option the event does not take, even given its default value
                          (["PORT_ERR", "--reason", "28"], "are for CM_REJECT and CM_DROP"),
                          (["CM_REJECT", "--message", "REQ"], "--message is for CM_DROP"),
@@ -114,7 +117,7 @@ try:
     # ---- affiliated events reach only their owner
     loop = [sys.executable if "pyverbs" in sys.modules else "/usr/bin/python3", os.path.join(here, "verbs_loop.py")]
     owner = Program(*loop, "1", "3", "fatal-checks")
-    other = Program(*loop, "1", "2")
+    other = Program(*loop, "1", "3")
     programs += [owner, other]
     qpns = {}
     for name, prog in (("owner", owner), ("other", other)):
@@ -134,16 +137,19 @@ try:
     expect("QP_FATAL again on the QP it took to ERR: exit 1, no second event",
            r.returncode == 1 and "already in ERR" in r.stderr and "0 event(s) delivered" in r.stdout,
            f"exit {r.returncode}: {r.stdout + r.stderr!r}")
-    r = inject("CQ_ERR", "--cq-of-qp", hex(int(qpns["other"][1])), "--recv-cq")
-    expect("inject CQ_ERR by a QP's receive CQ", r.returncode == 0 and "1 event(s) delivered" in r.stdout,
-           f"exit {r.returncode}: {r.stdout + r.stderr!r}")
-    line = other.next_line()
-    expect("the other process gets its CQ_ERR", line == "EVENT 0", repr(line))
     r = inject("SRQ_LIMIT_REACHED", "--srq-of-qp", qpns["other"][2])
     expect("inject SRQ_LIMIT_REACHED by a QP on the SRQ", r.returncode == 0 and "1 event(s) delivered" in r.stdout,
            f"exit {r.returncode}: {r.stdout + r.stderr!r}")
     line = other.next_line()
     expect("the other process gets its SRQ_LIMIT_REACHED", line == "EVENT 15", repr(line))
+    r = inject("CQ_ERR", "--cq-of-qp", hex(int(qpns["other"][1])), "--recv-cq")
+    expect("inject CQ_ERR by a QP's receive CQ", r.returncode == 0 and "1 event(s) delivered" in r.stdout,
+           f"exit {r.returncode}: {r.stdout + r.stderr!r}")
+    line = other.next_line()
+    expect("the other process gets its CQ_ERR", line == "EVENT 0", repr(line))
+    # (The profile's cq_overrun, cascade: every QP on the CQ goes to ERR, as after an overrun.)
+    line = other.next_line()
+    expect("then QP_FATAL: the QPs on the CQ fail with it", line == "EVENT 1", repr(line))
     r = inject("SRQ_ERR", "--srq-of-qp", qpns["owner"][0])
     expect("an SRQ event by a QP without an SRQ: exit 1", r.returncode == 1 and "attached to an SRQ" in r.stderr,
            f"exit {r.returncode}: {r.stderr!r}")
