@@ -174,7 +174,8 @@ bool ParseQpNumber(const std::string& text, uint32_t* qpn) {
   const std::string digits = hex ? text.substr(2) : text;
   if (digits.empty() || digits.size() > 8) return false;
   for (char c : digits) {
-    if (!(hex ? std::isxdigit(static_cast<unsigned char>(c)) : std::isdigit(static_cast<unsigned char>(c)))) return false;
+    const auto u = static_cast<unsigned char>(c);
+    if (!(hex ? std::isxdigit(u) : std::isdigit(u))) return false;
   }
   const unsigned long value = std::strtoul(digits.c_str(), nullptr, hex ? 16 : 10);
   if (value == 0 || value > 0xffffff) return false;

@@ -76,7 +76,8 @@ expect("qp_state: QP_FATAL and flushed posts",
        rc == 0 and "EVENT 1" in out and f"WC 2 0 5 {qpns[0]}" in out, f"exit {rc}: {out} {err}")
 
 # qp_state SQE on an RC QP cannot apply (SQE is UC's and UD's): nothing happens, and stderr says so.
-rc, out, err, _ = run_with_plan("qp-state-refused", fault({"completions": 2}, {"qp_state": "SQE", "qp": "#1"}), "3", "0")
+rc, out, err, _ = run_with_plan("qp-state-refused", fault({"completions": 2}, {"qp_state": "SQE", "qp": "#1"}),
+                                "3", "0")
 expect("qp_state SQE on an RC QP: the program runs on, and stderr says why nothing happened",
        rc == 0 and "not moved to SQE" in err and "ERR takes" in err, f"exit {rc}: {out} {err}")
 
