@@ -23,9 +23,11 @@ int simverbs_version(void);
  * ibv_get_async_event of the context that owns the object, with
  * event.element set to the object, and counts for destroy like a real one.
  * EINVAL if the event type does not belong to that kind of object:
- *   CQ:  IBV_EVENT_CQ_ERR (the CQ also enters the error state)
+ *   CQ:  IBV_EVENT_CQ_ERR (the CQ also enters the error state, and its QPs
+ *        follow as after an overrun under the profile's cq_overrun)
  *   QP:  QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR, COMM_EST, SQ_DRAINED, PATH_MIG,
- *        PATH_MIG_ERR, QP_LAST_WQE_REACHED
+ *        PATH_MIG_ERR, QP_LAST_WQE_REACHED (the event only: the QP's state is
+ *        left as it is; simverbs_set_qp_state moves it as the HCA would)
  *   SRQ: SRQ_ERR, SRQ_LIMIT_REACHED
  * WQ_FATAL is not supported (the simulator has no WQs): ibv_create_wq fails.
  */
