@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -30,6 +31,7 @@
 
 #include "conformance/lib/backend_profile.h"
 #include "conformance/lib/blocking_call.h"
+#include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
 #include "conformance/lib/pipe.h"
@@ -240,6 +242,7 @@ struct ChildSetup {
   uint8_t rnr_retry = 7;       // of a_
   uint32_t sq_psn = 0;         // of a_ (the child's QP expects PSN 0 first)
   bool stay_in_rtr = false;    // the child's QP is not moved to RTS
+  ibv_comp_channel* parent_recv_channel = nullptr;  // of a_'s receive CQ (a channel of the parent's context)
 };
 
 // Links `wrs` into one list and posts it; returns ibv_post_send's value.
@@ -344,7 +347,10 @@ class CrossProcessWriteTest : public QpTest {
     parent_params.retry_cnt = setup.retry_cnt;
     parent_params.rnr_retry = setup.rnr_retry;
     parent_params.sq_psn = setup.sq_psn;
-    if (got_target && CreateEnd(&a_, config) && BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
+    EndConfig parent_config = config;
+    parent_config.recv_channel = setup.parent_recv_channel;
+    if (got_target && CreateEnd(&a_, parent_config) &&
+        BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
       child_ready = write(to_child.fds[1], &qpn, sizeof qpn) == static_cast<ssize_t>(sizeof qpn) &&
@@ -703,6 +709,64 @@ TEST_P(CrossProcessWriteMemoryTest, StreamOfSmallWritesLandsInOrder) {
         ibv_wc send_wc = {};
         ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &send_wc, kChildTimeout / 2));
         ASSERT_EQ(send_wc.status, IBV_WC_SUCCESS) << DescribeWc(send_wc);
+      },
+      setup);
+}
+
+// Rule: libibverbs' verbs are thread safe: one thread may post while another waits for completion events
+//   (ibv_req_notify_cq(3), ibv_get_cq_event(3): the event comes when a completion is added to the armed
+//   CQ); an HCA takes an RC SEND in without the receiving program's CPU.
+// Checks: in the parent, a thread posts receives to a QP in INIT every 100 us and never polls, while
+//   the main thread arms a_'s receive CQ (on a channel) and waits on the channel's fd; the child
+//   sends one SEND to a_: the fd becomes readable within the return window, the event is for that
+//   CQ, and the receive completes with success.
+TEST_F(CrossProcessWriteTest, CompletionEventComesWhileAnotherThreadOnlyPosts) {
+  ChannelPtr channel(ibv_create_comp_channel(context()));
+  ASSERT_NE(channel, nullptr) << ErrnoName(errno);
+  ChildSetup setup;
+  setup.post_recv = false;
+  setup.parent_recv_channel = channel.get();
+  RunWithChild(
+      IBV_ACCESS_LOCAL_WRITE, 0,
+      [](const Child& c) {
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ibv_sge sge = {reinterpret_cast<uintptr_t>(c.buf), 16, c.mr->lkey};
+        ASSERT_EQ(PostOne(c.qp, SendWr(5, &sge, 1)), 0);
+        EXPECT_TRUE(WaitReadable(c.from_parent, kChildTimeout - 1000ms));  // until the parent is done
+      },
+      [&](const Target&, int to_child, int) {
+        ibv_sge rsge = src_.Sge(0, 64);
+        ASSERT_EQ(PostRecv(a_.get(), 9, &rsge, 1), 0);
+        ASSERT_EQ(ibv_req_notify_cq(a_.recv_cq.get(), 0), 0);
+        EndConfig other_config;
+        other_config.caps.max_recv_wr = 64;
+        QpEnd other;
+        ASSERT_TRUE(CreateEnd(&other, other_config));
+        ASSERT_TRUE(ModifyToInit(other.get(), port(), ConnectParams{}));
+        std::atomic<bool> stop{false};
+        std::thread poster([&] {
+          // Posts until its queue is full, then keeps trying: a thread that only posts.
+          while (!stop.load()) {
+            ibv_sge sge = src_.Sge(0, 64);
+            PostRecv(other.get(), 1, &sge, 1);
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+          }
+        });
+        ASSERT_EQ(write(to_child, "s", 1), 1);
+        const bool readable = WaitReadable(channel->fd, kReturnWindow);
+        stop = true;
+        poster.join();
+        ASSERT_TRUE(readable) << "no completion event while another thread kept posting";
+        ibv_cq* cq = nullptr;
+        void* cq_context = nullptr;
+        ASSERT_EQ(ibv_get_cq_event(channel.get(), &cq, &cq_context), 0) << ErrnoName(errno);
+        ibv_ack_cq_events(cq, 1);
+        EXPECT_EQ(cq, a_.recv_cq.get());
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(a_.recv_cq.get(), &wc));
+        EXPECT_EQ(wc.wr_id, 9u);
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        ASSERT_EQ(write(to_child, "d", 1), 1);
       },
       setup);
 }

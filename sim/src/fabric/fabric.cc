@@ -1677,10 +1677,9 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
   uint64_t windows_swept_at = 0;
   bool spin_found_packet = false;
   // Packets left to an application that polls (app_drains), and where the
-  // ring and its poll count stood then.
+  // ring's tail stood then.
   bool left_to_app = false;
   uint64_t left_tail = 0;
-  uint64_t left_polls = 0;
   for (;;) {
     const uint32_t seq = ring_->WakeSeq();
     if (stop_) break;
@@ -1718,19 +1717,19 @@ void Fabric::ProgressThread(FabricSegment* seg, std::promise<JoinResult>* joined
     // between poll(2) calls on its sockets) may leave them there: a READ or
     // an atomic, which an HCA answers without the target's CPU, would wait
     // for its next poll. Left once, they are looked at again after a short
-    // nap; if the application has not polled once meanwhile, we take them.
+    // nap; if nobody has taken a packet from the ring meanwhile, we take them
+    // (a process whose one thread only posts, which counts as polling, while
+    // another waits for completion events, takes none).
     bool look_again_soon = false;
     if (app_drains) {
       const uint64_t tail = ring_->tail();
-      const uint64_t polls = ring_->polls();
-      if (left_to_app && tail == left_tail && polls == left_polls) {
+      if (left_to_app && tail == left_tail) {
         app_drains = false;
         left_to_app = false;
       } else {
-        look_again_soon = !left_to_app;  // (seen polling since: the usual nap)
+        look_again_soon = !left_to_app;  // (seen taking packets since: the usual nap)
         left_to_app = true;
         left_tail = tail;
-        left_polls = polls;
       }
     } else {
       left_to_app = false;
