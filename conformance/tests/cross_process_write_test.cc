@@ -752,6 +752,15 @@ TEST_F(CrossProcessWriteTest, CompletionEventComesWhileAnotherThreadOnlyPosts) {
             std::this_thread::sleep_for(std::chrono::microseconds(100));
           }
         });
+        // (Joined on every way out of this function: a joinable thread's destructor ends the program.)
+        struct StopAndJoin {
+          std::atomic<bool>& stop;
+          std::thread& thread;
+          ~StopAndJoin() {
+            stop = true;
+            if (thread.joinable()) thread.join();
+          }
+        } stop_poster{stop, poster};
         ASSERT_EQ(write(to_child, "s", 1), 1);
         const bool readable = WaitReadable(channel->fd, kReturnWindow);
         stop = true;

@@ -6,12 +6,14 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <chrono>
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/qp_pair.h"
 #include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_matchers.h"
 
 namespace conformance {
@@ -48,6 +50,32 @@ class QpPostTest : public QpTest {
     ibv_ah_attr self = LocalAddress();
     const uint32_t nobody = (a_.qp_num() ^ 0x5a5a00) & 0xffffff;
     return BringUp(a_.get(), port(), nobody, self, params);
+  }
+
+  // Posts a_'s whole send queue (`depth` WRITEs of 8 bytes, wr_id 0..depth-1) as one list, the last a
+  // WRITE with immediate, signaled or not, that consumes the receive b_ has; returns once b_ has received
+  // it (the responder executed them all).
+  void FillSendQueueAndWaitForTheResponder(uint32_t depth, bool signal_last) {
+    ibv_sge rsge = remote_.Sge(2048, 8);
+    ASSERT_EQ(PostRecv(b_.get(), 100, &rsge, 1), 0);
+    std::vector<ibv_sge> sges(depth, local_.Sge(0, 8));
+    std::vector<ibv_send_wr> wrs(depth);
+    for (uint32_t i = 0; i < depth; ++i) {
+      const bool last = i + 1 == depth;
+      wrs[i] = RdmaWr(i, last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, &sges[i], 1, remote_.addr(),
+                      remote_.rkey(), last && signal_last ? IBV_SEND_SIGNALED : 0);
+      wrs[i].next = last ? nullptr : &wrs[i + 1];
+    }
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a_.get(), wrs.data(), &bad), 0);
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  }
+
+  int PostOneWrite(uint64_t wr_id) {
+    ibv_sge sge = local_.Sge(0, 8);
+    return PostOne(a_.get(), RdmaWr(wr_id, IBV_WR_RDMA_WRITE, &sge, 1, remote_.addr(), remote_.rkey()));
   }
 
   Buffer local_;
@@ -204,6 +232,56 @@ TEST_F(QpPostTest, PostSendFails_SendQueueFull) {
   ibv_send_wr* bad = nullptr;
   EXPECT_THAT(ibv_post_send(a_.get(), &wr, &bad), ReturnsErrno(ENOMEM));
   EXPECT_EQ(bad, &wr);
+}
+
+// Rule: ibv_post_send(3): ENOMEM "Send Queue is full"; when a completed WR's slot is free again the man
+//   pages leave open: mlx5 frees it when the completion is polled (mlx5_poll_one moves the send queue's
+//   tail; an unsignaled WR's with the next polled completion of the queue), rxe as soon as it completes
+//   (its completer moves the queue's consumer index). Backend question SendSlotFreedAtPoll.
+// Checks: a_'s whole send queue posted, the last WR signaled, and executed by the responder: where slots
+//   are freed at poll, the next post returns ENOMEM until a_'s one completion is polled, then succeeds;
+//   elsewhere it succeeds within the return window without any poll of a_'s CQ.
+TEST_F(QpPostTest, SendSlotsFreeFollowBackend) {
+  SKIP_IF(!Backend().Answer("SendQueueFullAtReportedCap", true)) << "(the SQ holds more than it reports)";
+  EndConfig config;
+  config.caps.max_send_wr = 8;
+  config.send_cqe = 64;
+  ASSERT_TRUE(MakePair(config));
+  const uint32_t depth = Caps(a_.get()).max_send_wr;
+  ASSERT_LE(depth, 32u) << "unexpectedly deep send queue";
+  ASSERT_NO_FATAL_FAILURE(FillSendQueueAndWaitForTheResponder(depth, true));
+  if (Backend().Answer("SendSlotFreedAtPoll", true)) {
+    EXPECT_THAT(PostOneWrite(depth), ReturnsErrno(ENOMEM)) << "a slot was free before its completion was polled";
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+    EXPECT_EQ(wc.wr_id, depth - 1);
+    EXPECT_EQ(PostOneWrite(depth), 0) << "the polled completion freed no slot";
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  int rc = ENOMEM;
+  while ((rc = PostOneWrite(depth)) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(rc, 0) << "no slot freed by the completions, within " << kReturnWindow.count() << " ms";
+}
+
+// Rule: as SendSlotsFreeFollowBackend: where slots are freed when completions are polled, a send queue
+//   whose WRs are all unsignaled never frees a slot (the classic need to signal one WR in every
+//   max_send_wr: mlx5 programs that do not hang on ENOMEM).
+// Checks: a_'s whole send queue posted unsignaled and executed by the responder: the next post returns
+//   ENOMEM, and still does after the quiet window.
+TEST_F(QpPostTest, UnsignaledOnlySendQueueStaysFull) {
+  SKIP_IF(!Backend().Answer("SendQueueFullAtReportedCap", true)) << "(the SQ holds more than it reports)";
+  SKIP_IF(!Backend().Answer("SendSlotFreedAtPoll", true)) << "(slots are freed as WRs complete)";
+  EndConfig config;
+  config.caps.max_send_wr = 8;
+  ASSERT_TRUE(MakePair(config));
+  const uint32_t depth = Caps(a_.get()).max_send_wr;
+  ASSERT_LE(depth, 32u) << "unexpectedly deep send queue";
+  ASSERT_NO_FATAL_FAILURE(FillSendQueueAndWaitForTheResponder(depth, false));
+  EXPECT_THAT(PostOneWrite(depth), ReturnsErrno(ENOMEM));
+  EXPECT_TRUE(NoCompletionWithin(a_.send_cq.get(), kQuietWindow)) << "an unsignaled WRITE completed";
+  EXPECT_THAT(PostOneWrite(depth), ReturnsErrno(ENOMEM)) << "a slot came free with nothing polled";
 }
 
 // Rule: ibv_create_qp(3): max_inline_data is the "max number of data (bytes) that can be posted

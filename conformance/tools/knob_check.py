@@ -29,6 +29,7 @@ KNOBS = [
     ("comm_est_event", False, "QpCommEstTest.RaisedByFirstPacketInRtr"),
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
     ("rereg_mr_no_flags", "input", "PdMrTest.ReregMrFails_NoFlags"),
+    ("send_queue_release", "completion", "QpPostTest.SendSlotsFreeFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtResetFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtDestroyFollowBackend"),
     ("rereg_mr", "unsupported", "PdMrTest.ReregMrChangeAccessSucceeds"),

@@ -44,7 +44,8 @@ Cq::Cq(Context* ctx, const Params& p)
       ignore_overrun_(p.ignore_overrun),
       events_(ctx, "CQ", ibv(), &handle_.pub.mutex, &handle_.pub.cond, &handle_.pub.async_events_completed,
               &handle_.pub.comp_events_completed),
-      ring_(static_cast<size_t>(p.cqe)) {
+      ring_(static_cast<size_t>(p.cqe)),
+      releases_(static_cast<size_t>(p.cqe)) {
   handle_.Bind(this);
   if (p.wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
     stamps_.resize(ring_.size());
@@ -121,30 +122,49 @@ int Cq::Resize(int cqe) {
   cqe = ActualSize(ctx_->device(), cqe);
   std::vector<ibv_wc> ring(static_cast<size_t>(cqe));
   std::vector<uint64_t> stamps(stamps_.empty() ? 0 : static_cast<size_t>(cqe));
+  std::vector<SlotRelease> releases(static_cast<size_t>(cqe));
   for (size_t i = 0; i < count_; ++i) {
     ring[i] = ring_[RingIndex(head_, i)];
     if (!stamps.empty()) stamps[i] = stamps_[RingIndex(head_, i)];
+    releases[i] = releases_[RingIndex(head_, i)];
   }
   ring_ = std::move(ring);
   stamps_ = std::move(stamps);
+  releases_ = std::move(releases);
   head_ = 0;
   handle_.pub.cqe = cqe;
   return 0;
 }
 
-Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited) {
+Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited, SlotRelease release) {
   std::lock_guard<DataPathMutex> lock(mu_);
   if (destroying_ || error_) return PushResult::kErrored;
   if (held_) {
-    held_wcs_.emplace_back(wc, solicited);
+    held_wcs_.push_back(Held{wc, solicited, release});
     return PushResult::kOk;
   }
   if (wc.status != IBV_WC_SUCCESS && ctx_->device()->behaviour().error_wc_garbage) {
     ibv_wc scrambled = wc;
     ScrambleInvalidFields(&scrambled);
-    return PushLocked(scrambled, solicited);
+    return PushLocked(scrambled, solicited, release);
   }
-  return PushLocked(wc, solicited);
+  return PushLocked(wc, solicited, release);
+}
+
+void Cq::ReleaseSlotsOf(size_t i) {
+  const SlotRelease r = releases_[i];
+  releases_[i] = {};
+  if (r.qp) r.qp->FreeSendSlotsThrough(r.through);
+}
+
+void Cq::ForgetSlotReleases(const Qp* qp) {
+  std::lock_guard<DataPathMutex> lock(mu_);
+  for (SlotRelease& r : releases_) {
+    if (r.qp == qp) r = {};
+  }
+  for (Held& held : held_wcs_) {
+    if (held.release.qp == qp) held.release = {};
+  }
 }
 
 void Cq::DiscardQpCompletions(uint32_t qp_num) {
@@ -155,10 +175,12 @@ void Cq::DiscardQpCompletions(uint32_t qp_num) {
     // has_current_ changes only under mu_: the entry being read is ring_[head_].
     if (wc.qp_num == qp_num && !(i == 0 && has_current_)) continue;
     if (!stamps_.empty()) stamps_[RingIndex(head_, kept)] = stamps_[RingIndex(head_, i)];
+    releases_[RingIndex(head_, kept)] = releases_[RingIndex(head_, i)];
     ring_[RingIndex(head_, kept++)] = wc;
   }
+  for (size_t i = kept; i < count_; ++i) releases_[RingIndex(head_, i)] = {};  // (its QP starts over)
   count_ = kept;
-  std::erase_if(held_wcs_, [qp_num](const std::pair<ibv_wc, bool>& held) { return held.first.qp_num == qp_num; });
+  std::erase_if(held_wcs_, [qp_num](const Held& held) { return held.wc.qp_num == qp_num; });
 }
 
 // ibv_poll_cq(3): "If the completion status is other than IBV_WC_SUCCESS, only
@@ -177,14 +199,16 @@ void Cq::ScrambleInvalidFields(ibv_wc* wc) {
 }
 
 // Requires: mu_ held.
-Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
+Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited, SlotRelease release) {
   if (count_ == ring_.size()) {
     if (ignore_overrun_) {
       // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the new CQE overwrites the oldest.
       // If a polling section is reading that one (ibv_start_poll), the
       // overwrite consumes it: the section goes on from the next oldest.
       Trace::Get().Cqe(handle_.pub.handle, wc);
+      ReleaseSlotsOf(head_);  // (as if polled: nobody can poll it now)
       ring_[head_] = wc;
+      releases_[head_] = release;
       if (!stamps_.empty()) stamps_[head_] = MonotonicNs();
       head_ = RingIndex(head_, 1);
       has_current_ = false;
@@ -200,6 +224,7 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited) {
   Trace::Get().Cqe(handle_.pub.handle, wc);
   const size_t count = count_.load(std::memory_order_relaxed);
   ring_[RingIndex(head_, count)] = wc;
+  releases_[RingIndex(head_, count)] = release;
   if (!stamps_.empty()) stamps_[RingIndex(head_, count)] = MonotonicNs();
   count_.store(count + 1, std::memory_order_release);
   if (arm_ != Arm::kNone) NotifyLocked(wc, solicited);  // (a polled CQ is not armed: no call)
@@ -212,7 +237,7 @@ void Cq::Hold() {
 }
 
 int Cq::ReleaseLocked() {
-  std::vector<std::pair<ibv_wc, bool>> released;
+  std::vector<Held> released;
   {
     std::lock_guard<DataPathMutex> lock(mu_);
     if (!held_) return EINVAL;
@@ -220,8 +245,11 @@ int Cq::ReleaseLocked() {
     released.swap(held_wcs_);
   }
   int result = 0;
-  for (const auto& [wc, solicited] : released) {
-    if (Push(wc, solicited) != PushResult::kOverrun) continue;
+  for (const Held& held : released) {
+    const PushResult pushed = Push(held.wc, held.solicited, held.release);
+    // A completion lost frees its slots at once (Qp::PushSendCompletion).
+    if (pushed != PushResult::kOk && held.release.qp) held.release.qp->FreeSendSlotsThrough(held.release.through);
+    if (pushed != PushResult::kOverrun) continue;
     result = ENOSPC;
     // The QP that completed is not known any more; the default mode's cascade
     // covers every QP on the CQ anyway.
@@ -256,14 +284,16 @@ void Cq::NotifyLocked(const ibv_wc& wc, bool solicited_bit) {
 }
 
 void Cq::SetErrorLocked() {
+  const Behaviour::CqOverrun mode = ctx_->device()->behaviour().cq_overrun;
   {
     std::lock_guard<DataPathMutex> lock(mu_);
     if (destroying_ || error_) return;
-    error_ = true;
+    // rxe 6.1's CQs have no error state: it raises CQ_ERR, and the CQ goes on.
+    if (mode != Behaviour::CqOverrun::kRxe61) error_ = true;
     RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
   }
   // (lazy: each QP fails as it next completes into the CQ, Qp::CompletionLostLocked.)
-  if (ctx_->device()->behaviour().cq_overrun == Behaviour::CqOverrun::kCascade) CascadeOverrunLocked();
+  if (mode == Behaviour::CqOverrun::kCascade) CascadeOverrunLocked();
 }
 
 void Cq::RaiseAsync(ibv_event_type type) {
@@ -299,6 +329,7 @@ int Cq::PollOp(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   size_t count = cq->count_.load(std::memory_order_relaxed);
   while (n < num_entries && count > 0) {
     wc[n++] = cq->ring_[cq->head_];
+    cq->ReleaseSlotsOf(cq->head_);
     cq->head_ = cq->RingIndex(cq->head_, 1);
     --count;
   }
@@ -408,6 +439,7 @@ void Cq::LoadCurrentLocked() {
 void Cq::ConsumeCurrentLocked() {
   if (!has_current_ || count_ == 0) return;
   has_current_ = false;
+  ReleaseSlotsOf(head_);
   head_ = RingIndex(head_, 1);
   count_.store(count_.load(std::memory_order_relaxed) - 1, std::memory_order_release);
 }

@@ -29,6 +29,13 @@ class CompChannel;
 class Device;
 class Qp;
 
+// A send completion frees its QP's send queue slots up to `through` when it
+// is polled (Qp::FreeSendSlotsThrough); qp nullptr: frees nothing.
+struct CqSlotRelease {
+  Qp* qp = nullptr;
+  uint64_t through = 0;
+};
+
 class Cq {
  public:
   static constexpr uint64_t kMagic = 0x53494d4351000001;  // "SIMCQ"
@@ -64,7 +71,8 @@ class Cq {
     kOverrun,  // this completion did not fit: CQ_ERR raised; the CQ is in error unless the profile is rxe-6.1
     kErrored,  // the CQ was already in error (or being destroyed): the completion is lost
   };
-  PushResult Push(const ibv_wc& wc, bool solicited);
+  using SlotRelease = CqSlotRelease;
+  PushResult Push(const ibv_wc& wc, bool solicited, SlotRelease release = {});
   // Control API: while held, completions wait outside the CQ (not polled, no
   // events); Release pushes them in order, as if they completed now.
   // Requires: engine lock (Release).
@@ -74,7 +82,6 @@ class Cq {
   // The cascade of the default overrun mode: every QP on this CQ goes to ERR
   // with IBV_EVENT_QP_FATAL. Requires: engine lock.
   void CascadeOverrunLocked();
-  // Puts the CQ into the error state and raises IBV_EVENT_CQ_ERR.
   // The CQ enters the error state and raises IBV_EVENT_CQ_ERR (simverbs_raise_cq_event, an injected
   // fault), with what an overrun brings the QPs on it under the profile (cq_overrun). Requires: engine lock.
   void SetErrorLocked();
@@ -85,6 +92,9 @@ class Cq {
   // ones too), keeping the order of the rest; the entry an extended poll is
   // reading stays. For a QP moved to RESET (Behaviour::reset_discards_completions).
   void DiscardQpCompletions(uint32_t qp_num);
+  // The completions of `qp` still here free nothing of its send queue any
+  // more (the QP is reset or destroyed).
+  void ForgetSlotReleases(const Qp* qp);
 
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.
   void AddQp(Qp* qp) { qps_.insert(qp); }
@@ -103,7 +113,10 @@ class Cq {
   ~Cq();
   void InstallExOps();
   // Requires: mu_ held.
-  PushResult PushLocked(const ibv_wc& wc, bool solicited);
+  PushResult PushLocked(const ibv_wc& wc, bool solicited, SlotRelease release);
+  // The entry at ring index `i` is taken out (polled, or overwritten): its
+  // release happens. Requires: mu_ held.
+  void ReleaseSlotsOf(size_t i);
   static void ScrambleInvalidFields(ibv_wc* wc);
   // Requires: mu_ held.
   void NotifyLocked(const ibv_wc& wc, bool solicited_bit);
@@ -144,6 +157,7 @@ class Cq {
   // When each entry of ring_ was written (CLOCK_MONOTONIC ns), for a CQ made
   // with a completion timestamp in its wc_flags; empty otherwise.
   std::vector<uint64_t> stamps_;
+  std::vector<SlotRelease> releases_;  // beside ring_
   int64_t wallclock_offset_ns_ = 0;  // CLOCK_REALTIME - CLOCK_MONOTONIC when it was made
   size_t head_ = 0;
   // Written under mu_ (a load and a store: no locked instruction, as only
@@ -160,7 +174,12 @@ class Cq {
   std::atomic<bool> error_{false};
   bool destroying_ = false;
   bool held_ = false;
-  std::vector<std::pair<ibv_wc, bool>> held_wcs_;  // completion, solicited bit
+  struct Held {
+    ibv_wc wc;
+    bool solicited;
+    SlotRelease release;
+  };
+  std::vector<Held> held_wcs_;
   // The entry the ibv_wc_read_* calls read (a copy: producers may write the
   // ring meanwhile); has_current_ while it is not consumed. poll_mu_.
   ibv_wc current_{};

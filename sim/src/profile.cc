@@ -337,6 +337,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("cq_size", false)) {
     b.cq_size_pow2_minus_one = r.Choice<bool>("cq_size", {{"exact", false}, {"pow2-1", true}});
   }
+  if (r.Find("send_queue_release", false)) {
+    b.send_slots_freed_at_poll = r.Choice<bool>("send_queue_release", {{"poll", true}, {"completion", false}});
+  }
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }

@@ -57,6 +57,11 @@ struct Behaviour {
   bool comm_est_event = true;
   // SQ_DRAINED only when en_sqd_async_notify was set (IBTA), or always (rxe).
   bool sq_drained_always = false;
+  // A send queue slot is free again once the WQE's completion is polled (or,
+  // for an unsignaled WQE, a later one's: mlx5's poll moves the send queue's
+  // tail), or as soon as the WQE completes (rxe: the completer moves the
+  // queue's consumer index).
+  bool send_slots_freed_at_poll = true;
   // ibv_rereg_mr with flags 0: libibverbs passes it on, so a kernel provider
   // fails it as a command (IBV_REREG_MR_ERR_CMD), as every one does; or an
   // input error (IBV_REREG_MR_ERR_INPUT), which no provider gives.

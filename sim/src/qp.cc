@@ -364,6 +364,7 @@ int Qp::Modify(const ibv_qp_attr& requested, int requested_mask) {
     pulls_refused_ = false;  // it may be connected to another requester next
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
     DiscardCompletionsLocked();
+    ForgetSendSlotsLocked();  // (the completions a CQ keeps free nothing of the new queue)
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
@@ -403,7 +404,7 @@ void Qp::EnterErrorLocked(int event) {
     wc.wr_id = wqe.wr_id;
     wc.status = IBV_WC_WR_FLUSH_ERR;
     wc.qp_num = qp_num();
-    PushCompletion(send_cq_, wc, false);  // into an errored CQ it is lost
+    PushSendCompletion(wqe, wc);  // into an errored CQ it is lost
   }
   if (!executing_) RetireLocked();
   // Then the receive queue (an SRQ is never flushed: the QP stops taking from it).
@@ -582,6 +583,7 @@ int Qp::Destroy() {
     device()->RemoveQp(this);
     ReleaseQpNumberLocked();
     DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
+    ForgetSendSlotsLocked();     // (what a CQ keeps must not reach the QP once it is gone)
     if (send_cq_) send_cq_->RemoveQp(this);
     if (xrcd_) {
       xrcd_->domain()->targets.erase(this);

@@ -113,6 +113,15 @@ class Qp {
   Cq* recv_cq() const { return recv_cq_; }
   Srq* srq() const { return srq_; }
 
+  // A send completion of this QP, polled: the send queue slots of the WQEs up
+  // to the one with seq `through` (SendWqe::seq) are free for new WRs (the
+  // profile's send_queue_release, poll). Any thread that polls, under the CQ's lock.
+  void FreeSendSlotsThrough(uint64_t through) {
+    uint64_t freed = sq_freed_.load(std::memory_order_relaxed);
+    while (freed < through && !sq_freed_.compare_exchange_weak(freed, through, std::memory_order_release)) {
+    }
+  }
+
   // Raises an async event affiliated with this QP (counted for destroy).
   void RaiseAsync(ibv_event_type type);
   // Requires: engine lock held.
@@ -370,7 +379,19 @@ class Qp {
 
   // Completion into a CQ with the profile's overrun rules. Returns false if
   // the completion was lost (the QP may have gone to ERR because of it).
-  bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited);
+  // `frees_through` (non-zero): polling the completion frees the send queue
+  // slots up to that SendWqe::seq; a lost one frees them at once (nobody can poll it).
+  bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, uint64_t frees_through = 0);
+  // A completion of `wqe` into the send CQ (PushCompletion, freeing the slots
+  // up to it when polled under send_queue_release poll).
+  bool PushSendCompletion(const SendWqe& wqe, const ibv_wc& wc);
+  // The send queue slots that count against max_send_wr: WQEs not retired,
+  // and under send_queue_release poll also those whose completion (or a later
+  // one's) is not polled yet. Requires: engine lock.
+  size_t SendSlotsInUseLocked() const;
+  // RESET and destroy: the WQEs' completions still in the CQ free nothing of
+  // the queue from now on, which starts over. Requires: engine lock.
+  void ForgetSendSlotsLocked();
   // The profile's overrun rules for a completion of ours (`recv`: a receive
   // completion) that `cq` did not take: it overran `cq` with it (`overrun`),
   // or `cq` was in error already. `cq` is null when it is another process's
@@ -411,6 +432,8 @@ class Qp {
   // its SENDs come through the rings from then on.
   bool pulls_refused_ = false;
   RingQueue<SendWqe> sq_;  // posted, not yet retired
+  uint64_t sq_posted_ = 0;  // WQEs posted since creation or RESET (SendWqe::seq of the latest)
+  std::atomic<uint64_t> sq_freed_{0};  // FreeSendSlotsThrough
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN
   int retries_left_ = 0;

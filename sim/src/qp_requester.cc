@@ -160,6 +160,22 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
   if (type() == IBV_QPT_XRC_SEND) wqe.xrc_srqn = wr.qp_type.xrc.remote_srqn;
 }
 
+bool Qp::PushSendCompletion(const SendWqe& wqe, const ibv_wc& wc) {
+  return PushCompletion(send_cq_, wc, false, device()->behaviour().send_slots_freed_at_poll ? wqe.seq : 0);
+}
+
+size_t Qp::SendSlotsInUseLocked() const {
+  if (!device()->behaviour().send_slots_freed_at_poll) return sq_.size();
+  const uint64_t unfreed = sq_posted_ - std::min(sq_posted_, sq_freed_.load(std::memory_order_acquire));
+  return std::max<size_t>(sq_.size(), static_cast<size_t>(unfreed));
+}
+
+void Qp::ForgetSendSlotsLocked() {
+  if (send_cq_) send_cq_->ForgetSlotReleases(this);
+  sq_posted_ = 0;
+  sq_freed_.store(0, std::memory_order_relaxed);
+}
+
 int Qp::SendRefusalLocked(const ibv_send_wr& wr, size_t queued) const {
   const ibv_qp_state s = state();
   const bool queue_early = device()->behaviour().queue_send_before_rts && (s == IBV_QPS_INIT || s == IBV_QPS_RTR);
@@ -173,7 +189,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
   if (wr && PostOneSendLocked(*wr)) return 0;
   const ibv_qp_state s = state();
   if (mode == PostMode::kAllOrNothing) {
-    size_t queued = sq_.size();
+    size_t queued = SendSlotsInUseLocked();
     for (const ibv_send_wr* w = wr; w; w = w->next, ++queued) {
       if (int err = SendRefusalLocked(*w, queued)) {
         if (bad_wr) *bad_wr = const_cast<ibv_send_wr*>(w);
@@ -182,11 +198,12 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
     }
   }
   const size_t size_before = sq_.size();
+  const uint64_t posted_before = sq_posted_;
   const int countdown_before = fail_countdown_;
   int err = 0;
   for (; wr; wr = wr->next) {
     // (All or nothing: every WR was checked above, under the same lock.)
-    err = mode == PostMode::kAllOrNothing ? 0 : SendRefusalLocked(*wr, sq_.size());
+    err = mode == PostMode::kAllOrNothing ? 0 : SendRefusalLocked(*wr, SendSlotsInUseLocked());
     if (err) {
       // ibv_post_send(3): the WRs before the bad one are posted (and run).
       if (bad_wr) *bad_wr = wr;
@@ -194,6 +211,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
     }
     try {
       sq_.push_back_filled([&](SendWqe& slot) { MakeSendWqe(*wr, &slot); });
+      sq_.back().seq = ++sq_posted_;
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue (ENOMEM), the
       // WRs before it posted, or none of them.
@@ -202,6 +220,7 @@ int Qp::PostSend(ibv_send_wr* wr, ibv_send_wr** bad_wr, PostMode mode) {
       if (mode == PostMode::kAllOrNothing) {
         // None was posted: an armed failure (simverbs_fail_send_wr) waits for the next WRs.
         while (sq_.size() > size_before) sq_.pop_back();
+        sq_posted_ = posted_before;
         fail_countdown_ = countdown_before;
         return err;
       }
@@ -237,7 +256,7 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   // The QP: one that PostSend takes it for, and ProgressLocked would execute
   // it at once (nothing unsent before it, no RNR wait, no injected failure).
   if (destroying_ || type() != IBV_QPT_RC || state() != IBV_QPS_RTS || executing_ || rnr_wait_ ||
-      fail_countdown_ > 0 || next_to_send_ != sq_.size() || sq_.size() >= attr_.cap.max_send_wr ||
+      fail_countdown_ > 0 || next_to_send_ != sq_.size() || SendSlotsInUseLocked() >= attr_.cap.max_send_wr ||
       attr_.cap.max_send_sge < 1) {
     return false;
   }
@@ -270,6 +289,7 @@ bool Qp::PostOneSendLocked(const ibv_send_wr& wr) {
   } catch (const std::bad_alloc&) {
     return false;  // (ENOMEM, from PostSend)
   }
+  sq_.back().seq = ++sq_posted_;
   SendWqe& wqe = sq_[next_to_send_];
   if (is_inline) bytes = wqe.inline_data.data();
   const uint32_t first_psn = next_psn_;
@@ -1083,7 +1103,7 @@ void Qp::CompleteAckedLocked() {
     wc.opcode = WcOpcode(wqe.opcode);
     wc.byte_len = static_cast<uint32_t>(wqe.length);
     wc.qp_num = qp_num();
-    if (!PushCompletion(send_cq_, wc, false)) return;
+    if (!PushSendCompletion(wqe, wc)) return;
   }
 }
 
@@ -1131,7 +1151,7 @@ void Qp::FailSendHeldLocked(SendWqe& wqe, ibv_wc_status status) {
   // The program may reuse the buffers of every SEND once it polls this
   // error (the QP goes to ERR next): none may be pulled from then on.
   WithdrawPullsLocked();
-  if (!PushCompletion(send_cq_, wc, false)) return;
+  if (!PushSendCompletion(wqe, wc)) return;
   Engine::Get().CancelTimer(this);
   if (status == IBV_WC_WR_FLUSH_ERR) return;
   if (Reliable()) {

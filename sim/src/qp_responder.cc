@@ -666,9 +666,11 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
   PushCompletion(recv_cq_, wc, solicited);
 }
 
-bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited) {
-  const Cq::PushResult result = cq->Push(wc, solicited);
+bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, uint64_t frees_through) {
+  const Cq::PushResult result =
+      cq->Push(wc, solicited, frees_through ? Cq::SlotRelease{this, frees_through} : Cq::SlotRelease{});
   if (result == Cq::PushResult::kOk) return true;
+  if (frees_through) FreeSendSlotsThrough(frees_through);
   CompletionLostLocked(cq, result == Cq::PushResult::kOverrun, wc.opcode & IBV_WC_RECV);
   return false;
 }

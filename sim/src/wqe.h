@@ -60,6 +60,10 @@ struct SendWqeValues {
   // XRC_SEND: the XRC SRQ at the target that takes the message
   uint32_t xrc_srqn = 0;
 
+  // Its place in the QP's posting order, from 1 (Qp::sq_posted_): polling
+  // its completion frees the send queue slots up to it (Qp::FreeSendSlotsThrough).
+  uint64_t seq = 0;
+
   // Progress of the requester.
   uint32_t first_psn = 0;
   uint32_t last_psn = 0;

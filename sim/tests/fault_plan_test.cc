@@ -55,6 +55,9 @@ TEST(FaultPlanTest, QpNumbersAreDecimalOrHex) {
                                                       "action": {"event": "QP_FATAL", "qp": "#0x2"}}]})"),
               HasSubstr("faults[0].action.qp"));
   EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
+                                                      "action": {"event": "QP_FATAL", "qp": "#0X2"}}]})"),
+              HasSubstr("faults[0].action.qp"));
+  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
                                                       "action": {"event": "QP_FATAL", "qp": " 17"}}]})"),
               HasSubstr("faults[0].action.qp"));
 }

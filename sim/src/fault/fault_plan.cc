@@ -102,7 +102,8 @@ QpRef ParseQpRef(const json& v, const std::string& field) {
   ref.by_order = s.rfind('#', 0) == 0;
   const std::string number = ref.by_order ? s.substr(1) : s;
   // (#N counts in decimal only.)
-  if ((ref.by_order && number.rfind("0x", 0) == 0) || !ParseQpNumber(number, &ref.value)) {
+  const bool decimal = number.find_first_not_of("0123456789") == std::string::npos;
+  if ((ref.by_order && !decimal) || !ParseQpNumber(number, &ref.value)) {
     Fail(field, "expected a QP: \"#N\" (the Nth QP created, from 1) or a QP number (decimal, or 0x hex)");
   }
   return ref;
