@@ -562,6 +562,9 @@ void Qp::OrphanLocked() {
   destroying_ = true;
   LeaveWireLocked();
   ReleaseQpNumberLocked();
+  // An XRC domain outlives its handles in other contexts: it must not list a
+  // QP of a closed one (an SRQ being destroyed walks the list).
+  if (xrcd_) xrcd_->domain()->targets.erase(this);
 }
 
 void Qp::ReleaseQpNumberLocked() {

@@ -107,6 +107,7 @@ void Xrcd::OrphanAll(const Context* ctx) {
       continue;
     }
     it = reg.handles.erase(it);
+    handle->handle_.Unbind();  // (a later ibv_close_xrcd of it is EINVAL, not a second release)
     // The last handle gone, the inode has no domain any more (a new open needs
     // O_CREAT again). The domain itself stays: the orphaned QPs and SRQs of
     // the context may still point at it.
