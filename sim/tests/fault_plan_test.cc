@@ -45,21 +45,13 @@ TEST(QpNumberTest, DecimalOrHexOnly) {
 }
 
 TEST(FaultPlanTest, QpNumbersAreDecimalOrHex) {
-  EXPECT_EQ(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
-                                                   "action": {"event": "QP_FATAL", "qp": "010"}}]})"),
-            "");
-  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
-                                                      "action": {"event": "QP_FATAL", "qp": "# 1"}}]})"),
-              HasSubstr("faults[0].action.qp"));
-  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
-                                                      "action": {"event": "QP_FATAL", "qp": "#0x2"}}]})"),
-              HasSubstr("faults[0].action.qp"));
-  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
-                                                      "action": {"event": "QP_FATAL", "qp": "#0X2"}}]})"),
-              HasSubstr("faults[0].action.qp"));
-  EXPECT_THAT(fault_plan::Check("p", R"({"faults": [{"trigger": {"after_ms": 1},
-                                                      "action": {"event": "QP_FATAL", "qp": " 17"}}]})"),
-              HasSubstr("faults[0].action.qp"));
+  const auto plan_naming = [](const std::string& qp) {
+    return R"({"faults": [{"trigger": {"after_ms": 1}, "action": {"event": "QP_FATAL", "qp": ")" + qp + R"("}}]})";
+  };
+  EXPECT_EQ(fault_plan::Check("p", plan_naming("010")), "");
+  for (const char* bad : {"# 1", "#0x2", "#0X2", " 17"}) {
+    EXPECT_THAT(fault_plan::Check("p", plan_naming(bad)), HasSubstr("faults[0].action.qp")) << '"' << bad << '"';
+  }
 }
 
 TEST(FaultPlanTest, AcceptsEachTriggerKind) {
