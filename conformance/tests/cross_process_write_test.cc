@@ -721,11 +721,13 @@ TEST_P(CrossProcessWriteMemoryTest, StreamOfSmallWritesLandsInOrder) {
 //   sends one SEND to a_: the fd becomes readable within the return window, the event is for that
 //   CQ, and the receive completes with success.
 TEST_F(CrossProcessWriteTest, CompletionEventComesWhileAnotherThreadOnlyPosts) {
-  ChannelPtr channel(ibv_create_comp_channel(context()));
-  ASSERT_NE(channel, nullptr) << ErrnoName(errno);
+  // (The fixture's channel: it goes after a_, whose CQ uses it.)
+  channel_.reset(ibv_create_comp_channel(context()));
+  ASSERT_NE(channel_, nullptr) << ErrnoName(errno);
+  ibv_comp_channel* channel = channel_.get();
   ChildSetup setup;
   setup.post_recv = false;
-  setup.parent_recv_channel = channel.get();
+  setup.parent_recv_channel = channel;
   RunWithChild(
       IBV_ACCESS_LOCAL_WRITE, 0,
       [](const Child& c) {
@@ -768,7 +770,7 @@ TEST_F(CrossProcessWriteTest, CompletionEventComesWhileAnotherThreadOnlyPosts) {
         ASSERT_TRUE(readable) << "no completion event while another thread kept posting";
         ibv_cq* cq = nullptr;
         void* cq_context = nullptr;
-        ASSERT_EQ(ibv_get_cq_event(channel.get(), &cq, &cq_context), 0) << ErrnoName(errno);
+        ASSERT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0) << ErrnoName(errno);
         ibv_ack_cq_events(cq, 1);
         EXPECT_EQ(cq, a_.recv_cq.get());
         ibv_wc wc = {};

@@ -110,8 +110,9 @@ void Xrcd::OrphanAll(const Context* ctx) {
     handle->handle_.Unbind();  // (a later ibv_close_xrcd of it is EINVAL, not a second release)
     // The last handle gone, the inode has no domain any more (a new open needs
     // O_CREAT again). The domain itself stays: the orphaned QPs and SRQs of
-    // the context may still point at it.
+    // the context may still point at it, and at a handle they use.
     if (--handle->domain_->handles == 0) handle->domain_->has_inode = false;
+    if (handle->users_.load() == 0) delete handle;
   }
 }
 
