@@ -254,6 +254,16 @@ class XrcTest : public QpTest {
     ASSERT_EQ(ibv_modify_qp(initiator_.get(), &attr, kRtsIni), 0) << "initiator to RTS";
   }
 
+  // A private domain with one XRC SRQ (xrc_srq_, completing into srq_cq_), a target QP in it and
+  // an initiator (made for the ibv_wr_* API when send_ops_flags is not 0), connected to each other.
+  void ConnectThroughXrcSrq(uint64_t send_ops_flags = 0) {
+    ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
+    ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
+    ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
+    ASSERT_NO_FATAL_FAILURE(CreateInitiator(send_ops_flags));
+    ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  }
+
   void PostSrqReceive(ibv_srq* srq, uint64_t wr_id) {
     ibv_sge sge = recv_buf_.Sge(0, 256);
     ASSERT_EQ(PostSrqRecv(srq, wr_id, &sge, 1), 0);
@@ -581,11 +591,7 @@ TEST_F(XrcQpTest, SendArrivesInNamedSrq) {
 // Checks: a message delivered into the XRC SRQ, its send completed, the SRQ's CQ not polled yet: after
 //   the target QP goes to RESET and is then destroyed, the SRQ's CQ still holds the receive completion.
 TEST_F(XrcQpTest, TargetResetOrDestroyKeepsTheSrqCompletions) {
-  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
-  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
-  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
-  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
-  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  ASSERT_NO_FATAL_FAILURE(ConnectThroughXrcSrq());
   ASSERT_NO_FATAL_FAILURE(PostSrqReceive(xrc_srq_.get(), 11));
   ASSERT_EQ(SendTo(SrqNum(xrc_srq_.get()), 1), 0);
   ibv_wc wc = {};
@@ -606,11 +612,7 @@ TEST_F(XrcQpTest, TargetResetOrDestroyKeepsTheSrqCompletions) {
 //   remote_srqn does for ibv_post_send.
 // Checks: a send built with ibv_wr_send + ibv_wr_set_xrc_srqn arrives in the named XRC SRQ.
 TEST_F(XrcQpTest, WrApiSetXrcSrqnNamesSrq) {
-  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
-  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
-  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
-  ASSERT_NO_FATAL_FAILURE(CreateInitiator(IBV_QP_EX_WITH_SEND));
-  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  ASSERT_NO_FATAL_FAILURE(ConnectThroughXrcSrq(IBV_QP_EX_WITH_SEND));
   ASSERT_NO_FATAL_FAILURE(PostSrqReceive(xrc_srq_.get(), 21));
   send_buf_.FillPattern(7);
   ibv_qp_ex* qpx = ibv_qp_to_qp_ex(initiator_.get());
@@ -671,11 +673,7 @@ TEST_F(XrcQpTest, SrqOfOtherDomainIsRemoteInvalidRequest) {
 //   while the target QP exists, and a later send naming the destroyed SRQ's number does not complete
 //   successfully.
 TEST_F(XrcQpTest, SrqDestroyDoesNotWaitForTargetQp) {
-  ASSERT_NO_FATAL_FAILURE(OpenPrivateXrcd());
-  ASSERT_NO_FATAL_FAILURE(CreateXrcSrq(xrcd_.get(), srq_cq_.get(), &xrc_srq_));
-  ASSERT_NO_FATAL_FAILURE(CreateTarget(xrcd_.get()));
-  ASSERT_NO_FATAL_FAILURE(CreateInitiator());
-  ASSERT_NO_FATAL_FAILURE(ConnectXrc());
+  ASSERT_NO_FATAL_FAILURE(ConnectThroughXrcSrq());
   ASSERT_NO_FATAL_FAILURE(PostSrqReceive(xrc_srq_.get(), 61));
   const uint32_t srq_num = SrqNum(xrc_srq_.get());
   ASSERT_EQ(SendTo(srq_num, 6), 0);

@@ -215,10 +215,8 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited, SlotRelease rele
       NotifyLocked(wc, solicited);
       return PushResult::kOk;
     }
-    // rxe 6.1 drops the CQE and raises CQ_ERR for each one it drops; the CQ
-    // itself keeps working. Everyone else puts the CQ in error once.
-    if (ctx_->device()->behaviour().cq_overrun != Behaviour::CqOverrun::kRxe61) error_ = true;
-    RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
+    // (rxe 6.1 drops the CQE and raises CQ_ERR for each one it drops.)
+    ErrLocked();
     return PushResult::kOverrun;
   }
   Trace::Get().Cqe(handle_.pub.handle, wc);
@@ -288,12 +286,17 @@ void Cq::SetErrorLocked() {
   {
     std::lock_guard<DataPathMutex> lock(mu_);
     if (destroying_ || error_) return;
-    // rxe 6.1's CQs have no error state: it raises CQ_ERR, and the CQ goes on.
-    if (mode != Behaviour::CqOverrun::kRxe61) error_ = true;
-    RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
+    ErrLocked();
   }
   // (lazy: each QP fails as it next completes into the CQ, Qp::CompletionLostLocked.)
   if (mode == Behaviour::CqOverrun::kCascade) CascadeOverrunLocked();
+}
+
+void Cq::ErrLocked() {
+  // rxe 6.1's CQs have no error state: it raises CQ_ERR, and the CQ goes on.
+  // Everyone else's CQ enters it once.
+  if (ctx_->device()->behaviour().cq_overrun != Behaviour::CqOverrun::kRxe61) error_ = true;
+  RaiseAsyncLocked(IBV_EVENT_CQ_ERR);
 }
 
 void Cq::RaiseAsync(ibv_event_type type) {

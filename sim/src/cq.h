@@ -117,6 +117,9 @@ class Cq {
   // The entry at ring index `i` is taken out (polled, or overwritten): its
   // release happens. Requires: mu_ held.
   void ReleaseSlotsOf(size_t i);
+  // The CQ errs as the profile's CQs do (an overrun, a raised CQ error): its
+  // error state, where it has one, and IBV_EVENT_CQ_ERR. Requires: mu_ held.
+  void ErrLocked();
   static void ScrambleInvalidFields(ibv_wc* wc);
   // Requires: mu_ held.
   void NotifyLocked(const ibv_wc& wc, bool solicited_bit);

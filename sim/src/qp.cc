@@ -22,7 +22,7 @@ namespace {
 
 std::atomic<uint32_t> next_qp_handle{1};
 
-// CREATE_FLAGS is taken with no flag set: no create flag is supported (as rxe_create_qp).
+// (CREATE_FLAGS with no flag set: AsksForCreateFlags.)
 constexpr uint32_t kSupportedCreateMask =
     IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 
@@ -118,7 +118,7 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
   Context* ctx = pd->context();
   const ibv_device_attr& dev = ctx->device()->profile().attr_ex.orig_attr;
   if (a.comp_mask & ~kSupportedCreateMask) return R::Error(EOPNOTSUPP);
-  if ((a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a.create_flags != 0) return R::Error(EOPNOTSUPP);
+  if (AsksForCreateFlags(a)) return R::Error(EOPNOTSUPP);
   switch (a.qp_type) {
     case IBV_QPT_RC:
     case IBV_QPT_UC:

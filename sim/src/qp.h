@@ -318,6 +318,10 @@ class Qp {
 
   // qp_xrc.cc
   static Result<Qp*> CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& attr);
+  // CREATE_FLAGS is taken with no flag set: no create flag is supported (as rxe_create_qp).
+  static bool AsksForCreateFlags(const ibv_qp_init_attr_ex& a) {
+    return (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a.create_flags != 0;
+  }
   // XRC_RECV: makes the SRQ named by the request (and its PD and CQ) the
   // receive side of this QP; false (after the NAK) if it is not in our domain.
   bool BindXrcSrqLocked(const Packet& pkt);

@@ -21,8 +21,7 @@ Result<Qp*> Qp::CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& a) {
                       IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
     return R::Error(EOPNOTSUPP);
   }
-  // CREATE_FLAGS is taken with no flag set, as for the other QP types (Qp::Create).
-  if ((a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a.create_flags != 0) return R::Error(EOPNOTSUPP);
+  if (AsksForCreateFlags(a)) return R::Error(EOPNOTSUPP);
   // ibv_create_qp_ex(3): an XRC_RECV QP takes its XRC domain (and no PD, CQs or queues).
   Xrcd* xrcd = (a.comp_mask & IBV_QP_INIT_ATTR_XRCD) ? Xrcd::From(a.xrcd) : nullptr;
   if (!xrcd || xrcd->context() != ctx) return R::Error(EINVAL);
