@@ -284,6 +284,75 @@ TEST_F(QpPostTest, UnsignaledOnlySendQueueStaysFull) {
   EXPECT_THAT(PostOneWrite(depth), ReturnsErrno(ENOMEM)) << "a slot came free with nothing polled";
 }
 
+// Rule: ibv_post_recv(3): ENOMEM "Receive Queue is full"; when a consumed receive's slot is free again
+//   the man pages leave open: mlx5 frees it when its completion is polled (mlx5_poll_one moves the
+//   receive queue's tail), rxe as soon as a message takes it (its responder moves the queue's consumer
+//   index before it acknowledges). Backend question RecvSlotFreedAtPoll.
+// Checks: b_'s whole receive queue posted, and one receive taken by a SEND that a_ saw acknowledged:
+//   where slots are freed at poll, the next receive returns ENOMEM until b_'s one completion is polled,
+//   then succeeds; elsewhere it succeeds within the return window without any poll of b_'s CQ.
+TEST_F(QpPostTest, RecvSlotsFreeFollowBackend) {
+  SKIP_IF(!Backend().Answer("RecvQueueFullAtReportedCap", true)) << "(the RQ holds more than it reports)";
+  EndConfig config;
+  config.caps.max_recv_wr = 8;
+  ASSERT_TRUE(MakePair(config));
+  const uint32_t depth = Caps(b_.get()).max_recv_wr;
+  ASSERT_LE(depth, 32u) << "unexpectedly deep receive queue";
+  ibv_sge rsge = remote_.Sge(0, 64);
+  for (uint32_t i = 0; i < depth; ++i) ASSERT_EQ(PostRecv(b_.get(), i, &rsge, 1), 0) << "receive " << i;
+  ibv_recv_wr extra = {depth, nullptr, &rsge, 1};
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_THAT(ibv_post_recv(b_.get(), &extra, &bad), ReturnsErrno(ENOMEM)) << "the queue took more than its cap";
+  ibv_sge sge = local_.Sge(0, 8);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(100, &sge, 1)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  if (Backend().Answer("RecvSlotFreedAtPoll", true)) {
+    EXPECT_THAT(ibv_post_recv(b_.get(), &extra, &bad), ReturnsErrno(ENOMEM))
+        << "a slot was free before its completion was polled";
+    ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+    EXPECT_EQ(wc.wr_id, 0u);
+    EXPECT_EQ(ibv_post_recv(b_.get(), &extra, &bad), 0) << "the polled completion freed no slot";
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  int rc = ENOMEM;
+  while ((rc = ibv_post_recv(b_.get(), &extra, &bad)) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(rc, 0) << "no slot freed by the consumed receive, within " << kReturnWindow.count() << " ms";
+}
+
+// Rule: as RecvSlotsFreeFollowBackend: a receive flushed by its QP's ERR state (or posted in ERR)
+//   completes with IBV_WC_WR_FLUSH_ERR, and where slots are freed at poll it holds its slot until that
+//   completion is polled (mlx5 takes receives in ERR: the flush completes each).
+// Checks: b_'s whole receive queue posted, b_ moved to ERR and all but one flush completion polled:
+//   depth - 1 receives are taken, and the next returns ENOMEM; once every flush completion is polled,
+//   a receive is taken again.
+TEST_F(QpPostTest, FlushedReceivesHoldTheirSlotsUntilPolled) {
+  SKIP_IF(!Backend().Answer("RecvQueueFullAtReportedCap", true)) << "(the RQ holds more than it reports)";
+  SKIP_IF(!Backend().Answer("RecvSlotFreedAtPoll", true)) << "(slots are freed as receives are consumed)";
+  EndConfig config;
+  config.caps.max_recv_wr = 8;
+  ASSERT_TRUE(MakePair(config));
+  const uint32_t depth = Caps(b_.get()).max_recv_wr;
+  ASSERT_LE(depth, 32u) << "unexpectedly deep receive queue";
+  ibv_sge rsge = remote_.Sge(0, 64);
+  for (uint32_t i = 0; i < depth; ++i) ASSERT_EQ(PostRecv(b_.get(), i, &rsge, 1), 0) << "receive " << i;
+  ASSERT_TRUE(ModifyToState(b_.get(), IBV_QPS_ERR));
+  std::vector<ibv_wc> wcs;
+  ASSERT_TRUE(PollCompletions(b_.recv_cq.get(), static_cast<int>(depth) - 1, &wcs));
+  for (const ibv_wc& flushed : wcs) EXPECT_EQ(flushed.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(flushed);
+  for (uint32_t i = 1; i < depth; ++i) ASSERT_EQ(PostRecv(b_.get(), depth + i, &rsge, 1), 0) << "receive " << i;
+  ibv_recv_wr extra = {2 * depth, nullptr, &rsge, 1};
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_THAT(ibv_post_recv(b_.get(), &extra, &bad), ReturnsErrno(ENOMEM))
+      << "a flushed receive freed its slot before its completion was polled";
+  ASSERT_TRUE(PollCompletions(b_.recv_cq.get(), static_cast<int>(depth), &wcs));
+  for (const ibv_wc& flushed : wcs) EXPECT_EQ(flushed.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(flushed);
+  EXPECT_EQ(ibv_post_recv(b_.get(), &extra, &bad), 0) << "the polled flush completions freed no slot";
+}
+
 // Rule: ibv_create_qp(3): max_inline_data is the "max number of data (bytes) that can be posted
 //   inline to the SQ"; ibv_post_send(3): EINVAL "Invalid value provided in wr", and the failing WR
 //   is returned "through bad_wr".

@@ -30,6 +30,7 @@ KNOBS = [
     ("sq_drained_event", "always", "QpSqdTest.NoSqDrained_WithoutNotify"),
     ("rereg_mr_no_flags", "input", "PdMrTest.ReregMrFails_NoFlags"),
     ("send_queue_release", "completion", "QpPostTest.SendSlotsFreeFollowBackend"),
+    ("receive_queue_release", "consumption", "QpPostTest.RecvSlotsFreeFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtResetFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtDestroyFollowBackend"),
     ("rereg_mr", "unsupported", "PdMrTest.ReregMrChangeAccessSucceeds"),

@@ -154,7 +154,7 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited, SlotRelease release) {
 void Cq::ReleaseSlotsOf(size_t i) {
   const SlotRelease r = releases_[i];
   releases_[i] = {};
-  if (r.qp) r.qp->FreeSendSlotsThrough(r.through);
+  if (r.qp) r.qp->FreeSlots(r);
 }
 
 void Cq::ForgetSlotReleases(const Qp* qp) {
@@ -246,7 +246,7 @@ int Cq::ReleaseLocked() {
   for (const Held& held : released) {
     const PushResult pushed = Push(held.wc, held.solicited, held.release);
     // A completion lost frees its slots at once (Qp::PushSendCompletion).
-    if (pushed != PushResult::kOk && held.release.qp) held.release.qp->FreeSendSlotsThrough(held.release.through);
+    if (pushed != PushResult::kOk && held.release.qp) held.release.qp->FreeSlots(held.release);
     if (pushed != PushResult::kOverrun) continue;
     result = ENOSPC;
     // The QP that completed is not known any more; the default mode's cascade

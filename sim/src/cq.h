@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "affiliated_events.h"
+#include "cq_slot_release.h"
 #include "handle.h"
 #include "result.h"
 #include "transport/data_path_mutex.h"
@@ -29,12 +30,6 @@ class CompChannel;
 class Device;
 class Qp;
 
-// A send completion frees its QP's send queue slots up to `through` when it
-// is polled (Qp::FreeSendSlotsThrough); qp nullptr: frees nothing.
-struct CqSlotRelease {
-  Qp* qp = nullptr;
-  uint64_t through = 0;
-};
 
 class Cq {
  public:
@@ -92,8 +87,8 @@ class Cq {
   // ones too), keeping the order of the rest; the entry an extended poll is
   // reading stays. For a QP moved to RESET (Behaviour::reset_discards_completions).
   void DiscardQpCompletions(uint32_t qp_num);
-  // The completions of `qp` still here free nothing of its send queue any
-  // more (the QP is reset or destroyed).
+  // The completions of `qp` still here free nothing of its queues any more
+  // (the QP is reset or destroyed).
   void ForgetSlotReleases(const Qp* qp);
 
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.

@@ -340,6 +340,10 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("send_queue_release", false)) {
     b.send_slots_freed_at_poll = r.Choice<bool>("send_queue_release", {{"poll", true}, {"completion", false}});
   }
+  if (r.Find("receive_queue_release", false)) {
+    b.recv_slots_freed_at_poll =
+        r.Choice<bool>("receive_queue_release", {{"poll", true}, {"consumption", false}});
+  }
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }

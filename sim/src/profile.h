@@ -62,6 +62,11 @@ struct Behaviour {
   // tail), or as soon as the WQE completes (rxe: the completer moves the
   // queue's consumer index).
   bool send_slots_freed_at_poll = true;
+  // A receive queue slot is free again once the WQE's completion is polled
+  // (mlx5's poll moves the receive queue's tail), or as soon as the WQE is
+  // consumed (rxe: the responder moves the queue's consumer index). WQEs of
+  // an SRQ are free once consumed under either.
+  bool recv_slots_freed_at_poll = true;
   // ibv_rereg_mr with flags 0: libibverbs passes it on, so a kernel provider
   // fails it as a command (IBV_REREG_MR_ERR_CMD), as every one does; or an
   // input error (IBV_REREG_MR_ERR_INPUT), which no provider gives.

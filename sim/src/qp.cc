@@ -364,7 +364,7 @@ int Qp::Modify(const ibv_qp_attr& requested, int requested_mask) {
     pulls_refused_ = false;  // it may be connected to another requester next
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
     DiscardCompletionsLocked();
-    ForgetSendSlotsLocked();  // (the completions a CQ keeps free nothing of the new queue)
+    ForgetQueueSlotsLocked();  // (the completions a CQ keeps free nothing of the new queues)
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
@@ -586,7 +586,7 @@ int Qp::Destroy() {
     device()->RemoveQp(this);
     ReleaseQpNumberLocked();
     DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
-    ForgetSendSlotsLocked();     // (what a CQ keeps must not reach the QP once it is gone)
+    ForgetQueueSlotsLocked();    // (what a CQ keeps must not reach the QP once it is gone)
     if (send_cq_) send_cq_->RemoveQp(this);
     if (xrcd_) {
       xrcd_->domain()->targets.erase(this);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "affiliated_events.h"
+#include "cq_slot_release.h"
 #include "fabric/peer_route.h"
 #include "fabric/wire_line.h"
 #include "handle.h"
@@ -113,12 +114,19 @@ class Qp {
   Cq* recv_cq() const { return recv_cq_; }
   Srq* srq() const { return srq_; }
 
-  // A send completion of this QP, polled: the send queue slots of the WQEs up
-  // to the one with seq `through` (SendWqe::seq) are free for new WRs (the
-  // profile's send_queue_release, poll). Any thread that polls, under the CQ's lock.
-  void FreeSendSlotsThrough(uint64_t through) {
+  // A completion of this QP, polled (or lost): a send completion frees the
+  // send queue slots of the WQEs up to the one with seq `through`
+  // (SendWqe::seq), a receive completion its receive queue slot (the
+  // profile's send_queue_release and receive_queue_release, poll). Any
+  // thread that polls, under the CQ's lock.
+  void FreeSlots(const CqSlotRelease& release) {
+    if (release.recv) {
+      rq_freed_.fetch_add(1, std::memory_order_release);
+      return;
+    }
     uint64_t freed = sq_freed_.load(std::memory_order_relaxed);
-    while (freed < through && !sq_freed_.compare_exchange_weak(freed, through, std::memory_order_release)) {
+    while (freed < release.through &&
+           !sq_freed_.compare_exchange_weak(freed, release.through, std::memory_order_release)) {
     }
   }
 
@@ -383,9 +391,9 @@ class Qp {
 
   // Completion into a CQ with the profile's overrun rules. Returns false if
   // the completion was lost (the QP may have gone to ERR because of it).
-  // `frees_through` (non-zero): polling the completion frees the send queue
-  // slots up to that SendWqe::seq; a lost one frees them at once (nobody can poll it).
-  bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, uint64_t frees_through = 0);
+  // Polling the completion frees what `release` says of our queues; a lost
+  // one frees it at once (nobody can poll it).
+  bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, CqSlotRelease release = {});
   // A completion of `wqe` into the send CQ (PushCompletion, freeing the slots
   // up to it when polled under send_queue_release poll).
   bool PushSendCompletion(const SendWqe& wqe, const ibv_wc& wc);
@@ -393,9 +401,13 @@ class Qp {
   // and under send_queue_release poll also those whose completion (or a later
   // one's) is not polled yet. Requires: engine lock.
   size_t SendSlotsInUseLocked() const;
-  // RESET and destroy: the WQEs' completions still in the CQ free nothing of
-  // the queue from now on, which starts over. Requires: engine lock.
-  void ForgetSendSlotsLocked();
+  // The receive queue slots that count against max_recv_wr: WQEs not
+  // consumed, and under receive_queue_release poll also those whose
+  // completion is not polled yet. Requires: engine lock.
+  size_t RecvSlotsInUseLocked() const;
+  // RESET and destroy: the WQEs' completions still in the CQs free nothing of
+  // the queues from now on, which start over. Requires: engine lock.
+  void ForgetQueueSlotsLocked();
   // The profile's overrun rules for a completion of ours (`recv`: a receive
   // completion) that `cq` did not take: it overran `cq` with it (`overrun`),
   // or `cq` was in error already. `cq` is null when it is another process's
@@ -437,7 +449,7 @@ class Qp {
   bool pulls_refused_ = false;
   RingQueue<SendWqe> sq_;  // posted, not yet retired
   uint64_t sq_posted_ = 0;  // WQEs posted since creation or RESET (SendWqe::seq of the latest)
-  std::atomic<uint64_t> sq_freed_{0};  // FreeSendSlotsThrough
+  std::atomic<uint64_t> sq_freed_{0};  // FreeSlots
   size_t next_to_send_ = 0;   // index in sq_ of the first WQE not transmitted
   uint32_t next_psn_ = 0;     // requester PSN
   int retries_left_ = 0;
@@ -453,6 +465,8 @@ class Qp {
   PeerRoute peer_route_;  // where our packets go, when that is another process
 
   RingQueue<RecvWqe> rq_;
+  uint64_t rq_posted_ = 0;  // receive WQEs posted since creation or RESET
+  std::atomic<uint64_t> rq_freed_{0};  // their polled (or lost) completions: FreeSlots
   // Responder state of the message being received.
   uint32_t epsn_ = 0;
   // RC responder: a sequence NAK went out and the expected PSN has not come

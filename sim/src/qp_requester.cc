@@ -161,7 +161,8 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
 }
 
 bool Qp::PushSendCompletion(const SendWqe& wqe, const ibv_wc& wc) {
-  return PushCompletion(send_cq_, wc, false, device()->behaviour().send_slots_freed_at_poll ? wqe.seq : 0);
+  if (!device()->behaviour().send_slots_freed_at_poll) return PushCompletion(send_cq_, wc, false);
+  return PushCompletion(send_cq_, wc, false, CqSlotRelease{this, wqe.seq});
 }
 
 size_t Qp::SendSlotsInUseLocked() const {
@@ -170,10 +171,13 @@ size_t Qp::SendSlotsInUseLocked() const {
   return std::max<size_t>(sq_.size(), static_cast<size_t>(unfreed));
 }
 
-void Qp::ForgetSendSlotsLocked() {
+void Qp::ForgetQueueSlotsLocked() {
   if (send_cq_) send_cq_->ForgetSlotReleases(this);
+  if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->ForgetSlotReleases(this);
   sq_posted_ = 0;
   sq_freed_.store(0, std::memory_order_relaxed);
+  rq_posted_ = 0;
+  rq_freed_.store(0, std::memory_order_relaxed);
 }
 
 int Qp::SendRefusalLocked(const ibv_send_wr& wr, size_t queued) const {

@@ -663,14 +663,21 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
     }
     solicited = arrival.solicited;
   }
-  PushCompletion(recv_cq_, wc, solicited);
+  // A WQE of our receive queue (not of an SRQ) holds its slot until polled.
+  const bool holds_slot = !srq_ && device()->behaviour().recv_slots_freed_at_poll;
+  PushCompletion(recv_cq_, wc, solicited, holds_slot ? CqSlotRelease{this, 0, true} : CqSlotRelease{});
 }
 
-bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, uint64_t frees_through) {
-  const Cq::PushResult result =
-      cq->Push(wc, solicited, frees_through ? Cq::SlotRelease{this, frees_through} : Cq::SlotRelease{});
+size_t Qp::RecvSlotsInUseLocked() const {
+  if (!device()->behaviour().recv_slots_freed_at_poll) return rq_.size();
+  const uint64_t unfreed = rq_posted_ - std::min(rq_posted_, rq_freed_.load(std::memory_order_acquire));
+  return std::max<size_t>(rq_.size(), static_cast<size_t>(unfreed));
+}
+
+bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, CqSlotRelease release) {
+  const Cq::PushResult result = cq->Push(wc, solicited, release);
   if (result == Cq::PushResult::kOk) return true;
-  if (frees_through) FreeSendSlotsThrough(frees_through);
+  if (release.qp) FreeSlots(release);
   CompletionLostLocked(cq, result == Cq::PushResult::kOverrun, wc.opcode & IBV_WC_RECV);
   return false;
 }
@@ -713,7 +720,7 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     } else if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > attr_.cap.max_recv_sge ||
                (wr->num_sge > 0 && !wr->sg_list)) {
       err = EINVAL;
-    } else if (rq_.size() >= attr_.cap.max_recv_wr) {
+    } else if (RecvSlotsInUseLocked() >= attr_.cap.max_recv_wr) {
       err = ENOMEM;
     }
     if (err) {
@@ -726,6 +733,7 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         wqe.wr_id = wr->wr_id;
         wqe.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
         for (const ibv_sge& sge : wqe.sges) wqe.length += sge.length;
+        ++rq_posted_;
         CompleteRecvLocked(wqe, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
         continue;
       }
@@ -746,6 +754,7 @@ int Qp::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
         slot.length = 0;
         for (const ibv_sge& sge : slot.sges) slot.length += sge.length;
       });
+      ++rq_posted_;
     } catch (const std::bad_alloc&) {
       // No memory to hold the WR: refused as by a full queue.
       if (bad_wr) *bad_wr = wr;

@@ -61,7 +61,7 @@ struct SendWqeValues {
   uint32_t xrc_srqn = 0;
 
   // Its place in the QP's posting order, from 1 (Qp::sq_posted_): polling
-  // its completion frees the send queue slots up to it (Qp::FreeSendSlotsThrough).
+  // its completion frees the send queue slots up to it (Qp::FreeSlots).
   uint64_t seq = 0;
 
   // Progress of the requester.
