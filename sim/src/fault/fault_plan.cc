@@ -252,9 +252,11 @@ void RunEvent(const Action& a, const Involved& involved) {
   FaultObject object = FaultObject::kQp;
   if (element == EventElement::kCq) object = a.recv_cq ? FaultObject::kRecvCq : FaultObject::kSendCq;
   if (element == EventElement::kSrq) object = FaultObject::kSrq;
-  if (RaiseOnQpNumber(a.event, devices[qp.first].get(), qp.second, object) == kNotRaised) {
-    std::fprintf(stderr, "simverbs: fault plan %s: %s not raised on QP %u: the QP is in RESET or already in ERR\n",
-                 a.where.c_str(), EventName(a.event), qp.second);
+  const int delivered = RaiseOnQpNumber(a.event, devices[qp.first].get(), qp.second, object);
+  if (delivered == kNotRaised || delivered == kNoSrq) {
+    std::fprintf(stderr, "simverbs: fault plan %s: %s not raised on QP %u: %s\n", a.where.c_str(),
+                 EventName(a.event), qp.second,
+                 delivered == kNoSrq ? "the QP has no SRQ" : "the QP is in RESET or already in ERR");
   }
 }
 

@@ -128,7 +128,10 @@ int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObje
     case FaultObject::kQp: site.qp = qp; break;
     case FaultObject::kSendCq: site.cq = qp->send_cq(); break;
     case FaultObject::kRecvCq: site.cq = qp->recv_cq(); break;
-    case FaultObject::kSrq: site.srq = qp->srq(); break;
+    case FaultObject::kSrq:
+      site.srq = qp->srq();
+      if (!site.srq) return kNoSrq;
+      break;
     default: break;
   }
   const int delivered = RaiseOnObjectLocked(type, site);
@@ -161,7 +164,10 @@ int HandleFaultRequest(const FaultRequest& request) {
     return reached > 0 ? reached : 0;
   }
   const auto type = static_cast<ibv_event_type>(event);
-  if (object != FaultObject::kDevice) return RaiseOnQpNumber(type, device, qpn, object);
+  if (object != FaultObject::kDevice) {
+    const int delivered = RaiseOnQpNumber(type, device, qpn, object);
+    return delivered == kNoSrq ? 0 : delivered;  // (inject says no QP of any process has an SRQ)
+  }
   FaultSite site;
   site.device = device;
   site.port_num = port_num;

@@ -47,10 +47,11 @@ int RaiseFault(ibv_event_type type, const FaultSite& site);
 // Raises `type` on the QP numbered `qpn` of `device` in this process (or on
 // the CQ or SRQ `object` says it uses). Returns the events delivered: 0 when
 // this process has no such QP, kNotRaised when it has, but the QP's state
-// takes no such event (in RESET, or already in ERR). Must not be called with
-// the engine lock held.
+// takes no such event (in RESET, or already in ERR), kNoSrq for an SRQ event
+// on a QP without an SRQ. Must not be called with the engine lock held.
 enum class FaultObject : int32_t;
 constexpr int kNotRaised = -1;
+constexpr int kNoSrq = -2;
 int RaiseOnQpNumber(ibv_event_type type, Device* device, uint32_t qpn, FaultObject object);
 
 // Handles a request from the fabric's mailbox: finds the object on this

@@ -81,6 +81,12 @@ rc, out, err, _ = run_with_plan("qp-state-refused", fault({"completions": 2}, {"
 expect("qp_state SQE on an RC QP: the program runs on, and stderr says why nothing happened",
        rc == 0 and "not moved to SQE" in err and "ERR takes" in err, f"exit {rc}: {out} {err}")
 
+# An SRQ event on a QP without an SRQ cannot apply: nothing happens, and stderr says so.
+rc, out, err, _ = run_with_plan("srq-event-without-srq",
+                                fault({"completions": 2}, {"event": "SRQ_LIMIT_REACHED", "qp": "#1"}), "3", "0")
+expect("SRQ_LIMIT_REACHED on a QP without an SRQ: the program runs on, and stderr says why nothing happened",
+       rc == 0 and "SRQ_LIMIT_REACHED not raised on QP" in err and "has no SRQ" in err, f"exit {rc}: {out} {err}")
+
 # completions: the 4th completion polled puts the polled CQ in error; the
 # next poll fails and CQ_ERR is raised.
 rc, out, err, _ = run_with_plan("completions", fault({"completions": 4}, {"event": "CQ_ERR"}), "3", "1")
