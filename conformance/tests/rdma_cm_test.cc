@@ -977,6 +977,48 @@ TEST_F(RdmaCmTest, UdLookupOfADestroyedIdGivesUnreachableWithSidrStatus) {
   EXPECT_TRUE(Passed(result));
 }
 
+// Rule: rdma_destroy_id(3) of an id whose connection request is unanswered: the IB CM withdraws the
+//   request (the kernel's cm_destroy_id in IB_CM_REQ_SENT sends a REJ), which resets the listener side's
+//   CM id (cm_rej_handler: cm_reset_to_idle); the request's id then takes no answer: rdma_create_qp
+//   (librdmacm asks for the QP's INIT attributes: ib_cm_init_qp_attr), rdma_accept and rdma_reject fail
+//   with EINVAL. Measured on rxe 6.1: so, and no event reaches the listener's channel within 20 s.
+// Checks: the client destroys its id once the server holds the request; rdma_create_qp on the request's
+//   id fails with EINVAL within the return window (tried again until it does: the REJ travels), then
+//   rdma_accept and rdma_reject fail with EINVAL, and the server's channel stays quiet.
+TEST_F(RdmaCmTest, RequestWithdrawnByItsRequesterTakesNoAnswer) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        CmSide server, conn, client;
+        ASSERT_NO_FATAL_FAILURE(ListenAndResolve(&server, &client, RDMA_PS_TCP));
+        ASSERT_NO_FATAL_FAILURE(StartConnect(&client));
+        ASSERT_NO_FATAL_FAILURE(TakeRequest(&server, &conn));
+        client.id.reset();
+        conn.pd.reset(ibv_alloc_pd(conn.id->verbs));
+        ASSERT_NE(conn.pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
+        ibv_qp_init_attr attr = {};
+        attr.qp_type = IBV_QPT_RC;
+        attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+        attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+        const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+        int rc = 0;
+        int err = 0;
+        while ((rc = rdma_create_qp(conn.id.get(), conn.pd.get(), &attr)) == 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+          rdma_destroy_qp(conn.id.get());  // (the REJ is not here yet)
+        }
+        err = errno;
+        ASSERT_EQ(rc, -1) << "rdma_create_qp still succeeds " << kReturnWindow.count()
+                          << " ms after the requester destroyed its id";
+        EXPECT_EQ(err, EINVAL) << ErrnoName(err);
+        rdma_conn_param param = {};
+        EXPECT_THAT(CaptureErrno([&] { return rdma_accept(conn.id.get(), &param); }), FailsWithErrno(EINVAL));
+        EXPECT_THAT(CaptureErrno([&] { return rdma_reject(conn.id.get(), nullptr, 0); }), FailsWithErrno(EINVAL));
+        EXPECT_TRUE(NoCmEventWithin(server.channel.get(), kQuietWindow)) << "the listener got an event";
+      },
+      kChildTimeout, "a connection request withdrawn by its requester");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: the IB CM answers a SIDR REQ for a service ID nobody listens on with status 1, "service ID
 //   not supported" (IBTA Vol 1 12.11.2; the kernel's cm_sidr_req_handler); rdma_cm reports it as
 //   UNREACHABLE with that status.

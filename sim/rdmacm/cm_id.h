@@ -83,6 +83,11 @@ class CmId {
   uint8_t rnr_retry_count = 7;
   uint32_t qkey = 0x01234567;  // RDMA_UDP_QKEY
   bool peer_dreq = false;      // the peer asked to disconnect first
+  // A connection request whose requester went (its id destroyed, its process
+  // gone) before we answered: the kernel's CM sends a REJ then, which resets
+  // our CM id without an event; rdma_create_qp, rdma_accept and rdma_reject
+  // on the id fail with EINVAL from then on.
+  bool request_withdrawn = false;
   // Events handed out and not acked (rdma_destroy_id waits for 0).
   int unacked = 0;
   uint64_t acks = 0;  // events acked so far (rdma_migrate_id waits on it)

@@ -773,8 +773,12 @@ void CmService::OnPeerGone(CmId* id) {
       QueueEvent(id, RDMA_CM_EVENT_DISCONNECTED, 0);
       StartTimewait(id);
       return;
+    case S::kRequestReceived:
+      // (A lookup's requester sends nothing when it goes: its SIDR REQ stays answerable.)
+      if (id->pub()->qp_type != IBV_QPT_UD) id->request_withdrawn = true;
+      return;
     default:
-      return;  // a request not accepted yet: rdma_accept will say the peer is gone
+      return;
   }
 }
 

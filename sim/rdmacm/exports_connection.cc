@@ -372,7 +372,9 @@ int rdma_create_qp_ex(rdma_cm_id* pub, ibv_qp_init_attr_ex* attr) {
     }
     std::lock_guard<std::mutex> lock(CmService::Get().mu());
     pub->qp = qp;
-    int err = id->ModifyQp(IBV_QPS_INIT);
+    // librdmacm asks the kernel for the QP's INIT attributes, which a CM id
+    // reset by the requester's REJ does not give (ib_cm_init_qp_attr: EINVAL).
+    int err = id->request_withdrawn ? EINVAL : id->ModifyQp(IBV_QPS_INIT);
     if (!err && pub->qp_type == IBV_QPT_UD) {
       err = id->ModifyQp(IBV_QPS_RTR);
       if (!err) err = id->ModifyQp(IBV_QPS_RTS);
@@ -536,7 +538,7 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
     CmId* id = CmId::From(pub);
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
-    if (id->state != State::kRequestReceived) return Fail(EINVAL);
+    if (id->state != State::kRequestReceived || id->request_withdrawn) return Fail(EINVAL);
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (param && param->private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRepPrivateData)) return Fail(EINVAL);
     if (!ud && !pub->qp && !param) return Fail(EINVAL);
@@ -544,7 +546,7 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
     if (!ValidRdAtomic(id, param, max)) return Fail(EINVAL);
     TakeAcceptRdAtomic(id, param, max);
     if (id->sock < 0) {
-      // The peer left before the answer.
+      // The lookup's requester left before the answer.
       service.QueueEvent(id, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT);
       return 0;
     }
@@ -564,7 +566,8 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
       if (int err = id->ModifyQp(IBV_QPS_RTR)) return Fail(err);
       if (int err = id->ModifyQp(IBV_QPS_RTS)) return Fail(err);
     }
-    if (int err = service.Send(id, rep)) return Fail(err);
+    // A requester gone meanwhile: its REJ (which resets our CM id) is on the way.
+    if (service.Send(id, rep) != 0 && !ud) return Fail(EINVAL);
     id->state = ud ? State::kConnected : State::kAccepted;
     if (ud) service.Close(id);
     return 0;
@@ -579,7 +582,7 @@ int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t private_data_
     CmId* id = CmId::From(pub);
     CmService& service = CmService::Get();
     std::lock_guard<std::mutex> lock(service.mu());
-    if (id->state != State::kRequestReceived) return Fail(EINVAL);
+    if (id->state != State::kRequestReceived || id->request_withdrawn) return Fail(EINVAL);
     const bool ud = pub->qp_type == IBV_QPT_UD;
     if (private_data_len > (ud ? cm::kSidrRepPrivateData : cm::kRejPrivateData)) return Fail(EINVAL);
     CmMessage rej = RejectionOf(id);
