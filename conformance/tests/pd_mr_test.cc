@@ -17,9 +17,11 @@
 #include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/skip_if.h"
+#include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/verbs_test.h"
+#include "conformance/lib/watchdog.h"
 
 namespace conformance {
 namespace {
@@ -101,6 +103,32 @@ TEST_F(PdMrTest, AllocPdAndDeallocSucceed) {
   ASSERT_THAT(call, ReturnsObject());
   EXPECT_EQ(call.ptr->context, context());
   EXPECT_EQ(ibv_dealloc_pd(call.ptr.release()), 0);
+}
+
+// Rule: ibv_close_device(3) "does not release all the resources allocated using context" (the
+//   program's memory for them stays its own), but the kernel destroys the objects themselves when it
+//   closes the context (ib_uverbs_close: uverbs_destroy_ufile_hw): the device's limits
+//   (ibv_query_device: max_pd) no longer count them.
+// Checks: in a child, a second context allocates PDs until the device refuses one (within max_pd + 1)
+//   and is closed with them alive; a third context then allocates a PD.
+TEST_F(PdMrTest, PdsOfAClosedContextCountNoMore) {
+  const int max_pd = device_attr().max_pd;
+  SKIP_IF(max_pd <= 0 || max_pd > 8192) << "(max_pd " << max_pd << ": too many to fill in a test)";
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr filled = OpenAnotherContext();
+        ASSERT_NE(filled, nullptr);
+        int made = 0;
+        while (made <= max_pd && ibv_alloc_pd(filled.get()) != nullptr) ++made;  // (left to the close)
+        ASSERT_LE(made, max_pd) << "the device took more than max_pd PDs";
+        ASSERT_EQ(ibv_close_device(filled.release()), 0);
+        ContextPtr next = OpenAnotherContext();
+        ASSERT_NE(next, nullptr);
+        auto call = CaptureErrno([&] { return ibv_alloc_pd(next.get()); });
+        EXPECT_THAT(call, ReturnsObject()) << "the " << made << " PDs of the closed context still count";
+      },
+      kChildTimeout, "PDs left to ibv_close_device");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_alloc_pd(3): "ibv_dealloc_pd() may fail if any other resource is still associated

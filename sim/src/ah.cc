@@ -39,12 +39,12 @@ Result<Ah*> Ah::Create(Pd* pd, const ibv_ah_attr& attr) {
   if (attr.is_global && attr.grh.sgid_index >= port.gid_tbl_len) return Result<Ah*>::Error(EINVAL);
   // An empty entry has no source address (rdma_create_user_ah -> rdma_fill_sgid_attr: ENODATA).
   if (attr.is_global && !dev->Gid(attr.port_num, attr.grh.sgid_index)) return Result<Ah*>::Error(ENODATA);
-  if (!dev->Reserve(Device::Kind::kAh)) return Result<Ah*>::Error(ENOMEM);
+  if (!pd->context()->ReserveObject(Device::Kind::kAh)) return Result<Ah*>::Error(ENOMEM);
   return new Ah(pd, attr);
 }
 
 int Ah::Destroy() {
-  ctx_->device()->Release(Device::Kind::kAh);
+  ctx_->ReleaseObject(Device::Kind::kAh);
   delete this;
   return 0;
 }

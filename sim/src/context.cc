@@ -93,7 +93,21 @@ void Context::Close() {
     Srq::OrphanXrcLocked(this);
   }
   Xrcd::OrphanAll(this);
+  for (int kind = 0; kind < static_cast<int>(Device::Kind::kCount); ++kind) {
+    device_->Release(static_cast<Device::Kind>(kind), objects_[kind].exchange(0));
+  }
   delete this;
+}
+
+bool Context::ReserveObject(Device::Kind kind) {
+  if (!device_->Reserve(kind)) return false;
+  objects_[static_cast<int>(kind)].fetch_add(1);
+  return true;
+}
+
+void Context::ReleaseObject(Device::Kind kind) {
+  objects_[static_cast<int>(kind)].fetch_sub(1);
+  device_->Release(kind);
 }
 
 void Context::RaiseAsync(const QueuedEvent& ev) {

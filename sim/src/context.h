@@ -10,13 +10,13 @@
 #include <mutex>
 #include <set>
 
+#include "device.h"
 #include "event_queue.h"
 #include "handle.h"
 #include "result.h"
 
 namespace simverbs {
 
-class Device;
 class CompChannel;
 
 class Context {
@@ -46,6 +46,12 @@ class Context {
   void AddChannel(CompChannel* ch);
   void RemoveChannel(CompChannel* ch);
 
+  // One object of `kind` more (or less) on this context, against the device's
+  // limit (Device::Reserve: false when it is reached). The kernel frees what a
+  // closed context's objects held (ibv_close_device), as Close does.
+  bool ReserveObject(Device::Kind kind);
+  void ReleaseObject(Device::Kind kind);
+
   // IBV_EVENT_DEVICE_FATAL was raised on this context (fault/device_fatal.h).
   bool fatal() const { return fatal_.load(std::memory_order_acquire); }
   // False when it already was fatal.
@@ -62,6 +68,7 @@ class Context {
   std::mutex mu_;
   std::set<CompChannel*> channels_;
   std::atomic<bool> fatal_{false};
+  std::atomic<int> objects_[static_cast<int>(Device::Kind::kCount)] = {};  // ReserveObject
 };
 
 }  // namespace simverbs

@@ -77,7 +77,7 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
   if (p.cqe < 1 || p.cqe > prof.attr_ex.orig_attr.max_cqe) return Result<Cq*>::Error(EINVAL);
   if (p.comp_vector >= static_cast<uint32_t>(ctx->ibv()->num_comp_vectors)) return Result<Cq*>::Error(EINVAL);
   if (p.channel && p.channel->context() != ctx) return Result<Cq*>::Error(EINVAL);
-  if (!ctx->device()->Reserve(Device::Kind::kCq)) return Result<Cq*>::Error(ENOMEM);
+  if (!ctx->ReserveObject(Device::Kind::kCq)) return Result<Cq*>::Error(ENOMEM);
   Params sized = p;
   sized.cqe = ActualSize(ctx->device(), p.cqe);
   try {
@@ -85,7 +85,7 @@ Result<Cq*> Cq::Create(Context* ctx, const Params& p) {
   } catch (const std::bad_alloc&) {
     // No memory for the ring (a large cqe, a limited address space): the
     // verb fails with ENOMEM and the CQ is not counted.
-    ctx->device()->Release(Device::Kind::kCq);
+    ctx->ReleaseObject(Device::Kind::kCq);
     return Result<Cq*>::Error(ENOMEM);
   }
 }
@@ -108,7 +108,7 @@ int Cq::Destroy() {
     --channel_->ibv()->refcnt;
     pthread_mutex_unlock(&ctx_->ibv()->mutex);
   }
-  ctx_->device()->Release(Device::Kind::kCq);
+  ctx_->ReleaseObject(Device::Kind::kCq);
   delete this;
   return 0;
 }

@@ -79,7 +79,7 @@ bool Device::Reserve(Kind kind) {
   return true;
 }
 
-void Device::Release(Kind kind) { counts_[static_cast<int>(kind)].fetch_sub(1); }
+void Device::Release(Kind kind, int count) { counts_[static_cast<int>(kind)].fetch_sub(count); }
 
 }  // namespace simverbs
 

@@ -130,7 +130,7 @@ class Device {
   // Device-wide object counts against the profile limits (max_pd, max_cq ...).
   enum class Kind { kPd, kMr, kCq, kQp, kSrq, kAh, kMw, kCount };
   bool Reserve(Kind kind);  // false when the limit is reached
-  void Release(Kind kind);
+  void Release(Kind kind, int count = 1);
 
   // The fake sysfs directory that ibv_device::ibdev_path names.
   static constexpr const char* kSysfsRoot = "/sys/class/infiniband";

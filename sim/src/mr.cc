@@ -237,13 +237,13 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   if (((reinterpret_cast<uintptr_t>(addr) ^ iova) & (page - 1)) != 0) return Result<Mr*>::Error(EINVAL);
   if (int err = CheckMapped(addr, length, access)) return Result<Mr*>::Error(err);
   Device* dev = pd->context()->device();
-  if (!dev->Reserve(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  if (!pd->context()->ReserveObject(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
   const SharedFile file = FileFor(addr, length, access);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   const uint32_t key_index = dev->NewKeyIndex();
   if (key_index == 0) {
     ReleaseSharedFile(file);
-    dev->Release(Device::Kind::kMr);
+    pd->context()->ReleaseObject(Device::Kind::kMr);
     return Result<Mr*>::Error(ENOMEM);
   }
   Mr* mr = nullptr;
@@ -252,7 +252,7 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   } catch (const std::bad_alloc&) {
     ReleaseSharedFile(file);
     dev->ReleaseKeyIndex(key_index);
-    dev->Release(Device::Kind::kMr);
+    pd->context()->ReleaseObject(Device::Kind::kMr);
     return Result<Mr*>::Error(ENOMEM);
   }
   mr->ShareLocked(file);
@@ -340,7 +340,8 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
 }
 
 int Mr::Deregister() {
-  Device* dev = pd_->context()->device();
+  Context* ctx = pd_->context();
+  Device* dev = ctx->device();
   bool wait = false;
   {
     // After this no packet can reach the memory: its keys are gone.
@@ -355,7 +356,7 @@ int Mr::Deregister() {
   // goes on meanwhile.
   if (wait) WaitUnused();
   ReleaseFile();
-  dev->Release(Device::Kind::kMr);
+  ctx->ReleaseObject(Device::Kind::kMr);
   delete this;
   return 0;
 }

@@ -45,11 +45,11 @@ Result<Mw*> Mw::Alloc(Pd* pd, ibv_mw_type type) {
   if (type == IBV_MW_TYPE_2) supported = caps & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B);
   if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) return Result<Mw*>::Error(EINVAL);
   if (!supported) return Result<Mw*>::Error(EOPNOTSUPP);
-  if (!dev->Reserve(Device::Kind::kMw)) return Result<Mw*>::Error(ENOMEM);
+  if (!pd->context()->ReserveObject(Device::Kind::kMw)) return Result<Mw*>::Error(ENOMEM);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   const uint32_t key_index = dev->NewKeyIndex();
   if (key_index == 0) {
-    dev->Release(Device::Kind::kMw);
+    pd->context()->ReleaseObject(Device::Kind::kMw);
     return Result<Mw*>::Error(ENOMEM);
   }
   Mw* mw = new Mw(pd, type, key_index);
@@ -65,7 +65,7 @@ int Mw::Dealloc() {
     dev->RemoveWindowKey(key_);
     dev->ReleaseKeyIndex(key_ >> 8);
   }
-  dev->Release(Device::Kind::kMw);
+  ctx_->ReleaseObject(Device::Kind::kMw);
   delete this;
   return 0;
 }

@@ -21,13 +21,13 @@ Pd::~Pd() { handle_.Unbind(); }
 
 Result<Pd*> Pd::Alloc(Context* ctx) {
   if (int err = FaultPoints::Get().Hit(FaultPoint::kAllocPd)) return Result<Pd*>::Error(err);
-  if (!ctx->device()->Reserve(Device::Kind::kPd)) return Result<Pd*>::Error(ENOMEM);
+  if (!ctx->ReserveObject(Device::Kind::kPd)) return Result<Pd*>::Error(ENOMEM);
   return new Pd(ctx);
 }
 
 int Pd::Dealloc() {
   if (users_.load() != 0) return EBUSY;
-  ctx_->device()->Release(Device::Kind::kPd);
+  ctx_->ReleaseObject(Device::Kind::kPd);
   delete this;
   return 0;
 }

@@ -159,10 +159,10 @@ Result<Qp*> Qp::Create(Pd* pd, const ibv_qp_init_attr_ex& a) {
                cap.max_recv_sge > static_cast<uint32_t>(dev.max_sge))) {
     return R::Error(EINVAL);
   }
-  if (!ctx->device()->Reserve(Device::Kind::kQp)) return R::Error(ENOMEM);
+  if (!ctx->ReserveObject(Device::Kind::kQp)) return R::Error(ENOMEM);
   const uint32_t qpn = ctx->device()->AllocQpn();
   if (qpn == 0) {
-    ctx->device()->Release(Device::Kind::kQp);
+    ctx->ReleaseObject(Device::Kind::kQp);
     return R::Error(ENOMEM);
   }
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
@@ -603,7 +603,7 @@ int Qp::Destroy() {
     pd_->RemoveUser();
     if (srq_) srq_->RemoveUser();
   }
-  ctx_->device()->Release(Device::Kind::kQp);
+  ctx_->ReleaseObject(Device::Kind::kQp);
   events_.Purge(ctx_->async_events());
   events_.WaitForAcks(qp_num());
   delete this;

@@ -27,10 +27,10 @@ Result<Qp*> Qp::CreateXrcTarget(Context* ctx, const ibv_qp_init_attr_ex& a) {
   if (!xrcd || xrcd->context() != ctx) return R::Error(EINVAL);
   // It has no send queue, so there is nothing for the ibv_wr_* API to build.
   if ((a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && a.send_ops_flags) return R::Error(EINVAL);
-  if (!device->Reserve(Device::Kind::kQp)) return R::Error(ENOMEM);
+  if (!ctx->ReserveObject(Device::Kind::kQp)) return R::Error(ENOMEM);
   const uint32_t qpn = device->AllocQpn();
   if (qpn == 0) {
-    device->Release(Device::Kind::kQp);
+    ctx->ReleaseObject(Device::Kind::kQp);
     return R::Error(ENOMEM);
   }
   ibv_qp_init_attr_ex init = a;

@@ -65,7 +65,7 @@ Result<Srq*> Srq::CreateChecked(Pd* pd, const ibv_srq_init_attr& a) {
     return Result<Srq*>::Error(EINVAL);
   }
   if (a.attr.max_wr == 0 && pd->context()->device()->behaviour().srq_zero_wr_einval) return Result<Srq*>::Error(EINVAL);
-  if (!pd->context()->device()->Reserve(Device::Kind::kSrq)) return Result<Srq*>::Error(ENOMEM);
+  if (!pd->context()->ReserveObject(Device::Kind::kSrq)) return Result<Srq*>::Error(ENOMEM);
   return new Srq(pd, a);
 }
 
@@ -279,7 +279,7 @@ int Srq::Destroy() {
     xrcd_->RemoveUser();
     cq_->RemoveSrq();
   }
-  ctx_->device()->Release(Device::Kind::kSrq);
+  ctx_->ReleaseObject(Device::Kind::kSrq);
   const uint32_t handle = handle_.pub.handle;
   events_.Purge(ctx_->async_events());
   events_.WaitForAcks(handle);
