@@ -6,6 +6,7 @@
 #include <infiniband/verbs.h>
 
 #include <cerrno>
+#include <chrono>
 #include <vector>
 
 #include "conformance/lib/backend_profile.h"
@@ -107,6 +108,64 @@ TEST_F(SrqTest, ActualSizeFollowsBackend) {
   ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
   ibv_sge sge = local_.Sge(0, 64);
   EXPECT_EQ(PostSrqRecv(srq_.get(), 99, &sge, 1), ENOMEM);
+}
+
+// Rule: ibv_post_srq_recv(3) fails when the SRQ is full (ENOMEM in Linux); when a consumed receive's
+//   slot is free again the man pages leave open: mlx5 frees it when its completion is polled (the poll
+//   puts the WQE back on the SRQ's free list: mlx5_free_srq_wqe), rxe as soon as a message takes it.
+//   Backend question RecvSlotFreedAtPoll (as for receive queues).
+// Checks: srq_ filled to its max_wr and one receive taken by a SEND that a_ saw acknowledged: where
+//   slots are freed at poll, the next receive returns ENOMEM until b_'s completion is polled, then is
+//   taken; elsewhere it is taken within the return window without a poll.
+TEST_F(SrqTest, SlotsFreeFollowBackend) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ibv_srq_attr attr = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
+  ASSERT_LE(attr.max_wr, 64u) << "unexpectedly deep SRQ";
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
+  ibv_sge rsge = remote_.Sge(0, 64);
+  ASSERT_EQ(PostSrqRecv(srq_.get(), 1000, &rsge, 1), ENOMEM) << "the SRQ took more than its max_wr";
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  if (Backend().Answer("RecvSlotFreedAtPoll", true)) {
+    EXPECT_EQ(PostSrqRecv(srq_.get(), 1000, &rsge, 1), ENOMEM) << "a slot was free before its completion was polled";
+    ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &wc));
+    EXPECT_EQ(PostSrqRecv(srq_.get(), 1000, &rsge, 1), 0) << "the polled completion freed no slot";
+    return;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  int rc = ENOMEM;
+  while ((rc = PostSrqRecv(srq_.get(), 1000, &rsge, 1)) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(rc, 0) << "no slot freed by the consumed receive, within " << kReturnWindow.count() << " ms";
+}
+
+// Rule: as SlotsFreeFollowBackend; ibv_destroy_qp(3) of a QP whose receive completions from the SRQ
+//   are not polled: the SRQ goes on, and those receives hold no slot of it any more (mlx5_destroy_qp
+//   cleans the QP's completions from its CQ and gives their WQEs back to the SRQ: __mlx5_cq_clean).
+// Checks: srq_ filled to its max_wr, one receive taken by b_ and not polled, b_ destroyed: the SRQ
+//   takes a receive again within the return window.
+TEST_F(SrqTest, DestroyedQpGivesItsUnpolledReceivesSlotsBack) {
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+  ibv_srq_attr attr = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
+  ASSERT_LE(attr.max_wr, 64u) << "unexpectedly deep SRQ";
+  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
+  ibv_wc wc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  b_.qp.reset();
+  ibv_sge rsge = remote_.Sge(0, 64);
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  int rc = ENOMEM;
+  while ((rc = PostSrqRecv(srq_.get(), 1000, &rsge, 1)) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
+  }
+  EXPECT_EQ(rc, 0) << "the destroyed QP's receive still holds its SRQ slot";
 }
 
 // Rule: ibv_query_srq(3): returns the attributes of the SRQ: max_wr, max_sge and "srq_limit ... the

@@ -31,6 +31,7 @@ KNOBS = [
     ("rereg_mr_no_flags", "input", "PdMrTest.ReregMrFails_NoFlags"),
     ("send_queue_release", "completion", "QpPostTest.SendSlotsFreeFollowBackend"),
     ("receive_queue_release", "consumption", "QpPostTest.RecvSlotsFreeFollowBackend"),
+    ("receive_queue_release", "consumption", "SrqTest.SlotsFreeFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtResetFollowBackend"),
     ("reset_completions", "keep", "QpErrorTest.UnpolledCompletionsAtDestroyFollowBackend"),
     ("rereg_mr", "unsupported", "PdMrTest.ReregMrChangeAccessSucceeds"),

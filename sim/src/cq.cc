@@ -157,14 +157,20 @@ void Cq::ReleaseSlotsOf(size_t i) {
   if (r.qp) r.qp->FreeSlots(r);
 }
 
-void Cq::ForgetSlotReleases(const Qp* qp) {
+uint32_t Cq::ForgetSlotReleases(const Qp* qp) {
   std::lock_guard<DataPathMutex> lock(mu_);
+  uint32_t receives = 0;
   for (SlotRelease& r : releases_) {
-    if (r.qp == qp) r = {};
+    if (r.qp != qp) continue;
+    receives += r.recv ? 1 : 0;
+    r = {};
   }
   for (Held& held : held_wcs_) {
-    if (held.release.qp == qp) held.release = {};
+    if (held.release.qp != qp) continue;
+    receives += held.release.recv ? 1 : 0;
+    held.release = {};
   }
+  return receives;
 }
 
 void Cq::DiscardQpCompletions(uint32_t qp_num) {

@@ -88,8 +88,8 @@ class Cq {
   // reading stays. For a QP moved to RESET (Behaviour::reset_discards_completions).
   void DiscardQpCompletions(uint32_t qp_num);
   // The completions of `qp` still here free nothing of its queues any more
-  // (the QP is reset or destroyed).
-  void ForgetSlotReleases(const Qp* qp);
+  // (the QP is reset or destroyed). Returns how many were receive completions.
+  uint32_t ForgetSlotReleases(const Qp* qp);
 
   // QPs that complete into this CQ (send or receive side). Requires: engine lock.
   void AddQp(Qp* qp) { qps_.insert(qp); }

@@ -64,8 +64,9 @@ struct Behaviour {
   bool send_slots_freed_at_poll = true;
   // A receive queue slot is free again once the WQE's completion is polled
   // (mlx5's poll moves the receive queue's tail), or as soon as the WQE is
-  // consumed (rxe: the responder moves the queue's consumer index). WQEs of
-  // an SRQ are free once consumed under either.
+  // consumed (rxe: the responder moves the queue's consumer index). The same
+  // for an SRQ's WQEs (mlx5_free_srq_wqe at poll); an XRC SRQ's are free
+  // once consumed under either.
   bool recv_slots_freed_at_poll = true;
   // ibv_rereg_mr with flags 0: libibverbs passes it on, so a kernel provider
   // fails it as a command (IBV_REREG_MR_ERR_CMD), as every one does; or an

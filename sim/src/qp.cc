@@ -363,8 +363,8 @@ int Qp::Modify(const ibv_qp_attr& requested, int requested_mask) {
     atomic_results_ = {};
     pulls_refused_ = false;  // it may be connected to another requester next
     xrc_awaiting_ = xrc_forwarding_ = false;  // a late result from an SRQ's owner is ignored
-    DiscardCompletionsLocked();
     ForgetQueueSlotsLocked();  // (the completions a CQ keeps free nothing of the new queues)
+    DiscardCompletionsLocked();
   }
   SetStateLocked(next);
   if (mask & IBV_QP_SQ_PSN) next_psn_ = attr_.sq_psn;
@@ -585,8 +585,8 @@ int Qp::Destroy() {
     Engine::Get().ForgetDeferredAck(this);
     device()->RemoveQp(this);
     ReleaseQpNumberLocked();
-    DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
     ForgetQueueSlotsLocked();    // (what a CQ keeps must not reach the QP once it is gone)
+    DiscardCompletionsLocked();  // as at RESET: mlx5_destroy_qp cleans its CQs
     if (send_cq_) send_cq_->RemoveQp(this);
     if (xrcd_) {
       xrcd_->domain()->targets.erase(this);

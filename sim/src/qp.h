@@ -116,19 +116,10 @@ class Qp {
 
   // A completion of this QP, polled (or lost): a send completion frees the
   // send queue slots of the WQEs up to the one with seq `through`
-  // (SendWqe::seq), a receive completion its receive queue slot (the
-  // profile's send_queue_release and receive_queue_release, poll). Any
-  // thread that polls, under the CQ's lock.
-  void FreeSlots(const CqSlotRelease& release) {
-    if (release.recv) {
-      rq_freed_.fetch_add(1, std::memory_order_release);
-      return;
-    }
-    uint64_t freed = sq_freed_.load(std::memory_order_relaxed);
-    while (freed < release.through &&
-           !sq_freed_.compare_exchange_weak(freed, release.through, std::memory_order_release)) {
-    }
-  }
+  // (SendWqe::seq), a receive completion its slot of the receive queue or
+  // SRQ (the profile's send_queue_release and receive_queue_release, poll).
+  // Any thread that polls, under the CQ's lock.
+  void FreeSlots(const CqSlotRelease& release);
 
   // Raises an async event affiliated with this QP (counted for destroy).
   void RaiseAsync(ibv_event_type type);

@@ -16,6 +16,7 @@
 #include "mw.h"
 #include "pd.h"
 #include "qp.h"
+#include "srq.h"
 #include "trace/trace.h"
 #include "transport/copy_bytes.h"
 #include "transport/engine.h"
@@ -172,8 +173,9 @@ size_t Qp::SendSlotsInUseLocked() const {
 }
 
 void Qp::ForgetQueueSlotsLocked() {
-  if (send_cq_) send_cq_->ForgetSlotReleases(this);
-  if (recv_cq_ && recv_cq_ != send_cq_) recv_cq_->ForgetSlotReleases(this);
+  uint32_t receives = send_cq_ ? send_cq_->ForgetSlotReleases(this) : 0;
+  if (recv_cq_ && recv_cq_ != send_cq_) receives += recv_cq_->ForgetSlotReleases(this);
+  if (srq_ && receives > 0) srq_->FreeSlots(receives);  // (the SRQ goes on: its slots are free now)
   sq_posted_ = 0;
   sq_freed_.store(0, std::memory_order_relaxed);
   rq_posted_ = 0;

@@ -663,9 +663,29 @@ void Qp::CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opc
     }
     solicited = arrival.solicited;
   }
-  // A WQE of our receive queue (not of an SRQ) holds its slot until polled.
-  const bool holds_slot = !srq_ && device()->behaviour().recv_slots_freed_at_poll;
-  PushCompletion(recv_cq_, wc, solicited, holds_slot ? CqSlotRelease{this, 0, true} : CqSlotRelease{});
+  // A WQE of our receive queue, or of an SRQ that is not XRC, holds its slot until polled.
+  CqSlotRelease release;
+  if (device()->behaviour().recv_slots_freed_at_poll && !IsXrc()) {
+    release = CqSlotRelease{this, 0, true};
+    if (srq_) srq_->HoldSlot();
+  }
+  PushCompletion(recv_cq_, wc, solicited, release);
+}
+
+void Qp::FreeSlots(const CqSlotRelease& release) {
+  if (release.recv) {
+    // (A non-XRC QP's SRQ is the one it was made with: no engine lock needed.)
+    if (srq_) {
+      srq_->FreeSlots(1);
+    } else {
+      rq_freed_.fetch_add(1, std::memory_order_release);
+    }
+    return;
+  }
+  uint64_t freed = sq_freed_.load(std::memory_order_relaxed);
+  while (freed < release.through &&
+         !sq_freed_.compare_exchange_weak(freed, release.through, std::memory_order_release)) {
+  }
 }
 
 size_t Qp::RecvSlotsInUseLocked() const {

@@ -193,7 +193,7 @@ int Srq::PostRecv(ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     int err = 0;
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > max_sge_) {
       err = EINVAL;
-    } else if (wqes_.size() >= max_wr_) {
+    } else if (wqes_.size() + held_.load(std::memory_order_acquire) >= max_wr_) {
       err = ENOMEM;
     }
     if (err) {

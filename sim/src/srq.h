@@ -78,6 +78,12 @@ class Srq {
   // or UC responder gives a receive back. Requires: engine lock.
   void PutBackLocked(Wqe wqe);
 
+  // A consumed WQE whose completion is not polled yet keeps its slot (the
+  // profile's receive_queue_release, poll; not for an XRC SRQ): HoldSlot when
+  // the completion is made, FreeSlots when it is polled, lost or forgotten.
+  void HoldSlot() { held_.fetch_add(1, std::memory_order_relaxed); }
+  void FreeSlots(uint32_t count) { held_.fetch_sub(count, std::memory_order_release); }
+
  private:
   // The entries a queue asked for `entries` holds on this device (srq_size).
   static uint32_t ActualSize(const Device* device, uint32_t entries);
@@ -102,6 +108,7 @@ class Srq {
   uint32_t max_sge_;
   uint32_t limit_ = 0;  // 0 = not armed
   RingQueue<Wqe> wqes_;
+  std::atomic<uint32_t> held_{0};  // HoldSlot
   bool destroying_ = false;
 };
 
