@@ -275,8 +275,7 @@ class CrossProcessWriteTest : public QpTest {
   // anonymous memory with `access`, connects a QP of setup.type (`qp_access`) to a_, posts one
   // receive (wr_id 7, the first 64 bytes; unless setup.post_recv is false), tells the
   // parent, then runs `body`.
-  // The parent creates a_ only after the fork (a child that inherited a copy
-  // of it would answer that copy), connects it to the child's QP and runs
+  // The parent creates a_ after the fork, connects it to the child's QP and runs
   // `parent` with the child's target. Each side gets the pipe ends to wait
   // for the other.
   void RunWithChild(unsigned access, unsigned qp_access, const std::function<void(const Child&)>& body,
@@ -2840,6 +2839,74 @@ TEST_F(CrossProcessWriteTest, ChildOfForkWritesItsOwnCopy) {
   EXPECT_EQ(std::vector<uint8_t>(buf, buf + kLength), std::vector<uint8_t>(kLength, 1));
   mr.reset();
   munmap(mem, kLength);
+}
+
+// Rule: ibv_is_fork_initialized(3): with IBV_FORK_UNNEEDED a child of fork() is a process of its own;
+//   a QP it makes on a context of its own reaches the parent's QPs as any other process's QP would (the
+//   HCA addresses a QP by its number), and an RDMA WRITE through the parent's rkey lands in the parent's
+//   registered pages, not in the child's copy of them.
+// Checks: the parent registers a zeroed buffer and makes an RC QP, then forks; the child opens its own
+//   context and connects an RC QP to the parent's (which connects back), WRITEs a pattern through the
+//   parent's rkey: it completes with success, the parent's buffer holds the pattern, and the child's copy
+//   of that buffer is still zero.
+TEST_F(CrossProcessWriteTest, ChildOfForkWritesIntoTheParentsMemory) {
+  if (ibv_is_fork_initialized() != IBV_FORK_UNNEEDED) GTEST_SKIP() << "fork needs ibv_fork_init here";
+  constexpr size_t kBytes = 4096;
+  Buffer sink;
+  ASSERT_TRUE(sink.Register(pd(), kBytes));
+  ASSERT_TRUE(CreateEnd(&a_));
+  const ibv_ah_attr address = LocalAddress();
+  Pipe to_parent;
+  Pipe to_child;
+  ASSERT_GE(to_parent.fds[0], 0);
+  ASSERT_GE(to_child.fds[0], 0);
+  ChildResult result;
+  std::thread runner([&] {
+    result = RunChecksInChild(
+        [&] {
+          ContextPtr context = OpenAnotherContext();
+          ASSERT_NE(context, nullptr);
+          PdPtr own_pd(ibv_alloc_pd(context.get()));
+          ASSERT_NE(own_pd, nullptr);
+          QpEnd end;
+          ASSERT_TRUE(CreateEndOn(context.get(), own_pd.get(), &end, EndConfig{}));
+          Buffer source;
+          ASSERT_TRUE(source.Register(own_pd.get(), kBytes));
+          const std::vector<uint8_t> pattern = Pattern(21, kBytes);
+          std::memcpy(source.data(), pattern.data(), kBytes);
+          const uint32_t qpn = end.qp_num();
+          ASSERT_EQ(write(to_parent.fds[1], &qpn, sizeof qpn), static_cast<ssize_t>(sizeof qpn));
+          ASSERT_TRUE(BringUp(end.get(), port(), a_.qp_num(), address, ConnectParams{}));
+          char connected = 0;
+          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
+          ASSERT_EQ(read(to_child.fds[0], &connected, 1), 1);
+          ibv_sge sge = source.Sge(0, kBytes);
+          ASSERT_EQ(PostOne(end.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, sink.addr(), sink.rkey())), 0);
+          ibv_wc wc = {};
+          ASSERT_TRUE(PollOneCompletion(end.send_cq.get(), &wc, kChildTimeout / 2));
+          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+          EXPECT_EQ(Read(sink.data(), kBytes), std::vector<uint8_t>(kBytes, 0))
+              << "the WRITE landed in the child's copy of the parent's buffer";
+          ASSERT_EQ(write(to_parent.fds[1], "d", 1), 1);
+        },
+        kChildTimeout, "a child of fork writing into its parent");
+  });
+  uint32_t child_qpn = 0;
+  const bool got_qpn = WaitReadable(to_parent.fds[0], kChildTimeout) &&
+                       read(to_parent.fds[0], &child_qpn, sizeof child_qpn) == static_cast<ssize_t>(sizeof child_qpn);
+  const bool connected = got_qpn && BringUp(a_.get(), port(), child_qpn, address, ConnectParams{}) &&
+                         write(to_child.fds[1], "c", 1) == 1;
+  char done = 0;
+  const bool child_done = connected && WaitReadable(to_parent.fds[0], kChildTimeout) &&
+                          read(to_parent.fds[0], &done, 1) == 1;
+  runner.join();
+  EXPECT_TRUE(got_qpn) << "the child never sent its QP number";
+  EXPECT_TRUE(connected) << "the parent's QP was not connected to the child's";
+  EXPECT_TRUE(Passed(result));
+  if (child_done) {
+    EXPECT_TRUE(HoldsWithin(sink.data(), Pattern(21, kBytes), kReturnWindow))
+        << "the child's WRITE is not in the parent's buffer";
+  }
 }
 
 }  // namespace

@@ -161,9 +161,10 @@ Mr* Device::FindMrHandle(const ibv_mr* handle) const {
 }
 
 Qp* Device::FindQp(uint32_t qpn) const {
-  if (qpn == last_qpn_ && last_qp_) return last_qp_;
+  if (qpn == last_qpn_ && last_qp_ && !last_qp_->Inherited()) return last_qp_;
   auto it = qps_.find(qpn);
-  if (it == qps_.end()) return nullptr;
+  // A child of fork() keeps copies of its parent's QPs: the number names the parent's.
+  if (it == qps_.end() || it->second->Inherited()) return nullptr;
   last_qpn_ = qpn;
   last_qp_ = it->second;
   return it->second;

@@ -32,6 +32,7 @@
 #include "cq_slot_release.h"
 #include "fabric/peer_route.h"
 #include "fabric/wire_line.h"
+#include "fork_generation.h"
 #include "handle.h"
 #include "qp_wr_builder.h"
 #include "result.h"
@@ -95,6 +96,8 @@ class Qp {
   Context* context() const { return ctx_; }
   Device* device() const;
   uint32_t qp_num() const { return handle_.pub.qp_base.qp_num; }
+  // Made before a fork() by the parent: this process's copy answers for nothing (fork_generation.h).
+  bool Inherited() const { return fork_generation_ != ForkGeneration(); }
   // The QP's port is up (one not set yet counts as up). Requires: engine lock.
   bool PortUpLocked() const;
   // Its unpolled completions leave its CQs where the profile says so
@@ -425,6 +428,7 @@ class Qp {
   ibv_qp_attr attr_{};  // the attributes as ibv_query_qp reports them
   ibv_qp_init_attr init_{};
   bool destroying_ = false;
+  const uint32_t fork_generation_ = ForkGeneration();
 
   TimerEntry timer_entry_;
   std::shared_ptr<ResponseStream> spare_stream_;  // for the next READ's answer, once free

@@ -10,6 +10,7 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "fault/fault_points.h"
+#include "fork_generation.h"
 #include "gid.h"
 #include "qp.h"
 #include "quiet_thread.h"
@@ -73,6 +74,7 @@ Engine& Engine::Make() {
 }
 
 void Engine::ForkedChild() {
+  fork_generation.fetch_add(1, std::memory_order_relaxed);
   // The timer thread is the parent's: forget it (and its timers, whose QPs
   // are the parent's business) without joining.
   new (&timer_thread_) std::thread();
@@ -231,7 +233,7 @@ void Engine::DeliverMulticastLocked(const Packet& pkt) {
     // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, which the simulator does not take).
     const std::set<Qp*> members = group->members;
     for (Qp* member : members) {
-      if (member->PortUpLocked()) member->Receive(pkt);
+      if (member->PortUpLocked() && !member->Inherited()) member->Receive(pkt);
     }
   }
   // And one for every other process, which gives it to the members it has.
