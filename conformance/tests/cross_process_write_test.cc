@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -2908,6 +2909,84 @@ TEST_F(CrossProcessWriteTest, ChildOfForkWritesIntoTheParentsMemory) {
         << "the child's WRITE is not in the parent's buffer";
   }
 }
+
+// Rule: the simulator's: a process that dies ends its QPs, and an RC requester whose responder is gone
+//   gets IBV_WC_RETRY_EXC_ERR once its retries run out (ibv_modify_qp(3) retry_cnt), even while a child
+//   of fork() of the dead process lives on: the child holds nothing of its parent's. (Measured on rxe
+//   6.1: there the dead process's QP goes on answering while such a child lives, even one that closed
+//   every inherited descriptor: the child's inherited mappings of the uverbs file keep the context.
+//   The simulator does not keep a dead process's QPs, whose responder ran in that process.)
+// Checks: a peer process connects an RC QP to a_ (a first WRITE succeeds), forks a child that closes
+//   every inherited descriptor and lives on, and is killed; a_'s next WRITE completes with
+//   IBV_WC_RETRY_EXC_ERR while that child still lives.
+TEST_F(CrossProcessWriteTest, KilledPeerIsGoneWhileItsChildLivesOn) {
+  SKIP_IF(!Sim()) << "(a rule of the simulator's: on rxe the dead process's QP answers while its child lives)";
+  Pipe to_parent;
+  Pipe to_peer;
+  Pipe keep_child;  // the child of the peer lives until its read end sees EOF
+  ASSERT_GE(to_parent.fds[0], 0);
+  ASSERT_GE(to_peer.fds[0], 0);
+  ASSERT_GE(keep_child.fds[0], 0);
+  ASSERT_TRUE(CreateEnd(&a_));
+  const ibv_ah_attr address = LocalAddress();
+  const pid_t peer = fork();
+  ASSERT_GE(peer, 0) << std::strerror(errno);
+  if (peer == 0) {
+    // The peer: its own context, a QP and an MR, then a child that keeps nothing of them.
+    alarm(static_cast<unsigned>(std::chrono::duration_cast<std::chrono::seconds>(kChildTimeout).count()));
+    ibv_context* context = OpenAnotherContext().release();
+    ibv_pd* own_pd = context ? ibv_alloc_pd(context) : nullptr;
+    QpEnd end;
+    void* mem = mmap(nullptr, kLength, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ibv_mr* mr = own_pd && mem != MAP_FAILED ? ibv_reg_mr(own_pd, mem, kLength, static_cast<int>(kFullMrAccess))
+                                             : nullptr;
+    if (!mr || !CreateEndOn(context, own_pd, &end, EndConfig{})) _exit(1);
+    const Target target{end.qp_num(), mr->rkey, reinterpret_cast<uintptr_t>(mem), getpid()};
+    uint32_t parent_qpn = 0;
+    if (write(to_parent.fds[1], &target, sizeof target) != static_cast<ssize_t>(sizeof target) ||
+        read(to_peer.fds[0], &parent_qpn, sizeof parent_qpn) != static_cast<ssize_t>(sizeof parent_qpn) ||
+        !BringUp(end.get(), port(), parent_qpn, address, ConnectParams{})) {
+      _exit(1);
+    }
+    const pid_t child = fork();
+    if (child == 0) {
+      alarm(static_cast<unsigned>(std::chrono::duration_cast<std::chrono::seconds>(kChildTimeout).count()));
+      const int keep = keep_child.fds[0];
+      close_range(3, static_cast<unsigned>(keep) - 1, 0);
+      close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
+      char byte = 0;
+      while (read(keep, &byte, 1) > 0) {
+      }
+      _exit(0);
+    }
+    char wait = 0;
+    if (child < 0 || write(to_parent.fds[1], "r", 1) != 1) _exit(1);
+    while (read(to_peer.fds[0], &wait, 1) > 0) {  // until killed
+    }
+    _exit(0);
+  }
+  Target target;
+  ConnectParams params;
+  params.timeout = 10;  // 4 ms
+  params.retry_cnt = 1;
+  char ready = 0;
+  const bool connected = WaitReadable(to_parent.fds[0], kChildTimeout) &&
+                         read(to_parent.fds[0], &target, sizeof target) == static_cast<ssize_t>(sizeof target) &&
+                         BringUp(a_.get(), port(), target.qpn, address, params) &&
+                         write(to_peer.fds[1], &a_.get()->qp_num, sizeof(uint32_t)) == sizeof(uint32_t) &&
+                         WaitReadable(to_parent.fds[0], kChildTimeout) && read(to_parent.fds[0], &ready, 1) == 1;
+  if (connected) {
+    const ibv_wc first = Write(target);
+    EXPECT_EQ(first.status, IBV_WC_SUCCESS) << DescribeWc(first);
+  }
+  kill(peer, SIGKILL);
+  int status = 0;
+  EXPECT_EQ(waitpid(peer, &status, 0), peer);
+  ASSERT_TRUE(connected) << "the peer never connected its QP";
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the peer ended before it was killed";
+  const ibv_wc after = Write(target);
+  EXPECT_EQ(after.status, IBV_WC_RETRY_EXC_ERR) << DescribeWc(after);
+}  // (keep_child closes: the peer's child ends)
 
 }  // namespace
 }  // namespace conformance

@@ -252,10 +252,32 @@ struct FabricSegment {
 
 namespace {
 
+// A descriptor of its own for the file `mapped_fd` maps, for our locks (see
+// Liveness in fabric.h), never mapped: a mapping keeps the description it was
+// made from (mmap(2)) and a child of fork() inherits the mapping, while an OFD
+// lock goes only with the last close of its description (fcntl(2)), so a lock
+// on the mapped one would keep a killed process alive as long as a child of
+// it lives. -1 with *err 0 when `name` names another file now (removed meanwhile).
+int LockDescriptor(const std::string& name, int mapped_fd, int* err) {
+  *err = 0;
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    if (errno != ENOENT) *err = errno;
+    return -1;
+  }
+  struct stat mine {}, mapped {};
+  if (fstat(fd, &mine) != 0 || fstat(mapped_fd, &mapped) != 0 || mine.st_dev != mapped.st_dev ||
+      mine.st_ino != mapped.st_ino) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Opens the fabric segment `name`, creating it if there is none, and keeps
-// its descriptor in *fd (its locks are ours while it is open). nullptr with
-// an empty *error: it was removed meanwhile, try again.
-FabricSegment* OpenSegment(const std::string& name, int* fd, std::string* error, int* err) {
+// a descriptor for our locks in *fd (its locks are ours while it is open).
+// nullptr with an empty *error: it was removed meanwhile, try again.
+FabricSegment* MapSegment(const std::string& name, int* fd, std::string* error, int* err) {
   ShmMapping m = CreateShmInitialized(name, sizeof(FabricSegment), [](void* memory) {
     auto* seg = static_cast<FabricSegment*>(memory);
     seg->magic = kMagic;
@@ -294,6 +316,18 @@ FabricSegment* OpenSegment(const std::string& name, int* fd, std::string* error,
     return nullptr;
   }
   return seg;
+}
+
+FabricSegment* OpenSegment(const std::string& name, int* fd, std::string* error, int* err) {
+  int mapped_fd = -1;
+  FabricSegment* seg = MapSegment(name, &mapped_fd, error, err);
+  if (!seg) return nullptr;
+  *fd = LockDescriptor(name, mapped_fd, err);
+  close(mapped_fd);  // (the mapping keeps the file)
+  if (*fd >= 0) return seg;
+  munmap(seg, sizeof(FabricSegment));
+  if (*err != 0) *error = "cannot open shared memory " + ShmPath(name) + ": " + strerror(*err);
+  return nullptr;
 }
 
 }  // namespace

@@ -174,8 +174,11 @@
 // releases such a lock when the process exits or is killed, before it becomes
 // a zombie; it names no pid, so it works across PID namespaces, and no write
 // into shared memory can forge or corrupt it. Asking (F_OFD_GETLK) costs a
-// system call: it is done on slow paths only. A child of fork() closes the
-// descriptor it inherited, so it does not keep its parent alive. (A program
+// system call: it is done on slow paths only. The locks are taken through a
+// descriptor of the file that is never mapped (a mapping keeps the
+// description it was made from, and a child of fork() inherits mappings); a
+// child of fork() closes that descriptor, so it does not keep its parent
+// alive. (A program
 // that closes every descriptor it does not know, while attached, drops its
 // lock and is taken for dead.) A dead process's slot is cleaned by
 // the next process to join or leave: its ring, its directory entries, its keys
