@@ -318,5 +318,43 @@ TEST_F(QpThreadsTest, ConcurrentOpenDeviceReturnsAContextEach) {
   }
 }
 
+// Rule: fork(2) in a multithreaded program: the child runs only the thread that forked; a library must
+//   not leave a child holding a lock that another thread of the parent held at the fork, so a child of
+//   fork() opens the device and uses it whatever the parent's other threads were doing with it.
+//   (libibverbs' ibv_get_device_list holds a process-wide lock while it reads sysfs: a child that asks
+//   for the list while another thread of the parent was doing so waits for ever; so the device here
+//   comes from a list fetched before.)
+// Checks: while another thread opens and closes contexts of the device and makes and destroys a PD and
+//   a CQ on them in a loop, 40 children of fork() in turn each open a context of it and allocate a PD
+//   (each within a 3 s watchdog).
+TEST_F(QpThreadsTest, ChildOfForkOpensTheDeviceWhileAnotherThreadUsesIt) {
+  ibv_device* device = context()->device;
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    while (!stop.load()) {
+      ContextPtr context(ibv_open_device(device));
+      if (!context) continue;
+      PdPtr pd(ibv_alloc_pd(context.get()));
+      CqPtr cq(ibv_create_cq(context.get(), 4, nullptr, nullptr, 0));
+    }
+  });
+  for (int child = 0; child < 40; ++child) {
+    const ChildResult result = RunInChild(
+        [&]() -> int {
+          ContextPtr context(ibv_open_device(device));
+          if (!context) return 1;
+          PdPtr pd(ibv_alloc_pd(context.get()));
+          return pd ? 0 : 2;
+        },
+        3000ms, "a child of fork() opening the device (1: no context, 2: no PD)");
+    if (!result.ok()) {
+      EXPECT_TRUE(Passed(result)) << "child " << child;
+      break;
+    }
+  }
+  stop = true;
+  busy.join();
+}
+
 }  // namespace
 }  // namespace conformance

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <unordered_map>
 #include <string>
@@ -61,6 +62,12 @@ class Device {
   bool PassesTraffic(int port_num) const { return !ValidPort(port_num) || PortState(port_num) == IBV_PORT_ACTIVE; }
   // Grows with every port state change of any device (Engine::Route's cache).
   static uint64_t PortChanges() { return port_changes_.load(std::memory_order_acquire); }
+
+  // A child of fork(): the device's locks are free (fork handler, device_list.cc).
+  void ForgetLocksAfterFork() {
+    new (&mu_) std::mutex();
+    new (&contexts_mu_) std::mutex();
+  }
 
   // Contexts opened on this device, for device-wide events (port, fatal).
   void AddContext(Context* ctx);

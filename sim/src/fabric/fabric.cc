@@ -339,9 +339,34 @@ std::string Fabric::NameFromEnvironment(const std::string& given) {
 }
 
 Fabric& Fabric::Make() {
-  static Fabric* fabric = new Fabric();  // leaked: used from atexit
+  static Fabric* fabric = [] {
+    auto* f = new Fabric();  // leaked: used from atexit
+    pthread_atfork(nullptr, nullptr, [] { Fabric::Get().ForkedChild(); });
+    return f;
+  }();
   instance_.store(fabric, std::memory_order_release);
   return *fabric;
+}
+
+void Fabric::ForkedChild() {
+  // Another thread of the parent may have been opening a device: its lock
+  // and its progress thread are not the child's.
+  new (&attach_mu_) std::mutex();
+  new (&progress_) std::thread();
+  // A child of fork() must not drain the parent's ring (packets for the
+  // parent's QPs): it has none until it opens a device and joins itself.
+  // Nor may it keep the parent's locks: the descriptor they are taken
+  // through would make the parent look alive after it died.
+  // Our windows onto peers' files are not inherited (MADV_DONTFORK).
+  for (auto& peer : peers_) {
+    if (peer) {
+      for (FileWindow& window : peer->windows) window.Forget();
+    }
+  }
+  ring_ = nullptr;
+  oversubscribed_.store(false, std::memory_order_relaxed);
+  if (segment_fd_ >= 0) close(segment_fd_);
+  segment_fd_ = -1;
 }
 
 // Takes a slot in `seg` (locking its liveness byte) and creates our ring.
@@ -425,11 +450,8 @@ std::string Fabric::Attach(int* err) {
     ring_ = nullptr;
     slot_ = -1;
     segment_ = nullptr;
-    // The thread object names the parent's thread, which does not exist here:
-    // forget it without joining or detaching.
-    new (&progress_) std::thread();
-    // The parent's: its ring mappings stay, unused; its windows were
-    // forgotten at fork.
+    // (progress_, the parent's thread, was forgotten at fork.) The parent's
+    // ring mappings stay, unused; its windows were forgotten at fork.
     for (auto& peer : peers_) peer.reset();
     segment_fd_ = -1;  // closed by the fork handler
     backlogged_.clear();
@@ -489,23 +511,6 @@ std::string Fabric::Attach(int* err) {
   if (!registered) {
     registered = true;
     std::atexit([] { Fabric::Get().Detach(); });
-    // A child of fork() must not drain the parent's ring (packets for the
-    // parent's QPs): it has none until it opens a device and joins itself.
-    // Nor may it keep the parent's locks: the segment descriptor it inherited
-    // shares them, and would make the parent look alive after it died.
-    pthread_atfork(nullptr, nullptr, [] {
-      Fabric& fabric = Fabric::Get();
-      // Our windows onto peers' files are not inherited (MADV_DONTFORK).
-      for (auto& peer : fabric.peers_) {
-        if (peer) {
-          for (FileWindow& window : peer->windows) window.Forget();
-        }
-      }
-      fabric.ring_ = nullptr;
-      fabric.oversubscribed_.store(false, std::memory_order_relaxed);
-      if (fabric.segment_fd_ >= 0) close(fabric.segment_fd_);
-      fabric.segment_fd_ = -1;
-    });
   }
   return "";
 }

@@ -474,6 +474,8 @@ class Fabric {
 
  private:
   static Fabric& Make();  // the first Get()
+  // fork()'s child handler: what is the parent's (see Make).
+  void ForkedChild();
   static inline std::atomic<Fabric*> instance_{nullptr};
 
   struct HeldSender {

@@ -1,5 +1,6 @@
 #include "fault/fault_plan.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -165,6 +166,9 @@ struct Plan {
 // ---- the state of the process's plan
 
 std::mutex g_mu;
+// In a child of fork() only the forking thread runs: a lock another thread of
+// the parent held would never be released there.
+const int g_fork_handler = pthread_atfork(nullptr, nullptr, [] { new (&g_mu) std::mutex(); });
 bool g_loaded = false;
 std::string g_error;
 Plan& g_plan = *new Plan();  // leaked: the detached timer thread may outlive exit()
