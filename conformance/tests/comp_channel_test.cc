@@ -1,7 +1,9 @@
 // Completion event channels.
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
+#include "conformance/lib/qp_pair.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/verbs_matchers.h"
@@ -64,6 +67,53 @@ TEST_F(CompChannelTest, GetCqEventFails_NonBlockingEmpty) {
   ibv_cq* cq = nullptr;
   void* cq_context = nullptr;
   EXPECT_THAT(CaptureErrno([&] { return ibv_get_cq_event(channel(), &cq, &cq_context); }), FailsWithErrno(EAGAIN));
+}
+
+// Rule: ibv_get_cq_event(3) "returns 0 on success, and -1 on error"; libibverbs reads the event
+//   from channel->fd (libibverbs/verbs.c: ibv_get_cq_event), so once the program has closed that fd
+//   the read fails (EBADF) at once, and the library never writes into a file that later takes the
+//   fd's number: the kernel writes only to its own event file.
+// Checks: in a child, a channel whose fd the program closed and whose number a memfd then took: an
+//   RC QP whose receive CQ (armed, on the channel) takes the flush completion of a receive posted in
+//   INIT when the QP enters ERR leaves the memfd empty; once the memfd is closed too, ibv_get_cq_event returns
+//   -1 with errno EBADF (the completion event queued meanwhile is not handed out).
+TEST_F(CompChannelTest, ChannelFdClosedByTheProgramIsNeitherWrittenNorWaitedOn) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        ibv_comp_channel* channel = ibv_create_comp_channel(context.get());  // (its fd is the memfd's at the end)
+        ASSERT_NE(channel, nullptr);
+        PdPtr pd(ibv_alloc_pd(context.get()));
+        ASSERT_NE(pd, nullptr);
+        EndConfig config;
+        config.recv_channel = channel;
+        QpEnd end;
+        ASSERT_TRUE(CreateEndOn(context.get(), pd.get(), &end, config));
+        ASSERT_EQ(close(channel->fd), 0);
+        const int memfd = memfd_create("took-the-channel-number", MFD_CLOEXEC);
+        if (memfd != channel->fd) GTEST_SKIP() << "the memfd did not take the channel's number";
+        ASSERT_TRUE(ModifyToInit(end.get(), port(), ConnectParams{}));
+        char byte = 0;
+        ibv_sge sge = {reinterpret_cast<uintptr_t>(&byte), 1, 0};
+        ASSERT_EQ(PostRecv(end.get(), 1, &sge, 1), 0);
+        ASSERT_EQ(ibv_req_notify_cq(end.recv_cq.get(), 0), 0);
+        ASSERT_TRUE(ModifyToState(end.get(), IBV_QPS_ERR));
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(end.recv_cq.get(), &wc));
+        EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(wc);
+        struct stat st = {};
+        ASSERT_EQ(fstat(memfd, &st), 0);
+        EXPECT_EQ(st.st_size, 0) << "the library wrote into the file that took the channel's fd number";
+        ASSERT_EQ(close(memfd), 0);
+        ibv_cq* cq = nullptr;
+        void* cq_context = nullptr;
+        const IntCall got = CaptureErrno([&] { return ibv_get_cq_event(channel, &cq, &cq_context); });
+        EXPECT_THAT(got, FailsWithErrno(EBADF));
+        if (got.rc == 0) ibv_ack_cq_events(cq, 1);  // (so the CQ can go)
+      },
+      kChildTimeout, "ibv_get_cq_event on a channel whose fd the program closed");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_create_comp_channel(3) "returns a pointer to the created completion event channel, or NULL if

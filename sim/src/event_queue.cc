@@ -1,6 +1,7 @@
 #include "event_queue.h"
 
 #include <fcntl.h>
+#include <linux/kcmp.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -17,14 +18,31 @@
 
 namespace simverbs {
 
-EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC)), fd_error_(fd_ < 0 ? errno : 0) {}
+EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC)) {
+  if (fd_ >= 0) own_fd_ = fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (own_fd_ < 0) {
+    fd_error_ = errno;
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+}
 
 EventQueue::~EventQueue() {
-  // The fd is closed by its owner (channel or context), maybe already: not touched here.
+  // The program's fd is closed by its owner (channel or context), maybe already: not touched here.
   std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;
   WakeAllLocked();
   readers_left_.wait(lock, [this] { return OurWaitersLocked().empty(); });
+  if (own_fd_ >= 0) close(own_fd_);
+}
+
+// Requires: mu_ held. Whether the program's fd number still names our eventfd:
+// a program may close it (or dup2 another file over it) behind our back.
+bool EventQueue::ProgramFdIsOursLocked() const {
+  const pid_t self = getpid();
+  const long same = syscall(SYS_kcmp, self, self, KCMP_FILE, fd_, own_fd_);
+  if (same >= 0) return same == 0;
+  return fcntl(fd_, F_GETFD) >= 0;  // (no kcmp here: closed is all we can tell)
 }
 
 // A call of Pop: once it has to block it is a waiter, with an eventfd to be
@@ -80,7 +98,7 @@ class EventQueue::Reader {
 // Requires: mu_ held.
 void EventQueue::NotifyReadableLocked() {
   uint64_t value = 1;
-  (void)!write(fd_, &value, sizeof value);
+  (void)!write(own_fd_, &value, sizeof value);
   readable_ = true;
 }
 
@@ -93,7 +111,7 @@ void EventQueue::SetReadableLocked(bool readable) {
   }
   // The counter is non-zero here, so this read cannot block.
   uint64_t value = 0;
-  (void)!read(fd_, &value, sizeof value);
+  (void)!read(own_fd_, &value, sizeof value);
   readable_ = false;
 }
 
@@ -175,6 +193,12 @@ int EventQueue::Pop(QueuedEvent* out) {
     uint32_t seen;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // libibverbs reads the program's fd: closed by the program (or another file now), that read
+      // fails. (Closed by the library with its context or channel: what Close says.)
+      if (!closed_ && !ProgramFdIsOursLocked()) {
+        me.LeaveLocked();
+        return EBADF;
+      }
       auto it = std::find_if(events_.begin(), events_.end(),
                              [&](const QueuedEvent& e) { return ClaimableLocked(e, me.id()); });
       if (it != events_.end()) {
@@ -193,7 +217,7 @@ int EventQueue::Pop(QueuedEvent* out) {
         me.LeaveLocked();
         return EIO;
       }
-      const int flags = fcntl(fd_, F_GETFL);
+      const int flags = fcntl(own_fd_, F_GETFL);  // (one description: the program's O_NONBLOCK)
       if (flags >= 0 && (flags & O_NONBLOCK)) {
         me.LeaveLocked();
         return EAGAIN;

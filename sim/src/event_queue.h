@@ -6,7 +6,10 @@
 // kernel's uverbs event files.
 //
 // The queue itself is in memory; an eventfd is readable exactly while the
-// queue is non-empty (or closed). The count of events "reported" for an object
+// queue is non-empty (or closed). The library writes and reads it through a
+// descriptor of its own: a program that closes its fd, and opens a file that
+// takes the number, never gets our bytes in that file (libibverbs only reads
+// the kernel's event file), and its ibv_get_*_event fails with EBADF. The count of events "reported" for an object
 // grows when an event is handed out, not when it is queued (as the kernel's
 // ib_uverbs_event_read does): destroy waits only for events that were read.
 //
@@ -96,6 +99,7 @@ class EventQueue {
   // epoll each time (the kernel wakes the file's readers for every event).
   void NotifyReadableLocked();
   void SetReadableLocked(bool readable);
+  bool ProgramFdIsOursLocked() const;
   void WakeAllLocked();
   void RemoveWaiterLocked(uint64_t id);
   // The blocked readers that are in this process.
@@ -104,8 +108,9 @@ class EventQueue {
   // reserved for a reader that is not in this process (the parent's, after fork).
   bool ClaimableLocked(const QueuedEvent& e, uint64_t me) const;
 
-  int fd_;
-  int fd_error_;
+  int fd_;            // the program's (channel->fd, async_fd)
+  int own_fd_ = -1;   // ours, on the same eventfd: what we write and read
+  int fd_error_ = 0;
   mutable std::mutex mu_;
   std::deque<QueuedEvent> events_;
   bool readable_ = false;
