@@ -107,6 +107,14 @@ testing::AssertionResult PollOneCompletion(ibv_cq* cq, ibv_wc* wc, std::chrono::
   return ok;
 }
 
+int PostWhileFull(const std::function<int()>& post, std::chrono::milliseconds window) {
+  const auto deadline = std::chrono::steady_clock::now() + window;
+  int rc = ENOMEM;
+  while ((rc = post()) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
+  }
+  return rc;
+}
+
 testing::AssertionResult NoCompletionWithin(ibv_cq* cq, std::chrono::milliseconds window) {
   const auto deadline = Clock::now() + window;
   do {

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ testing::AssertionResult PollOneCompletion(ibv_cq* cq, ibv_wc* wc, std::chrono::
 // Succeeds when cq yields no completion for the whole window (a bounded wait
 // for a negative); an unexpected completion is described in the failure.
 testing::AssertionResult NoCompletionWithin(ibv_cq* cq, std::chrono::milliseconds window = kBlockWindow);
+
+// Calls `post` (a post that returns 0 or an errno) until it returns anything but ENOMEM or `window`
+// passes, and returns what it returned last: for a queue slot the backend frees on its own, unpolled.
+int PostWhileFull(const std::function<int()>& post, std::chrono::milliseconds window = kReturnWindow);
 
 // Polls until ibv_poll_cq returns 0 or a negative value; *total is the number
 // of completions taken, *last_rc what the last poll returned.

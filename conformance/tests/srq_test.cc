@@ -47,6 +47,15 @@ class SrqTest : public QpTest {
     ASSERT_TRUE(MakePair(EndConfig{}, b_config, ConnectParams{}, ConnectParams{}));
   }
 
+  // MakeSrqPair, and srq_ filled to its reported max_wr (PostSrqRecvs).
+  void MakeSrqPairWithFullSrq() {
+    ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
+    ibv_srq_attr attr = {};
+    ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
+    ASSERT_LE(attr.max_wr, 64u) << "unexpectedly deep SRQ";
+    ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
+  }
+
   // Posts `count` 64-byte receives to srq_ (wr_id base, base + 1, ...).
   void PostSrqRecvs(int count, uint64_t base = 0) {
     for (int i = 0; i < count; ++i) {
@@ -118,11 +127,7 @@ TEST_F(SrqTest, ActualSizeFollowsBackend) {
 //   slots are freed at poll, the next receive returns ENOMEM until b_'s completion is polled, then is
 //   taken; elsewhere it is taken within the return window without a poll.
 TEST_F(SrqTest, SlotsFreeFollowBackend) {
-  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
-  ibv_srq_attr attr = {};
-  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
-  ASSERT_LE(attr.max_wr, 64u) << "unexpectedly deep SRQ";
-  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPairWithFullSrq());
   ibv_sge rsge = remote_.Sge(0, 64);
   ASSERT_EQ(PostSrqRecv(srq_.get(), 1000, &rsge, 1), ENOMEM) << "the SRQ took more than its max_wr";
   ibv_sge sge = local_.Sge(0, 16);
@@ -136,11 +141,8 @@ TEST_F(SrqTest, SlotsFreeFollowBackend) {
     EXPECT_EQ(PostSrqRecv(srq_.get(), 1000, &rsge, 1), 0) << "the polled completion freed no slot";
     return;
   }
-  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
-  int rc = ENOMEM;
-  while ((rc = PostSrqRecv(srq_.get(), 1000, &rsge, 1)) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
-  }
-  EXPECT_EQ(rc, 0) << "no slot freed by the consumed receive, within " << kReturnWindow.count() << " ms";
+  EXPECT_EQ(PostWhileFull([&] { return PostSrqRecv(srq_.get(), 1000, &rsge, 1); }), 0)
+      << "no slot freed by the consumed receive, within " << kReturnWindow.count() << " ms";
 }
 
 // Rule: as SlotsFreeFollowBackend; ibv_destroy_qp(3) of a QP whose receive completions from the SRQ
@@ -149,11 +151,7 @@ TEST_F(SrqTest, SlotsFreeFollowBackend) {
 // Checks: srq_ filled to its max_wr, one receive taken by b_ and not polled, b_ destroyed: the SRQ
 //   takes a receive again within the return window.
 TEST_F(SrqTest, DestroyedQpGivesItsUnpolledReceivesSlotsBack) {
-  ASSERT_NO_FATAL_FAILURE(MakeSrqPair());
-  ibv_srq_attr attr = {};
-  ASSERT_EQ(ibv_query_srq(srq_.get(), &attr), 0);
-  ASSERT_LE(attr.max_wr, 64u) << "unexpectedly deep SRQ";
-  ASSERT_NO_FATAL_FAILURE(PostSrqRecvs(static_cast<int>(attr.max_wr)));
+  ASSERT_NO_FATAL_FAILURE(MakeSrqPairWithFullSrq());
   ibv_sge sge = local_.Sge(0, 16);
   ASSERT_EQ(PostOne(a_.get(), SendWr(1, &sge, 1)), 0);
   ibv_wc wc = {};
@@ -161,11 +159,8 @@ TEST_F(SrqTest, DestroyedQpGivesItsUnpolledReceivesSlotsBack) {
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
   b_.qp.reset();
   ibv_sge rsge = remote_.Sge(0, 64);
-  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
-  int rc = ENOMEM;
-  while ((rc = PostSrqRecv(srq_.get(), 1000, &rsge, 1)) == ENOMEM && std::chrono::steady_clock::now() < deadline) {
-  }
-  EXPECT_EQ(rc, 0) << "the destroyed QP's receive still holds its SRQ slot";
+  EXPECT_EQ(PostWhileFull([&] { return PostSrqRecv(srq_.get(), 1000, &rsge, 1); }), 0)
+      << "the destroyed QP's receive still holds its SRQ slot";
 }
 
 // Rule: ibv_query_srq(3): returns the attributes of the SRQ: max_wr, max_sge and "srq_limit ... the
