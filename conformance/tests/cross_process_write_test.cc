@@ -2910,6 +2910,41 @@ TEST_F(CrossProcessWriteTest, ChildOfForkWritesIntoTheParentsMemory) {
   }
 }
 
+// Rule: a child of fork() that closes the context it inherited (ibv_close_device) drops only its own
+//   reference to the device file: the kernel destroys the context's objects with the last reference, so
+//   the parent's QPs go on working.
+// Checks: a_ connected to a QP in another process; a child of fork() of the test closes the fixture's
+//   context (which holds a_) and exits; the other process's WRITE into the test's memory through a_
+//   then completes with success and lands.
+TEST_F(CrossProcessWriteTest, ChildClosingTheInheritedContextLeavesTheParentsQps) {
+  constexpr uint32_t kBytes = 64;
+  std::memset(src_.data(), 0, kBytes);
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(5, kBytes);
+        std::memcpy(c.buf, pattern.data(), kBytes);
+        char go = 0;
+        ASSERT_TRUE(WaitReadable(c.from_parent, kChildTimeout / 2));
+        ASSERT_EQ(read(c.from_parent, &go, 1), 1);
+        ibv_sge sge = {reinterpret_cast<uintptr_t>(c.buf), kBytes, c.mr->lkey};
+        ASSERT_EQ(PostOne(c.qp, RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, src_.addr(), src_.rkey())), 0);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.qp->send_cq, &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        ASSERT_EQ(write(c.to_parent, "d", 1), 1);
+      },
+      [&](const Target&, int to_child, int from_child) {
+        const ChildResult closer = RunChecksInChild([&] { EXPECT_EQ(ibv_close_device(context()), 0); },
+                                                    kChildTimeout, "a child of fork() closing the context it inherited");
+        EXPECT_TRUE(Passed(closer));
+        EXPECT_EQ(write(to_child, "g", 1), 1);
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        EXPECT_TRUE(HoldsWithin(src_.data(), Pattern(5, kBytes), kReturnWindow))
+            << "the other process's WRITE did not land in the test's memory";
+      });
+}
+
 // Rule: the simulator's: a process that dies ends its QPs, and an RC requester whose responder is gone
 //   gets IBV_WC_RETRY_EXC_ERR once its retries run out (ibv_modify_qp(3) retry_cnt), even while a child
 //   of fork() of the dead process lives on: the child holds nothing of its parent's. (Measured on rxe

@@ -9,6 +9,7 @@
 #include "comp_channel.h"
 #include "cq.h"
 #include "device.h"
+#include "fork_generation.h"
 #include "event_element.h"
 #include "fabric/fabric.h"
 #include "fault/fault_plan.h"
@@ -79,6 +80,13 @@ void Context::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     for (CompChannel* ch : channels_) ch->DetachFromContext();
     channels_.clear();
+  }
+  if (fork_generation_ != ForkGeneration()) {
+    // A child of fork() closes the context it inherited: the kernel drops the
+    // child's reference to the device file, and the parent's objects stay the
+    // parent's (its QP numbers, XRC SRQs and domains on the fabric).
+    delete this;
+    return;
   }
   {
     // Objects still alive are left to the program (ibv_close_device(3)), but

@@ -12,6 +12,7 @@
 
 #include "device.h"
 #include "event_queue.h"
+#include "fork_generation.h"
 #include "handle.h"
 #include "result.h"
 
@@ -68,6 +69,7 @@ class Context {
   std::mutex mu_;
   std::set<CompChannel*> channels_;
   std::atomic<bool> fatal_{false};
+  const uint32_t fork_generation_ = ForkGeneration();  // opened in this process, or inherited
   std::atomic<int> objects_[static_cast<int>(Device::Kind::kCount)] = {};  // ReserveObject
 };
 

@@ -251,7 +251,7 @@ int Cq::ReleaseLocked() {
   int result = 0;
   for (const Held& held : released) {
     const PushResult pushed = Push(held.wc, held.solicited, held.release);
-    // A completion lost frees its slots at once (Qp::PushSendCompletion).
+    // A completion lost frees its slots at once (as Qp::PushCompletion does).
     if (pushed != PushResult::kOk && held.release.qp) held.release.qp->FreeSlots(held.release);
     if (pushed != PushResult::kOverrun) continue;
     result = ENOSPC;

@@ -19,12 +19,14 @@
 namespace simverbs {
 
 EventQueue::EventQueue() : fd_(eventfd(0, EFD_CLOEXEC)) {
-  if (fd_ >= 0) own_fd_ = fcntl(fd_, F_DUPFD_CLOEXEC, 0);
-  if (own_fd_ < 0) {
+  if (fd_ < 0) {
     fd_error_ = errno;
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
+    return;
   }
+  // With no descriptor left for our own, the program's serves (the kernel's
+  // channel needs one descriptor: so does ours).
+  own_fd_ = fcntl(fd_, F_DUPFD_CLOEXEC, 0);
+  if (own_fd_ < 0) own_fd_ = fd_;
 }
 
 EventQueue::~EventQueue() {
@@ -33,12 +35,13 @@ EventQueue::~EventQueue() {
   closed_ = true;
   WakeAllLocked();
   readers_left_.wait(lock, [this] { return OurWaitersLocked().empty(); });
-  if (own_fd_ >= 0) close(own_fd_);
+  if (own_fd_ >= 0 && own_fd_ != fd_) close(own_fd_);
 }
 
 // Requires: mu_ held. Whether the program's fd number still names our eventfd:
 // a program may close it (or dup2 another file over it) behind our back.
 bool EventQueue::ProgramFdIsOursLocked() const {
+  if (own_fd_ == fd_) return fcntl(fd_, F_GETFD) >= 0;
   const pid_t self = getpid();
   const long same = syscall(SYS_kcmp, self, self, KCMP_FILE, fd_, own_fd_);
   if (same >= 0) return same == 0;

@@ -1,5 +1,7 @@
 #include "xrcd.h"
 
+#include <pthread.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -25,9 +27,19 @@ struct Registry {
 };
 
 Registry& Domains() {
-  static Registry* r = new Registry();  // leaked: may be used from atexit
+  static Registry* r = [] {
+    auto* registry = new Registry();  // leaked: may be used from atexit
+    // In a child of fork() only the forking thread runs: the registry must not
+    // be locked (or half changed) by another thread there. A leaf lock: held
+    // across fork by the forking thread.
+    pthread_atfork([] { Domains().mu.lock(); }, [] { Domains().mu.unlock(); }, [] { Domains().mu.unlock(); });
+    return registry;
+  }();
   return *r;
 }
+// Made when the library loads: a fork while another thread makes it would
+// leave the child waiting on the guard of Domains' static.
+Registry& g_registry_at_load = Domains();
 
 }  // namespace
 

@@ -274,8 +274,8 @@ int LockDescriptor(const std::string& name, int mapped_fd, int* err) {
   return fd;
 }
 
-// Opens the fabric segment `name`, creating it if there is none, and keeps
-// a descriptor for our locks in *fd (its locks are ours while it is open).
+// Maps the fabric segment `name`, creating it if there is none; *fd is the
+// descriptor it was mapped from (never one for our locks: LockDescriptor).
 // nullptr with an empty *error: it was removed meanwhile, try again.
 FabricSegment* MapSegment(const std::string& name, int* fd, std::string* error, int* err) {
   ShmMapping m = CreateShmInitialized(name, sizeof(FabricSegment), [](void* memory) {
@@ -318,6 +318,9 @@ FabricSegment* MapSegment(const std::string& name, int* fd, std::string* error, 
   return seg;
 }
 
+// Opens the fabric segment `name` (MapSegment) and keeps a descriptor for our
+// locks in *fd (its locks are ours while it is open). nullptr with an empty
+// *error: it was removed meanwhile, try again.
 FabricSegment* OpenSegment(const std::string& name, int* fd, std::string* error, int* err) {
   int mapped_fd = -1;
   FabricSegment* seg = MapSegment(name, &mapped_fd, error, err);

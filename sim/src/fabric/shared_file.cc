@@ -1,5 +1,7 @@
 #include "fabric/shared_file.h"
 
+#include <pthread.h>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -144,6 +146,11 @@ struct HeldFile {
   int holders;
 };
 std::mutex held_mu;
+// In a child of fork() only the forking thread runs: the list must not be
+// locked (or half changed) by another thread there. A leaf lock: held across
+// fork by the forking thread.
+const int held_fork_handler =
+    pthread_atfork([] { held_mu.lock(); }, [] { held_mu.unlock(); }, [] { held_mu.unlock(); });
 std::vector<HeldFile>& Held() {
   static auto* held = new std::vector<HeldFile>();  // never destroyed: MRs may outlive static destruction
   return *held;
