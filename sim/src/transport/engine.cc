@@ -10,7 +10,6 @@
 #include "device_list.h"
 #include "fabric/fabric.h"
 #include "fault/fault_points.h"
-#include "fork_generation.h"
 #include "gid.h"
 #include "qp.h"
 #include "quiet_thread.h"
@@ -74,7 +73,6 @@ Engine& Engine::Make() {
 }
 
 void Engine::ForkedChild() {
-  fork_generation.fetch_add(1, std::memory_order_relaxed);
   // The timer thread is the parent's: forget it (and its timers, whose QPs
   // are the parent's business) without joining.
   new (&timer_thread_) std::thread();
