@@ -138,7 +138,10 @@ int Cq::Resize(int cqe) {
 
 Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited, SlotRelease release) {
   std::lock_guard<DataPathMutex> lock(mu_);
-  if (destroying_ || error_) return PushResult::kErrored;
+  if (destroying_ || error_) {
+    Free(release);  // (lost: nobody can poll it)
+    return PushResult::kErrored;
+  }
   if (held_) {
     held_wcs_.push_back(Held{wc, solicited, release});
     return PushResult::kOk;
@@ -151,10 +154,14 @@ Cq::PushResult Cq::Push(const ibv_wc& wc, bool solicited, SlotRelease release) {
   return PushLocked(wc, solicited, release);
 }
 
+void Cq::Free(const SlotRelease& release) {
+  if (release.qp) release.qp->FreeSlots(release);
+}
+
 void Cq::ReleaseSlotsOf(size_t i) {
   const SlotRelease r = releases_[i];
   releases_[i] = {};
-  if (r.qp) r.qp->FreeSlots(r);
+  Free(r);
 }
 
 uint32_t Cq::ForgetSlotReleases(const Qp* qp) {
@@ -223,6 +230,7 @@ Cq::PushResult Cq::PushLocked(const ibv_wc& wc, bool solicited, SlotRelease rele
     }
     // (rxe 6.1 drops the CQE and raises CQ_ERR for each one it drops.)
     ErrLocked();
+    Free(release);  // (lost: nobody can poll it)
     return PushResult::kOverrun;
   }
   Trace::Get().Cqe(handle_.pub.handle, wc);
@@ -250,10 +258,7 @@ int Cq::ReleaseLocked() {
   }
   int result = 0;
   for (const Held& held : released) {
-    const PushResult pushed = Push(held.wc, held.solicited, held.release);
-    // A completion lost frees its slots at once (as Qp::PushCompletion does).
-    if (pushed != PushResult::kOk && held.release.qp) held.release.qp->FreeSlots(held.release);
-    if (pushed != PushResult::kOverrun) continue;
+    if (Push(held.wc, held.solicited, held.release) != PushResult::kOverrun) continue;
     result = ENOSPC;
     // The QP that completed is not known any more; the default mode's cascade
     // covers every QP on the CQ anyway.

@@ -30,7 +30,6 @@ class CompChannel;
 class Device;
 class Qp;
 
-
 class Cq {
  public:
   static constexpr uint64_t kMagic = 0x53494d4351000001;  // "SIMCQ"
@@ -67,6 +66,8 @@ class Cq {
     kErrored,  // the CQ was already in error (or being destroyed): the completion is lost
   };
   using SlotRelease = CqSlotRelease;
+  // `release` happens when the completion is polled, or at once when it is
+  // lost (kOverrun, kErrored): nobody can poll it then.
   PushResult Push(const ibv_wc& wc, bool solicited, SlotRelease release = {});
   // Control API: while held, completions wait outside the CQ (not polled, no
   // events); Release pushes them in order, as if they completed now.
@@ -112,6 +113,7 @@ class Cq {
   // The entry at ring index `i` is taken out (polled, or overwritten): its
   // release happens. Requires: mu_ held.
   void ReleaseSlotsOf(size_t i);
+  static void Free(const SlotRelease& release);
   // The CQ errs as the profile's CQs do (an overrun, a raised CQ error): its
   // error state, where it has one, and IBV_EVENT_CQ_ERR. Requires: mu_ held.
   void ErrLocked();

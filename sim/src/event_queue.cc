@@ -41,11 +41,12 @@ EventQueue::~EventQueue() {
 // Requires: mu_ held. Whether the program's fd number still names our eventfd:
 // a program may close it (or dup2 another file over it) behind our back.
 bool EventQueue::ProgramFdIsOursLocked() const {
-  if (own_fd_ == fd_) return fcntl(fd_, F_GETFD) >= 0;
-  const pid_t self = getpid();
-  const long same = syscall(SYS_kcmp, self, self, KCMP_FILE, fd_, own_fd_);
-  if (same >= 0) return same == 0;
-  return fcntl(fd_, F_GETFD) >= 0;  // (no kcmp here: closed is all we can tell)
+  if (own_fd_ != fd_) {
+    const pid_t self = getpid();
+    const long same = syscall(SYS_kcmp, self, self, KCMP_FILE, fd_, own_fd_);
+    if (same >= 0) return same == 0;
+  }
+  return fcntl(fd_, F_GETFD) >= 0;  // (one descriptor, or no kcmp here: closed is all we can tell)
 }
 
 // A call of Pop: once it has to block it is a waiter, with an eventfd to be

@@ -9,9 +9,11 @@
 // queue is non-empty (or closed). The library writes and reads it through a
 // descriptor of its own: a program that closes its fd, and opens a file that
 // takes the number, never gets our bytes in that file (libibverbs only reads
-// the kernel's event file), and its ibv_get_*_event fails with EBADF. The count of events "reported" for an object
-// grows when an event is handed out, not when it is queued (as the kernel's
-// ib_uverbs_event_read does): destroy waits only for events that were read.
+// the kernel's event file), and its ibv_get_*_event fails with EBADF.
+//
+// The count of events "reported" for an object grows when an event is handed
+// out, not when it is queued (as the kernel's ib_uverbs_event_read does):
+// destroy waits only for events that were read.
 //
 // Several threads may block in Pop. Which of them receives an event is a
 // choice among legal behaviours, so it comes from the seeded scheduler (or

@@ -385,8 +385,8 @@ class Qp {
 
   // Completion into a CQ with the profile's overrun rules. Returns false if
   // the completion was lost (the QP may have gone to ERR because of it).
-  // Polling the completion frees what `release` says of our queues; a lost
-  // one frees it at once (nobody can poll it).
+  // Polling the completion frees what `release` says of our queues (a lost
+  // one at once: Cq::Push).
   bool PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, CqSlotRelease release = {});
   // A completion of `wqe` into the send CQ (PushCompletion, freeing the slots
   // up to it when polled under send_queue_release poll).

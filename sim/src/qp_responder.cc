@@ -697,7 +697,6 @@ size_t Qp::RecvSlotsInUseLocked() const {
 bool Qp::PushCompletion(Cq* cq, const ibv_wc& wc, bool solicited, CqSlotRelease release) {
   const Cq::PushResult result = cq->Push(wc, solicited, release);
   if (result == Cq::PushResult::kOk) return true;
-  if (release.qp) FreeSlots(release);
   CompletionLostLocked(cq, result == Cq::PushResult::kOverrun, wc.opcode & IBV_WC_RECV);
   return false;
 }
