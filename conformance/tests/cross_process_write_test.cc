@@ -244,6 +244,7 @@ struct ChildSetup {
   uint32_t sq_psn = 0;         // of a_ (the child's QP expects PSN 0 first)
   bool stay_in_rtr = false;    // the child's QP is not moved to RTS
   ibv_comp_channel* parent_recv_channel = nullptr;  // of a_'s receive CQ (a channel of the parent's context)
+  bool parent_qp_before_fork = false;  // a_ is made before the child is forked (the child inherits a copy)
 };
 
 // Links `wrs` into one list and posts it; returns ibv_post_send's value.
@@ -276,7 +277,8 @@ class CrossProcessWriteTest : public QpTest {
   // anonymous memory with `access`, connects a QP of setup.type (`qp_access`) to a_, posts one
   // receive (wr_id 7, the first 64 bytes; unless setup.post_recv is false), tells the
   // parent, then runs `body`.
-  // The parent creates a_ after the fork, connects it to the child's QP and runs
+  // The parent creates a_ after the fork (before it with setup.parent_qp_before_fork),
+  // connects it to the child's QP and runs
   // `parent` with the child's target. Each side gets the pipe ends to wait
   // for the other.
   void RunWithChild(unsigned access, unsigned qp_access, const std::function<void(const Child&)>& body,
@@ -294,6 +296,11 @@ class CrossProcessWriteTest : public QpTest {
     ASSERT_GE(to_parent.fds[0], 0);
     ASSERT_GE(to_child.fds[0], 0);
     const ibv_ah_attr address = LocalAddress();
+    EndConfig parent_config = config;
+    parent_config.recv_channel = setup.parent_recv_channel;
+    if (setup.parent_qp_before_fork) {
+      ASSERT_TRUE(CreateEnd(&a_, parent_config));
+    }
     ChildResult result;
     std::thread runner([&] {
       result = RunChecksInChild(
@@ -347,9 +354,7 @@ class CrossProcessWriteTest : public QpTest {
     parent_params.retry_cnt = setup.retry_cnt;
     parent_params.rnr_retry = setup.rnr_retry;
     parent_params.sq_psn = setup.sq_psn;
-    EndConfig parent_config = config;
-    parent_config.recv_channel = setup.parent_recv_channel;
-    if (got_target && CreateEnd(&a_, parent_config) &&
+    if (got_target && (setup.parent_qp_before_fork || CreateEnd(&a_, parent_config)) &&
         BringUp(a_.get(), port(), target.qpn, address, parent_params)) {
       const uint32_t qpn = a_.qp_num();
       char ready = 0;
@@ -2852,62 +2857,31 @@ TEST_F(CrossProcessWriteTest, ChildOfForkWritesItsOwnCopy) {
 //   of that buffer is still zero.
 TEST_F(CrossProcessWriteTest, ChildOfForkWritesIntoTheParentsMemory) {
   if (ibv_is_fork_initialized() != IBV_FORK_UNNEEDED) GTEST_SKIP() << "fork needs ibv_fork_init here";
-  constexpr size_t kBytes = 4096;
+  constexpr uint32_t kBytes = 4096;
   Buffer sink;
   ASSERT_TRUE(sink.Register(pd(), kBytes));
-  ASSERT_TRUE(CreateEnd(&a_));
-  const ibv_ah_attr address = LocalAddress();
-  Pipe to_parent;
-  Pipe to_child;
-  ASSERT_GE(to_parent.fds[0], 0);
-  ASSERT_GE(to_child.fds[0], 0);
-  ChildResult result;
-  std::thread runner([&] {
-    result = RunChecksInChild(
-        [&] {
-          ContextPtr context = OpenAnotherContext();
-          ASSERT_NE(context, nullptr);
-          PdPtr own_pd(ibv_alloc_pd(context.get()));
-          ASSERT_NE(own_pd, nullptr);
-          QpEnd end;
-          ASSERT_TRUE(CreateEndOn(context.get(), own_pd.get(), &end, EndConfig{}));
-          Buffer source;
-          ASSERT_TRUE(source.Register(own_pd.get(), kBytes));
-          const std::vector<uint8_t> pattern = Pattern(21, kBytes);
-          std::memcpy(source.data(), pattern.data(), kBytes);
-          const uint32_t qpn = end.qp_num();
-          ASSERT_EQ(write(to_parent.fds[1], &qpn, sizeof qpn), static_cast<ssize_t>(sizeof qpn));
-          ASSERT_TRUE(BringUp(end.get(), port(), a_.qp_num(), address, ConnectParams{}));
-          char connected = 0;
-          ASSERT_TRUE(WaitReadable(to_child.fds[0], kChildTimeout / 2));
-          ASSERT_EQ(read(to_child.fds[0], &connected, 1), 1);
-          ibv_sge sge = source.Sge(0, kBytes);
-          ASSERT_EQ(PostOne(end.get(), RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, sink.addr(), sink.rkey())), 0);
-          ibv_wc wc = {};
-          ASSERT_TRUE(PollOneCompletion(end.send_cq.get(), &wc, kChildTimeout / 2));
-          EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
-          EXPECT_EQ(Read(sink.data(), kBytes), std::vector<uint8_t>(kBytes, 0))
-              << "the WRITE landed in the child's copy of the parent's buffer";
-          ASSERT_EQ(write(to_parent.fds[1], "d", 1), 1);
-        },
-        kChildTimeout, "a child of fork writing into its parent");
-  });
-  uint32_t child_qpn = 0;
-  const bool got_qpn = WaitReadable(to_parent.fds[0], kChildTimeout) &&
-                       read(to_parent.fds[0], &child_qpn, sizeof child_qpn) == static_cast<ssize_t>(sizeof child_qpn);
-  const bool connected = got_qpn && BringUp(a_.get(), port(), child_qpn, address, ConnectParams{}) &&
-                         write(to_child.fds[1], "c", 1) == 1;
-  char done = 0;
-  const bool child_done = connected && WaitReadable(to_parent.fds[0], kChildTimeout) &&
-                          read(to_parent.fds[0], &done, 1) == 1;
-  runner.join();
-  EXPECT_TRUE(got_qpn) << "the child never sent its QP number";
-  EXPECT_TRUE(connected) << "the parent's QP was not connected to the child's";
-  EXPECT_TRUE(Passed(result));
-  if (child_done) {
-    EXPECT_TRUE(HoldsWithin(sink.data(), Pattern(21, kBytes), kReturnWindow))
-        << "the child's WRITE is not in the parent's buffer";
-  }
+  ChildSetup setup;
+  setup.parent_qp_before_fork = true;
+  RunWithChild(
+      kFullMrAccess, kRcRemoteAccess,
+      [&](const Child& c) {
+        const std::vector<uint8_t> pattern = Pattern(21, kBytes);
+        std::memcpy(c.buf, pattern.data(), kBytes);
+        ibv_sge sge = {reinterpret_cast<uintptr_t>(c.buf), kBytes, c.mr->lkey};
+        ASSERT_EQ(PostOne(c.qp, RdmaWr(1, IBV_WR_RDMA_WRITE, &sge, 1, sink.addr(), sink.rkey())), 0);
+        ibv_wc wc = {};
+        ASSERT_TRUE(PollOneCompletion(c.qp->send_cq, &wc, kChildTimeout / 2));
+        EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+        EXPECT_EQ(Read(sink.data(), kBytes), std::vector<uint8_t>(kBytes, 0))
+            << "the WRITE landed in the child's copy of the parent's buffer";
+        ASSERT_EQ(write(c.to_parent, "d", 1), 1);
+      },
+      [&](const Target&, int, int from_child) {
+        ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
+        EXPECT_TRUE(HoldsWithin(sink.data(), Pattern(21, kBytes), kReturnWindow))
+            << "the child's WRITE is not in the parent's buffer";
+      },
+      setup);
 }
 
 // Rule: a child of fork() that closes the context it inherited (ibv_close_device) drops only its own
@@ -2935,8 +2909,9 @@ TEST_F(CrossProcessWriteTest, ChildClosingTheInheritedContextLeavesTheParentsQps
         ASSERT_EQ(write(c.to_parent, "d", 1), 1);
       },
       [&](const Target&, int to_child, int from_child) {
-        const ChildResult closer = RunChecksInChild([&] { EXPECT_EQ(ibv_close_device(context()), 0); },
-                                                    kChildTimeout, "a child of fork() closing the context it inherited");
+        const ChildResult closer =
+            RunChecksInChild([&] { EXPECT_EQ(ibv_close_device(context()), 0); }, kChildTimeout,
+                             "a child of fork() closing the context it inherited");
         EXPECT_TRUE(Passed(closer));
         EXPECT_EQ(write(to_child, "g", 1), 1);
         ASSERT_NO_FATAL_FAILURE(WaitForChild(from_child));
