@@ -995,18 +995,21 @@ TEST_F(RdmaCmTest, RequestWithdrawnByItsRequesterTakesNoAnswer) {
         client.id.reset();
         conn.pd.reset(ibv_alloc_pd(conn.id->verbs));
         ASSERT_NE(conn.pd, nullptr) << "ibv_alloc_pd: " << ErrnoName(errno);
-        ibv_qp_init_attr attr = {};
-        attr.qp_type = IBV_QPT_RC;
-        attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
-        attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+        // Fresh attributes each time: rdma_create_qp writes the CQs it made into them, and
+        // rdma_destroy_qp destroys those.
+        const auto create_qp = [&] {
+          ibv_qp_init_attr attr = {};
+          attr.qp_type = IBV_QPT_RC;
+          attr.cap.max_send_wr = attr.cap.max_recv_wr = 4;
+          attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
+          return rdma_create_qp(conn.id.get(), conn.pd.get(), &attr);
+        };
         const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
         int rc = 0;
-        int err = 0;
-        while ((rc = rdma_create_qp(conn.id.get(), conn.pd.get(), &attr)) == 0 &&
-               std::chrono::steady_clock::now() < deadline) {
+        while ((rc = create_qp()) == 0 && std::chrono::steady_clock::now() < deadline) {
           rdma_destroy_qp(conn.id.get());  // (the REJ is not here yet)
         }
-        err = errno;
+        const int err = errno;
         ASSERT_EQ(rc, -1) << "rdma_create_qp still succeeds " << kReturnWindow.count()
                           << " ms after the requester destroyed its id";
         EXPECT_EQ(err, EINVAL) << ErrnoName(err);

@@ -567,7 +567,10 @@ int rdma_accept(rdma_cm_id* pub, rdma_conn_param* param) {
       if (int err = id->ModifyQp(IBV_QPS_RTS)) return Fail(err);
     }
     // A requester gone meanwhile: its REJ (which resets our CM id) is on the way.
-    if (service.Send(id, rep) != 0 && !ud) return Fail(EINVAL);
+    if (service.Send(id, rep) != 0 && !ud) {
+      id->request_withdrawn = true;
+      return Fail(EINVAL);
+    }
     id->state = ud ? State::kConnected : State::kAccepted;
     if (ud) service.Close(id);
     return 0;
