@@ -1028,6 +1028,32 @@ TEST_F(QpDatapathTest, UdSendDropped_QkeyMismatch) {
   EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get())) << "a datagram with the wrong Q_Key was delivered";
 }
 
+// Rule: IBTA Vol 1 C10-10 (cited by google/rdma-unit-test, pd_test SendAhOnOtherPd): the address handle
+//   of a UD work request must be in the QP's protection domain; one of another PD completes the WR with
+//   IBV_WC_LOC_QP_OP_ERR and nothing is sent. The QP then leaves RTS: a UD send error moves it to SQE
+//   (IBA 10.3.1), or to ERR where every send error is fatal (backend question UnreliableSendErrorState).
+// Checks: a UD SEND through an AH made on another PD completes at a_ with IBV_WC_LOC_QP_OP_ERR, b_ gets
+//   no receive completion within 200 ms, and a_ is in SQE (or the backend's answer).
+TEST_F(QpDatapathTest, UdSendThroughAhOfAnotherPdFails) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdPair(roce()));
+  PdPtr other_pd(ibv_alloc_pd(context()));
+  ASSERT_NE(other_pd, nullptr) << ErrnoName(errno);
+  ibv_ah_attr attr = LocalAddress(roce());
+  AhPtr other_ah(ibv_create_ah(other_pd.get(), &attr));
+  ASSERT_NE(other_ah, nullptr) << "ibv_create_ah: " << ErrnoName(errno);
+  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
+  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+  ibv_sge sge = src_.Sge(0, 64);
+  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, other_ah.get(), b_.qp_num())), 0);
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.wr_id, 2u);
+  EXPECT_EQ(swc.status, IBV_WC_LOC_QP_OP_ERR) << DescribeWc(swc);
+  EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get())) << "a datagram through an AH of another PD was delivered";
+  const bool err = Backend().Answer("UnreliableSendErrorState", "SQE") == "ERR";
+  EXPECT_TRUE(QpStateBecomes(a_.get(), err ? IBV_QPS_ERR : IBV_QPS_SQE));
+}
+
 // Rule: ibv_create_ah_from_wc(3): "creates an AH ... using attributes from the work completion wc
 //   and the Global Routing Header (GRH) structure grh"; its purpose is replying to the sender.
 // Checks: b_ makes an AH from the completion (and the GRH area) of a datagram from a_ and sends a

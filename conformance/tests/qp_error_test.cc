@@ -364,6 +364,42 @@ TEST_F(QpErrorTest, SendFails_BadLkey) {
   EXPECT_EQ(wc.qp_num, a_.qp_num());
 }
 
+// Rule: IBA 10.3.1 (QP states): a send error on a UC or UD QP moves it to SQE, not ERR: the send queue
+//   stops, the receive queue goes on working. Backend question UnreliableSendErrorState (a backend may
+//   take the QP to ERR, where its receives are flushed).
+// Checks: after a UC SEND with a bad L_Key failed at a_, a_ is in SQE; a SEND from b_ then fills the
+//   receive a_ had posted, with its bytes. (Under ERR: a_ is in ERR and that receive completes with
+//   IBV_WC_WR_FLUSH_ERR.)
+TEST_F(QpErrorTest, UcSendErrorStopsOnlyTheSendQueue) {
+  EndConfig uc;
+  uc.type = IBV_QPT_UC;
+  ASSERT_TRUE(MakePair(uc, uc, ConnectParams{}, ConnectParams{}));
+  ibv_sge rsge = local_.Sge(1024, 64);
+  ASSERT_EQ(PostRecv(a_.get(), 7, &rsge, 1), 0);
+  ibv_sge sge = local_.Sge(0, 64);
+  sge.lkey = BadKey(sge.lkey);
+  ibv_wc wc = {};
+  ASSERT_NO_FATAL_FAILURE(PostAndComplete(SendWr(1, &sge, 1), &wc));
+  ASSERT_NE(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+  const bool err = Backend().Answer("UnreliableSendErrorState", "SQE") == "ERR";
+  ASSERT_TRUE(QpStateBecomes(a_.get(), err ? IBV_QPS_ERR : IBV_QPS_SQE));
+  if (err) {
+    ibv_wc rwc = {};
+    ASSERT_TRUE(PollOneCompletion(a_.recv_cq.get(), &rwc));
+    EXPECT_EQ(rwc.wr_id, 7u);
+    EXPECT_EQ(rwc.status, IBV_WC_WR_FLUSH_ERR) << DescribeWc(rwc);
+    return;
+  }
+  remote_.FillPattern(5);
+  ibv_sge back = remote_.Sge(0, 64);
+  ASSERT_EQ(PostOne(b_.get(), SendWr(2, &back, 1)), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.recv_cq.get(), &rwc)) << "a_ in SQE received nothing";
+  EXPECT_EQ(rwc.wr_id, 7u);
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(local_.Bytes(1024, 64), remote_.Bytes(0, 64));
+}
+
 // Rule: IBTA Vol 1 ch. 10 (memory protection: an L_Key's PD must match the QP's PD): an L_Key of an MR in
 //   another protection domain is a Local Protection Error (backend question SendChecksLkeyPd; rxe
 //   does not check the PD).

@@ -450,5 +450,51 @@ TEST_F(SrqTest, ReceivesTakenInPostingOrder) {
   }
 }
 
+// Rule: IBTA Vol 1 ch. 10 (shared receive queues): an SRQ is made in a protection domain of its own, which
+//   may differ from its QPs' (google/rdma-unit-test pd_test, PdSrqTest.CreateSrq), and the memory of a WQE
+//   posted to it is checked against the SRQ's PD (PdSrqTest.SrqRecvMrSrqMatch / SrqRecvMrSrqMismatch): a
+//   receive whose MR is not in that PD fails with IBV_WC_LOC_PROT_ERR, and the requester's SEND with
+//   IBV_WC_REM_OP_ERR. Backend question SrqRecvCheckedAgainstSrqPd (a backend that checks the QP's PD swaps
+//   the two MRs' roles).
+// Checks: srq_ in the fixture's PD, b_ in another: a SEND into a receive whose MR is in the checked PD
+//   succeeds on both sides; a SEND into a receive whose MR is in the other PD completes the receive with
+//   IBV_WC_LOC_PROT_ERR and the SEND with IBV_WC_REM_OP_ERR.
+TEST_F(SrqTest, ReceiveBuffersAreCheckedAgainstTheSrqsPd) {
+  PdPtr qp_pd(ibv_alloc_pd(context()));
+  ASSERT_NE(qp_pd, nullptr) << ErrnoName(errno);
+  Buffer in_qp_pd;
+  ASSERT_TRUE(in_qp_pd.Register(qp_pd.get(), 4096));
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  EndConfig b_config;
+  b_config.srq = srq_.get();
+  b_config.pd = qp_pd.get();
+  ASSERT_TRUE(MakePair(EndConfig{}, b_config, ConnectParams{}, ConnectParams{}));
+  const bool srq_pd = Backend().Answer("SrqRecvCheckedAgainstSrqPd", true);
+  Buffer& checked = srq_pd ? remote_ : in_qp_pd;
+  Buffer& other = srq_pd ? in_qp_pd : remote_;
+  ibv_sge good = checked.Sge(0, 64);
+  ASSERT_EQ(PostSrqRecv(srq_.get(), 1, &good, 1), 0);
+  ibv_sge sge = local_.Sge(0, 16);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(11, &sge, 1)), 0);
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  EXPECT_EQ(rwc.wr_id, 1u);
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << "a receive whose MR is in the " << (srq_pd ? "SRQ's" : "QP's")
+                                        << " PD: " << DescribeWc(rwc);
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+  ibv_sge bad = other.Sge(0, 64);
+  ASSERT_EQ(PostSrqRecv(srq_.get(), 2, &bad, 1), 0);
+  ASSERT_EQ(PostOne(a_.get(), SendWr(12, &sge, 1)), 0);
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc));
+  EXPECT_EQ(rwc.wr_id, 2u);
+  EXPECT_EQ(rwc.status, IBV_WC_LOC_PROT_ERR) << "a receive whose MR is in the " << (srq_pd ? "QP's" : "SRQ's")
+                                             << " PD only: " << DescribeWc(rwc);
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.wr_id, 12u);
+  EXPECT_EQ(swc.status, IBV_WC_REM_OP_ERR) << DescribeWc(swc);
+}
+
 }  // namespace
 }  // namespace conformance

@@ -23,6 +23,7 @@ class Ah {
   static Ah* From(const ibv_ah* ah) { return Handle<ibv_ah, Ah>::From(ah); }
   ibv_ah* ibv() { return &handle_.pub; }
   Context* context() const { return ctx_; }
+  const Pd* pd() const { return pd_; }
   const AddressVector& av() const { return av_; }
 
   // ibv_init_ah_from_wc: the address that answers the sender of a received UD

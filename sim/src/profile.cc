@@ -344,6 +344,12 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
     b.recv_slots_freed_at_poll =
         r.Choice<bool>("receive_queue_release", {{"poll", true}, {"consumption", false}});
   }
+  if (r.Find("unreliable_send_error", false)) {
+    b.unreliable_send_error_to_err = r.Choice<bool>("unreliable_send_error", {{"sqe", false}, {"err", true}});
+  }
+  if (r.Find("srq_receive_pd", false)) {
+    b.srq_recv_checked_against_qp_pd = r.Choice<bool>("srq_receive_pd", {{"srq", false}, {"qp", true}});
+  }
   if (r.Find("rereg_mr_no_flags", false)) {
     b.rereg_no_flags_cmd_error = r.Choice<bool>("rereg_mr_no_flags", {{"input", false}, {"cmd", true}});
   }

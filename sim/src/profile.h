@@ -68,6 +68,14 @@ struct Behaviour {
   // for an SRQ's WQEs (mlx5_free_srq_wqe at poll); an XRC SRQ's are free
   // once consumed under either.
   bool recv_slots_freed_at_poll = true;
+  // A send error on a UC or UD QP moves it to SQE, its receive queue still
+  // working (IBA 10.3.1), or to ERR as on RC, its receives flushed (rxe 6.1:
+  // the requester's error exit calls rxe_qp_error for every QP type).
+  bool unreliable_send_error_to_err = false;
+  // The memory of a receive taken from an SRQ is checked against the SRQ's PD
+  // (IBTA; mlx5: the SRQ's WQEs are the SRQ's), or against the QP's (rxe 6.1:
+  // send_data_in copies with qp->pd).
+  bool srq_recv_checked_against_qp_pd = false;
   // ibv_rereg_mr with flags 0: libibverbs passes it on, so a kernel provider
   // fails it as a command (IBV_REREG_MR_ERR_CMD), as every one does; or an
   // input error (IBV_REREG_MR_ERR_INPUT), which no provider gives.

@@ -381,6 +381,9 @@ class Qp {
   void CompleteRecvLocked(const RecvWqe& wqe, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t byte_len = 0,
                           const Arrival& arrival = {});
   int AccessErrorEvent() const;
+  // The PD a receive's memory is checked against: an SRQ's receives the SRQ's
+  // (or, under the profile's srq_receive_pd qp, the QP's).
+  const Pd* RecvPd() const;
   void ResponderFatal(const Packet& req, ibv_wc_status recv_status, Packet::Nak nak, int event);
 
   // Completion into a CQ with the profile's overrun rules. Returns false if

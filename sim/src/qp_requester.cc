@@ -151,7 +151,9 @@ void Qp::MakeSendWqe(const ibv_send_wr& wr, SendWqe* out) const {
     wqe.compare_add = wr.wr.atomic.compare_add;
     wqe.swap = wr.wr.atomic.swap;
   } else if (type() == IBV_QPT_UD) {
-    wqe.av = Ah::From(wr.wr.ud.ah)->av();
+    const Ah* ah = Ah::From(wr.wr.ud.ah);
+    wqe.av = ah->av();
+    wqe.ah_of_other_pd = ah->pd() != pd_;
     wqe.remote_qpn = wr.wr.ud.remote_qpn;
     wqe.remote_qkey = wr.wr.ud.remote_qkey;
   } else {
@@ -478,6 +480,12 @@ void Qp::ExecuteLocked(size_t index) {
       }
       if (wqe.sges.size() == 1 && sge.length > 0) one_sge = mr->Translate(sge.addr, sge.length);
     }
+  }
+  // IBTA C10-10: a UD WR's address handle is in the QP's PD, or the WR fails
+  // as a local QP operation error and sends nothing (rxe 6.1: rxe_get_av).
+  if (wqe.ah_of_other_pd) {
+    FailLocalLocked(index, IBV_WC_LOC_QP_OP_ERR);
+    return;
   }
   const uint32_t mtu = PathMtuBytes();
   // A message longer than the port's max_msg_sz completes with a Local Length
@@ -1131,7 +1139,8 @@ void Qp::FailLocalLocked(size_t index, ibv_wc_status status) {
 
 // The WQE fails with `status`: its error completion is always generated (IBA
 // 10.7.3.1, even if unsignaled); RC moves to ERR and flushes the rest, UC/UD
-// move to SQE, whose later WRs are flushed too.
+// move to SQE, whose later WRs are flushed too (or to ERR: the profile's
+// unreliable_send_error).
 void Qp::FailSendLocked(SendWqe& wqe, ibv_wc_status status) {
   if (wqe.completed) return;
   // A completion that overruns the CQ may take the QP to ERR, which retires
@@ -1160,7 +1169,7 @@ void Qp::FailSendHeldLocked(SendWqe& wqe, ibv_wc_status status) {
   if (!PushSendCompletion(wqe, wc)) return;
   Engine::Get().CancelTimer(this);
   if (status == IBV_WC_WR_FLUSH_ERR) return;
-  if (Reliable()) {
+  if (Reliable() || device()->behaviour().unreliable_send_error_to_err) {
     EnterErrorLocked(-1);
   } else {
     EnterSqeLocked();

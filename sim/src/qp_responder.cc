@@ -221,7 +221,8 @@ void Qp::ReceiveRequest(const Packet& pkt) {
         recv_offset_ = pkt.dma_length;
         break;
       }
-      const ibv_wc_status st = Scatter(device(), pd_, recv_wqe_, recv_offset_, pkt.payload.data(), pkt.payload.size());
+      const ibv_wc_status st =
+          Scatter(device(), RecvPd(), recv_wqe_, recv_offset_, pkt.payload.data(), pkt.payload.size());
       if (st != IBV_WC_SUCCESS) {
         if (!rc) {
           recv_in_progress_ = false;
@@ -425,7 +426,7 @@ bool Qp::PullSendLocked(const Packet& pkt) {
   for (const ibv_sge& sge : recv_wqe_.sges) {
     if (left == 0) break;
     if (sge.length == 0) continue;
-    Mr* mr = Mr::Check(device(), sge.lkey, false, pd_, sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
+    Mr* mr = Mr::Check(device(), sge.lkey, false, RecvPd(), sge.addr, sge.length, IBV_ACCESS_LOCAL_WRITE);
     if (!mr) {
       ResponderFatal(pkt, IBV_WC_LOC_PROT_ERR, Packet::Nak::kRemoteOperational, -1);
       return false;
@@ -584,14 +585,18 @@ void Qp::ReceiveUd(const Packet& pkt) {
     grh.hop_limit = 64;
     grh.sgid = pkt.sgid;
     grh.dgid = pkt.dst.dgid;
-    const ibv_wc_status st = Scatter(device(), pd_, wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes);
+    const ibv_wc_status st = Scatter(device(), RecvPd(), wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes);
     if (st != IBV_WC_SUCCESS) {
       CompleteRecvLocked(wqe, st, IBV_WC_RECV);
       return;
     }
   }
-  const ibv_wc_status st = Scatter(device(), pd_, wqe, kGrhBytes, pkt.payload.data(), pkt.payload.size());
+  const ibv_wc_status st = Scatter(device(), RecvPd(), wqe, kGrhBytes, pkt.payload.data(), pkt.payload.size());
   CompleteRecvLocked(wqe, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? pkt.payload.size() + kGrhBytes : 0, Arrival::Of(pkt));
+}
+
+const Pd* Qp::RecvPd() const {
+  return srq_ && !device()->behaviour().srq_recv_checked_against_qp_pd ? srq_->pd() : pd_;
 }
 
 // The event of an R_Key violation not tied to a receive (IBTA C9-222.1.1),

@@ -55,6 +55,7 @@ struct SendWqeValues {
   uint64_t bind_mr_serial = 0;  // the MR bind_info.mr named when it was posted (Mr::serial), 0: none
   // UD
   AddressVector av;
+  bool ah_of_other_pd = false;  // the AH is not in the QP's PD: IBV_WC_LOC_QP_OP_ERR (IBTA C10-10)
   uint32_t remote_qpn = 0;
   uint32_t remote_qkey = 0;
   // XRC_SEND: the XRC SRQ at the target that takes the message
