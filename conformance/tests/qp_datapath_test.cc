@@ -1054,6 +1054,32 @@ TEST_F(QpDatapathTest, UdSendThroughAhOfAnotherPdFails) {
   EXPECT_TRUE(QpStateBecomes(a_.get(), err ? IBV_QPS_ERR : IBV_QPS_SQE));
 }
 
+// Rule: IBTA Vol 1 10.2.4 (Q_Keys): a UD work request whose Q_Key has its high-order bit set sends with the
+//   QP's own Q_Key instead (the bit marks a controlled Q_Key, which only the QP's context may hold). Backend
+//   question WrQkeyHighBitTakesQpQkey (a backend may send the WR's value as it is, which no receiver with an
+//   ordinary Q_Key takes).
+// Checks: a_ and b_ both have the test's Q_Key; a UD SEND from a_ with remote_qkey 0x80000001 completes at
+//   a_ with success and arrives at b_ with its bytes (where the backend sends the value: arrives nowhere
+//   within 200 ms).
+TEST_F(QpDatapathTest, UdWrQkeyWithHighBitSendsTheQpsQkey) {
+  ASSERT_NO_FATAL_FAILURE(MakeUdPair(roce()));
+  ibv_sge rsge = dst_.Sge(0, kGrhBytes + 64);
+  ASSERT_EQ(PostRecv(b_.get(), 1, &rsge, 1), 0);
+  ibv_sge sge = src_.Sge(0, 64);
+  ASSERT_EQ(PostOne(a_.get(), UdSendWr(2, &sge, 1, ah_.get(), b_.qp_num(), 0x80000001u)), 0);
+  ibv_wc swc = {};
+  ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &swc));
+  EXPECT_EQ(swc.status, IBV_WC_SUCCESS) << DescribeWc(swc);
+  if (!Backend().Answer("WrQkeyHighBitTakesQpQkey", true)) {
+    EXPECT_TRUE(NoCompletionWithin(b_.recv_cq.get())) << "a datagram with Q_Key 0x80000001 was delivered";
+    return;
+  }
+  ibv_wc rwc = {};
+  ASSERT_TRUE(PollOneCompletion(b_.recv_cq.get(), &rwc)) << "the datagram did not arrive";
+  EXPECT_EQ(rwc.status, IBV_WC_SUCCESS) << DescribeWc(rwc);
+  EXPECT_EQ(dst_.Bytes(kGrhBytes, 64), src_.Bytes(0, 64));
+}
+
 // Rule: ibv_create_ah_from_wc(3): "creates an AH ... using attributes from the work completion wc
 //   and the Global Routing Header (GRH) structure grh"; its purpose is replying to the sender.
 // Checks: b_ makes an AH from the completion (and the GRH area) of a datagram from a_ and sends a

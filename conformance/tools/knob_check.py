@@ -32,6 +32,7 @@ KNOBS = [
     ("unreliable_send_error", "err", "QpErrorTest.UcSendErrorStopsOnlyTheSendQueue"),
     ("unreliable_send_error", "err", "QpDatapathTest.UdSendThroughAhOfAnotherPdFails"),
     ("srq_receive_pd", "qp", "SrqTest.ReceiveBuffersAreCheckedAgainstTheSrqsPd"),
+    ("wr_qkey_high_bit", "literal", "QpDatapathTest.UdWrQkeyWithHighBitSendsTheQpsQkey"),
     ("send_queue_release", "completion", "QpPostTest.SendSlotsFreeFollowBackend"),
     ("receive_queue_release", "consumption", "QpPostTest.RecvSlotsFreeFollowBackend"),
     ("receive_queue_release", "consumption", "SrqTest.SlotsFreeFollowBackend"),

@@ -347,6 +347,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("unreliable_send_error", false)) {
     b.unreliable_send_error_to_err = r.Choice<bool>("unreliable_send_error", {{"sqe", false}, {"err", true}});
   }
+  if (r.Find("wr_qkey_high_bit", false)) {
+    b.wr_qkey_high_bit_literal = r.Choice<bool>("wr_qkey_high_bit", {{"qp", false}, {"literal", true}});
+  }
   if (r.Find("srq_receive_pd", false)) {
     b.srq_recv_checked_against_qp_pd = r.Choice<bool>("srq_receive_pd", {{"srq", false}, {"qp", true}});
   }

@@ -72,6 +72,10 @@ struct Behaviour {
   // working (IBA 10.3.1), or to ERR as on RC, its receives flushed (rxe 6.1:
   // the requester's error exit calls rxe_qp_error for every QP type).
   bool unreliable_send_error_to_err = false;
+  // A UD WR whose remote_qkey has the high-order bit set sends with the QP's
+  // own Q_Key (IBTA 10.2.4), or with the WR's value as it is (rxe 6.1:
+  // init_req_packet puts wr.ud.remote_qkey in the DETH).
+  bool wr_qkey_high_bit_literal = false;
   // The memory of a receive taken from an SRQ is checked against the SRQ's PD
   // (IBTA; mlx5: the SRQ's WQEs are the SRQ's), or against the QP's (rxe 6.1:
   // send_data_in copies with qp->pd).

@@ -627,7 +627,8 @@ void Qp::SendMessageLocked(SendWqe& wqe, uint32_t mtu, const uint8_t* whole, boo
   p.xrc_srqn = wqe.xrc_srqn;
   if (type() == IBV_QPT_UD) {
     // IBTA: a Q_Key with the high bit set means "use the QP's own Q_Key".
-    p.qkey = (wqe.remote_qkey & 0x80000000u) ? attr_.qkey : wqe.remote_qkey;
+    const bool controlled = (wqe.remote_qkey & 0x80000000u) && !device()->behaviour().wr_qkey_high_bit_literal;
+    p.qkey = controlled ? attr_.qkey : wqe.remote_qkey;
   }
   uint64_t offset = 0;
   do {
