@@ -27,6 +27,16 @@ inline constexpr bool kThreadSanitizedBuild = true;
 inline constexpr bool kThreadSanitizedBuild = false;
 #endif
 
+// AddressSanitizer's allocator (GCC 12's libasan) takes none of its locks
+// around fork(): a child forked while another thread was allocating can wait
+// for ever in its first allocation of that size (glibc's malloc locks its
+// arenas around fork).
+#if defined(__SANITIZE_ADDRESS__) || CONFORMANCE_HAS_FEATURE(address_sanitizer)
+inline constexpr bool kAddressSanitizedBuild = true;
+#else
+inline constexpr bool kAddressSanitizedBuild = false;
+#endif
+
 // This test binary runs under AddressSanitizer or ThreadSanitizer, whose
 // operator new cannot fail gracefully: it reports out-of-memory and aborts
 // instead of throwing std::bad_alloc (so a test that exhausts memory on

@@ -25,6 +25,7 @@
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/qp_pair.h"
+#include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/verbs_handles.h"
 #include "conformance/lib/watchdog.h"
@@ -328,6 +329,9 @@ TEST_F(QpThreadsTest, ConcurrentOpenDeviceReturnsAContextEach) {
 //   a CQ on them in a loop, 40 children of fork() in turn each open a context of it and allocate a PD
 //   (each within a 3 s watchdog).
 TEST_F(QpThreadsTest, ChildOfForkOpensTheDeviceWhileAnotherThreadUsesIt) {
+  // (Seen: a child's progress thread waiting for ever on a lock of libasan's allocator, which the
+  // parent's other thread held at the fork.)
+  SKIP_IF(kAddressSanitizedBuild) << "(AddressSanitizer's allocator is not fork-safe while another thread allocates)";
   ibv_device* device = context()->device;
   std::atomic<bool> stop{false};
   std::thread busy([&] {

@@ -462,6 +462,11 @@ TEST_F(SrqTest, ReceivesTakenInPostingOrder) {
 TEST_F(SrqTest, ReceiveBuffersAreCheckedAgainstTheSrqsPd) {
   PdPtr qp_pd(ibv_alloc_pd(context()));
   ASSERT_NE(qp_pd, nullptr) << ErrnoName(errno);
+  // b_ is made in qp_pd: it goes before the PD does (a PD that has a QP cannot be freed).
+  struct EndBeforePd {
+    QpEnd& end;
+    ~EndBeforePd() { end.reset(); }
+  } b_goes_first{b_};
   Buffer in_qp_pd;
   ASSERT_TRUE(in_qp_pd.Register(qp_pd.get(), 4096));
   ASSERT_NO_FATAL_FAILURE(CreateSrq());
