@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "conformance/lib/backend_profile.h"
 #include "conformance/lib/errno_capture.h"
 #include "conformance/lib/event_wait.h"
 #include "conformance/lib/fd_poll.h"
@@ -157,6 +158,10 @@ testing::AssertionResult QpStateBecomes(ibv_qp* qp, ibv_qp_state state, std::chr
   }
   return testing::AssertionFailure() << "QP " << qp->qp_num << " is in " << QpStateName(now) << ", not "
                                      << QpStateName(state) << ", after " << timeout.count() << " ms";
+}
+
+ibv_qp_state UnreliableSendErrorState() {
+  return Backend().Answer("UnreliableSendErrorState", "SQE") == "ERR" ? IBV_QPS_ERR : IBV_QPS_SQE;
 }
 
 testing::AssertionResult SqDrainEnds(ibv_qp* qp, std::chrono::milliseconds timeout) {

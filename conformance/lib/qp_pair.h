@@ -66,6 +66,9 @@ testing::AssertionResult QueryQpState(ibv_qp* qp, ibv_qp_state* state);
 // wire, such as entering ERR after a NAK, may lag the completion on hardware).
 testing::AssertionResult QpStateBecomes(ibv_qp* qp, ibv_qp_state state,
                                         std::chrono::milliseconds timeout = kReturnWindow);
+// The state a send error moves a UC or UD QP to: SQE (IBA 10.3.1), or ERR where the backend answers
+// "ERR" to UnreliableSendErrorState (rxe: every send error is fatal there).
+ibv_qp_state UnreliableSendErrorState();
 // ibv_query_qp reports SQD with sq_draining == 0 within timeout. A QP that
 // has just entered SQD may still be draining (kernel rxe refuses to leave
 // SQD, or to enter it again, until the drain has ended).
