@@ -119,41 +119,50 @@ bool SpinUntil(const std::atomic<uint64_t>* line, uint64_t value, Clock::time_po
   }
 }
 
-// 0 when it could not be measured (no memory, no fork, or the child did not
-// answer within 30 s).
+// The mean one-way time, in ns, of `rounds` round trips between this process
+// and a child of it: round i (from 1) is parent_round(i, deadline), which
+// sends and waits for the answer, against child_round(i, deadline), which
+// waits and answers; each is false once the deadline has passed. 0 when it
+// could not be measured (no fork, or the child did not answer within 30 s).
+template <typename ParentRound, typename ChildRound>
+double OneWayNs(int rounds, ParentRound parent_round, ChildRound child_round) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  const pid_t child = fork();
+  if (child == 0) {
+    for (int i = 1; i <= rounds; ++i) {
+      if (!child_round(i, deadline)) _exit(1);
+    }
+    _exit(0);
+  }
+  if (child < 0) return 0;
+  bool answered = true;
+  const auto t0 = Clock::now();
+  for (int i = 1; i <= rounds && answered; ++i) answered = parent_round(i, deadline);
+  const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  if (!answered) kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  return answered ? ns / rounds / 2 : 0;  // a round trip is two hand-offs
+}
+
+// 0 when it could not be measured (no memory, or as OneWayNs).
 double HandoffNs() {
-  constexpr int kRounds = 200000;
   void* shared = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 0;
   auto* line = static_cast<std::atomic<uint64_t>*>(shared);
   line->store(0);
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  const pid_t child = fork();
-  if (child == 0) {
-    for (int i = 0; i < kRounds; ++i) {
-      if (!SpinUntil(line, 2 * i + 1, deadline)) _exit(1);
-      line->store(2 * i + 2, std::memory_order_release);
-    }
-    _exit(0);
-  }
-  double ns_per_handoff = 0;
-  if (child > 0) {
-    bool answered = true;
-    const auto t0 = Clock::now();
-    for (int i = 0; i < kRounds && answered; ++i) {
-      line->store(2 * i + 1, std::memory_order_release);
-      answered = SpinUntil(line, 2 * i + 2, deadline);
-    }
-    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-    if (answered) {
-      ns_per_handoff = ns / kRounds / 2;  // a round trip is two hand-offs
-    } else {
-      kill(child, SIGKILL);
-    }
-    waitpid(child, nullptr, 0);
-  }
+  const double ns = OneWayNs(
+      200000,
+      [&](uint64_t i, Clock::time_point deadline) {
+        line->store(2 * i - 1, std::memory_order_release);
+        return SpinUntil(line, 2 * i, deadline);
+      },
+      [&](uint64_t i, Clock::time_point deadline) {
+        if (!SpinUntil(line, 2 * i - 1, deadline)) return false;
+        line->store(2 * i, std::memory_order_release);
+        return true;
+      });
   munmap(shared, 4096);
-  return ns_per_handoff;
+  return ns;
 }
 
 // A ring slot for one message: the payload on a line of its own, then the
@@ -180,44 +189,28 @@ bool ReceiveMessage(const Mailbox* box, char* bytes, uint64_t number, Clock::tim
   return true;
 }
 
-// 0 when it could not be measured (as HandoffNs).
+// 0 when it could not be measured (no memory, or as OneWayNs).
 double MessageHandoffNs() {
-  constexpr int kRounds = 200000;
   constexpr size_t kBytes = 2 * kMailboxes * sizeof(Mailbox);
   void* shared = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 0;
   auto* to_child = new (shared) Mailbox[kMailboxes]{};
   auto* to_parent = new (static_cast<char*>(shared) + kMailboxes * sizeof(Mailbox)) Mailbox[kMailboxes]{};
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  const pid_t child = fork();
-  if (child == 0) {
-    char bytes[64];
-    for (uint64_t i = 1; i <= kRounds; ++i) {
-      if (!ReceiveMessage(&to_child[i % kMailboxes], bytes, i, deadline)) _exit(1);
-      SendMessage(&to_parent[i % kMailboxes], bytes, i);
-    }
-    _exit(0);
-  }
-  double ns_per_message = 0;
-  if (child > 0) {
-    char bytes[64];
-    std::memset(bytes, 5, sizeof bytes);
-    bool answered = true;
-    const auto t0 = Clock::now();
-    for (uint64_t i = 1; i <= kRounds && answered; ++i) {
-      SendMessage(&to_child[i % kMailboxes], bytes, i);
-      answered = ReceiveMessage(&to_parent[i % kMailboxes], bytes, i, deadline);
-    }
-    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
-    if (answered) {
-      ns_per_message = ns / kRounds / 2;  // a round trip is two messages
-    } else {
-      kill(child, SIGKILL);
-    }
-    waitpid(child, nullptr, 0);
-  }
+  char bytes[64];
+  std::memset(bytes, 5, sizeof bytes);
+  const double ns = OneWayNs(
+      200000,
+      [&](uint64_t i, Clock::time_point deadline) {
+        SendMessage(&to_child[i % kMailboxes], bytes, i);
+        return ReceiveMessage(&to_parent[i % kMailboxes], bytes, i, deadline);
+      },
+      [&](uint64_t i, Clock::time_point deadline) {
+        if (!ReceiveMessage(&to_child[i % kMailboxes], bytes, i, deadline)) return false;
+        SendMessage(&to_parent[i % kMailboxes], bytes, i);
+        return true;
+      });
   munmap(shared, kBytes);
-  return ns_per_message;
+  return ns;
 }
 
 // 0 when it could not be measured (no memory, no fork, or the other side
