@@ -63,11 +63,9 @@ class Device {
   // Grows with every port state change of any device (Engine::Route's cache).
   static uint64_t PortChanges() { return port_changes_.load(std::memory_order_acquire); }
 
-  // A child of fork(): the device's locks are free (fork handler, device_list.cc).
-  void ForgetLocksAfterFork() {
-    new (&mu_) std::mutex();
-    new (&contexts_mu_) std::mutex();
-  }
+  // Held across fork() in their places in the library's lock order (fork_locks.h).
+  std::mutex& contexts_mutex() { return contexts_mu_; }
+  std::mutex& mutex() const { return mu_; }
 
   // Contexts opened on this device, for device-wide events (port, fatal).
   void AddContext(Context* ctx);

@@ -1,7 +1,5 @@
 #include "device_list.h"
 
-#include <pthread.h>
-
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,15 +10,8 @@ namespace simverbs {
 DeviceList& DeviceList::Get() {
   // Intentionally leaked: devices must outlive every context, including ones
   // that programs close from their own atexit handlers.
-  static DeviceList* list = [] {
-    auto* l = new DeviceList();
-    // In a child of fork() only the forking thread runs: a device lock another
-    // thread of the parent held (opening a context, say) would never be released there.
-    pthread_atfork(nullptr, nullptr, [] {
-      for (const auto& dev : Get().devices()) dev->ForgetLocksAfterFork();
-    });
-    return l;
-  }();
+  static DeviceList* list = new DeviceList();
+  instance_.store(list, std::memory_order_release);
   return *list;
 }
 

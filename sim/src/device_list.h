@@ -3,6 +3,7 @@
 // The process-wide set of simulated devices, built from the profile that
 // SIMVERBS_PROFILE selects the first time a device is needed.
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@ class DeviceList {
   // The singleton. Loading the profile happens once; a broken profile is
   // reported on stderr (file and field) and leaves the list empty.
   static DeviceList& Get();
+  // The list, or nullptr before anything asked for it (fork_locks.cc).
+  static DeviceList* IfMade() { return instance_.load(std::memory_order_acquire); }
 
   const std::vector<std::unique_ptr<Device>>& devices() const { return devices_; }
   Device* Find(const std::string& name) const;
@@ -25,6 +28,7 @@ class DeviceList {
 
  private:
   DeviceList();
+  static inline std::atomic<DeviceList*> instance_{nullptr};
   Profile profile_;
   std::string load_error_;
   std::vector<std::unique_ptr<Device>> devices_;

@@ -1,7 +1,5 @@
 #include "xrcd.h"
 
-#include <pthread.h>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -14,6 +12,7 @@
 #include "context.h"
 #include "device.h"
 #include "fault/fault_points.h"
+#include "fork_locks.h"
 
 namespace simverbs {
 namespace {
@@ -29,10 +28,8 @@ struct Registry {
 Registry& Domains() {
   static Registry* r = [] {
     auto* registry = new Registry();  // leaked: may be used from atexit
-    // In a child of fork() only the forking thread runs: the registry must not
-    // be locked (or half changed) by another thread there. A leaf lock: held
-    // across fork by the forking thread.
-    pthread_atfork([] { Domains().mu.lock(); }, [] { Domains().mu.unlock(); }, [] { Domains().mu.unlock(); });
+    // A leaf lock: held across fork (fork_locks.h).
+    HoldAcrossFork([] { Domains().mu.lock(); }, [] { Domains().mu.unlock(); });
     return registry;
   }();
   return *r;

@@ -352,9 +352,8 @@ Fabric& Fabric::Make() {
 }
 
 void Fabric::ForkedChild() {
-  // Another thread of the parent may have been opening a device: its lock
-  // and its progress thread are not the child's.
-  new (&attach_mu_) std::mutex();
+  // The progress thread is not the child's. (The attach lock was held
+  // across fork: fork_locks.h.)
   new (&progress_) std::thread();
   // A child of fork() must not drain the parent's ring (packets for the
   // parent's QPs): it has none until it opens a device and joins itself.

@@ -281,6 +281,10 @@ class Fabric {
     Fabric* fabric = instance_.load(std::memory_order_acquire);
     return fabric ? *fabric : Make();
   }
+  // The fabric, or nullptr before anything asked for it (fork_locks.cc).
+  static Fabric* IfMade() { return instance_.load(std::memory_order_acquire); }
+  // Held across fork() in its place in the library's lock order (fork_locks.h).
+  std::mutex& attach_mutex() { return attach_mu_; }
   // `given` if not empty, else SIMVERBS_FABRIC, else "default".
   static std::string NameFromEnvironment(const std::string& given);
 

@@ -1,7 +1,5 @@
 #include "fabric/shared_file.h"
 
-#include <pthread.h>
-
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -19,6 +17,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "fork_locks.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; an older kernel refuses it (EINVAL): no file is published
@@ -146,11 +146,8 @@ struct HeldFile {
   int holders;
 };
 std::mutex held_mu;
-// In a child of fork() only the forking thread runs: the list must not be
-// locked (or half changed) by another thread there. A leaf lock: held across
-// fork by the forking thread.
-const int held_fork_handler =
-    pthread_atfork([] { held_mu.lock(); }, [] { held_mu.unlock(); }, [] { held_mu.unlock(); });
+// A leaf lock: held across fork (fork_locks.h).
+const bool held_across_fork = (HoldAcrossFork([] { held_mu.lock(); }, [] { held_mu.unlock(); }), true);
 std::vector<HeldFile>& Held() {
   static auto* held = new std::vector<HeldFile>();  // never destroyed: MRs may outlive static destruction
   return *held;

@@ -1,6 +1,5 @@
 #include "fault/fault_plan.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include "fault/device_fatal.h"
 #include "fault/inject.h"
 #include "fault/mailbox.h"
+#include "fork_locks.h"
 #include "json_error.h"
 #include "qp.h"
 #include "quiet_thread.h"
@@ -166,9 +166,8 @@ struct Plan {
 // ---- the state of the process's plan
 
 std::mutex g_mu;
-// In a child of fork() only the forking thread runs: a lock another thread of
-// the parent held would never be released there.
-const int g_fork_handler = pthread_atfork(nullptr, nullptr, [] { new (&g_mu) std::mutex(); });
+// A leaf lock: held across fork (fork_locks.h).
+const bool g_held_across_fork = (HoldAcrossFork([] { g_mu.lock(); }, [] { g_mu.unlock(); }), true);
 bool g_loaded = false;
 std::string g_error;
 Plan& g_plan = *new Plan();  // leaked: the detached timer thread may outlive exit()

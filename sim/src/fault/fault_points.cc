@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "fork_locks.h"
+
 namespace simverbs {
 namespace {
 constexpr const char* kNames[] = {
@@ -14,7 +16,12 @@ static_assert(sizeof kNames / sizeof kNames[0] == FaultPoints::kCount);
 }  // namespace
 
 FaultPoints& FaultPoints::Make() {
-  static FaultPoints* points = new FaultPoints();
+  static FaultPoints* points = [] {
+    auto* made = new FaultPoints();
+    // A leaf lock: held across fork (fork_locks.h).
+    HoldAcrossFork([] { Get().arm_mu_.lock(); }, [] { Get().arm_mu_.unlock(); });
+    return made;
+  }();
   instance_.store(points, std::memory_order_release);
   return *points;
 }

@@ -1,20 +1,19 @@
 #include "sched/scheduler.h"
 
-#include <pthread.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+
+#include "fork_locks.h"
 
 namespace simverbs {
 
 Scheduler& Scheduler::Get() {
   static Scheduler* scheduler = [] {
     auto* made = new Scheduler();  // never destroyed: used from atexit handlers
-    // In a child of fork() only the forking thread runs: the lock must not be
-    // held by another thread there. A leaf lock: held across fork by the forking thread.
-    pthread_atfork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); }, [] { Get().mu_.unlock(); });
+    // A leaf lock: held across fork (fork_locks.h).
+    HoldAcrossFork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); });
     return made;
   }();
   return *scheduler;

@@ -63,9 +63,8 @@ Engine& Engine::Make() {
   // Leaked: the timer thread may still be parked when the process exits.
   static Engine* engine = [] {
     auto* e = new Engine();
-    // fork() while another thread holds the data-path lock would leave the
-    // child's copy locked forever: hold it across fork in the forking thread.
-    pthread_atfork([] { Get().mu_.lock(); }, [] { Get().mu_.unlock(); }, [] { Get().ForkedChild(); });
+    // (Its lock is held across fork: fork_locks.h.)
+    pthread_atfork(nullptr, nullptr, [] { Get().ForkedChild(); });
     return e;
   }();
   instance_.store(engine, std::memory_order_release);
@@ -83,7 +82,6 @@ void Engine::ForkedChild() {
   armed_.clear();
   timer_wakeup_.store(Clock::time_point::max().time_since_epoch().count(), std::memory_order_relaxed);
   timer_looks_soon_.store(false, std::memory_order_relaxed);
-  mu_.unlock();
 }
 
 void Engine::Transmit(Packet&& pkt) {

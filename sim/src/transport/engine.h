@@ -57,6 +57,8 @@ class Engine {
     Engine* engine = instance_.load(std::memory_order_acquire);
     return engine ? *engine : Make();
   }
+  // The engine, or nullptr before anything asked for it (fork_locks.cc).
+  static Engine* IfMade() { return instance_.load(std::memory_order_acquire); }
 
   // The device a packet to `dst` reaches (by GID with a GRH, by LID
   // otherwise), or nullptr when the address is unreachable. Requires: mu() held.
