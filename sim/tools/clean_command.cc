@@ -12,7 +12,9 @@ CLI::App* AddCleanCommand(CLI::App& app) {
 }
 
 int RunClean() {
-  const simverbs::SweepReport report = simverbs::Fabric::Sweep("");
+  // Any process of this user that opens a device takes each fabric's lock for
+  // a moment (it sweeps too): wait for it, so that a live fabric is reported.
+  const simverbs::SweepReport report = simverbs::Fabric::Sweep("", 2000);
   for (const std::string& path : report.removed) std::printf("removed %s\n", path.c_str());
   std::printf("%zu object(s) removed, %.1f MiB freed\n", report.removed.size(),
               static_cast<double>(report.bytes) / (1 << 20));

@@ -222,8 +222,8 @@ uint64_t HashFile(const std::string& path) {
 // process can neither corrupt it nor, by dying, keep it. Bounded all the same.
 class SegmentLock {
  public:
-  // `seconds` 0: only if it is free now.
-  explicit SegmentLock(int fd, int seconds = 10) : fd_(fd), locked_(LockByte(fd, kFabricLockByte, seconds * 1000)) {}
+  // `timeout_ms` 0: only if it is free now.
+  explicit SegmentLock(int fd, int timeout_ms = 10000) : fd_(fd), locked_(LockByte(fd, kFabricLockByte, timeout_ms)) {}
   ~SegmentLock() {
     if (locked_) UnlockByte(fd_, kFabricLockByte);
   }
@@ -2089,7 +2089,7 @@ std::vector<ShmEntry> ListOurs(const std::string& prefix) {
 
 }  // namespace
 
-SweepReport Fabric::Sweep(const std::string& keep) {
+SweepReport Fabric::Sweep(const std::string& keep, int lock_wait_ms) {
   SweepReport report;
   const std::string prefix = SegmentPrefix();
   const std::vector<ShmEntry> entries = ListOurs(prefix);
@@ -2112,12 +2112,14 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     }
     auto* seg = static_cast<FabricSegment*>(m.addr);
     int alive = 0;
+    bool busy = false;
     if (JudgedByLocks(seg->magic)) {
-      // A fabric whose lock is taken is in use: judged another time. Under
+      // A fabric whose lock stays taken is in use: judged another time. Under
       // it the name stays this file's (every process removing a fabric's name
       // holds its lock and marks it unlinked first, so one about to join
       // makes a new fabric).
-      SegmentLock lock(m.fd, 0);
+      SegmentLock lock(m.fd, lock_wait_ms);
+      busy = !lock.locked();
       for (int i = 0; lock.locked() && i < kMaxProcs; ++i) alive += SlotAlive(m.fd, i);
       struct stat ours {}, named {};
       const bool same = fstat(m.fd, &ours) == 0 && stat(ShmPath(e.name).c_str(), &named) == 0 &&
@@ -2129,9 +2131,10 @@ SweepReport Fabric::Sweep(const std::string& keep) {
     }
     munmap(seg, sizeof(FabricSegment));
     close(m.fd);
-    if (alive > 0) {
-      report.kept.push_back("\"" + e.name.substr(prefix.size()) + "\" (" + std::to_string(alive) + " process" +
-                            (alive == 1 ? "" : "es") + ")");
+    if (alive > 0 || busy) {
+      const std::string why =
+          busy ? "its lock is held" : std::to_string(alive) + " process" + (alive == 1 ? "" : "es");
+      report.kept.push_back("\"" + e.name.substr(prefix.size()) + "\" (" + why + ")");
     }
   }
   // Then rings ("<segment>+p<slot>"; earlier versions' "<segment>-p<slot>",

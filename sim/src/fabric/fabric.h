@@ -248,7 +248,7 @@ struct FaultRequest;
 struct SweepReport {
   std::vector<std::string> removed;  // /dev/shm paths
   uint64_t bytes = 0;
-  std::vector<std::string> kept;     // fabrics with live processes, "name (N processes)"
+  std::vector<std::string> kept;     // fabrics in use: "name (N processes)", or "name (its lock is held)"
   std::vector<std::string> refused;  // objects not ours, with why
 };
 
@@ -465,7 +465,10 @@ class Fabric {
 
   // Removes the fabrics of this user whose processes are all gone (and
   // objects of fabrics that no longer exist), except `keep` (a segment name).
-  static SweepReport Sweep(const std::string& keep);
+  // A fabric whose lock another process holds is judged once it is free,
+  // waiting at most `lock_wait_ms` (0: judged another time; a process that
+  // opens a device sweeps too, and takes each fabric's lock for a moment).
+  static SweepReport Sweep(const std::string& keep, int lock_wait_ms = 0);
 
   // Faults from outside (fault/mailbox.h), for `simverbs inject`, which does
   // not join: opens the running fabric `fabric`, lets `fill` write the

@@ -4,16 +4,19 @@ by `simverbs clean`, and by the next program of the same user that opens a
 device on any fabric, whatever was written into its segment. A fabric with a
 live process is kept (whatever its name: "<fabric>-p1" was taken for a ring),
 and so is one of a version that kept its processes' liveness in the segment
-(up to "SIMFABR4"). A fabric name too long for its rings' names is refused.
+(up to "SIMFABR4"), and one whose lock another process holds (reported as
+such once clean has waited for it a bounded time). A fabric name too long for its rings' names is refused.
 
 usage: sweep_check.py SIMVERBS_CLI FABRIC PORT
 """
+import fcntl
 import glob
 import os
 import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 cli, fabric, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -150,7 +153,32 @@ if r.returncode == 0 or "too long (at most" not in r.stderr:
     failures.append(f"a 240-character fabric name was not refused as too long: {r.stdout[-200:]!r} "
                     f"{r.stderr[-300:]!r}")
 
+# 9. A live fabric whose lock another process holds (every program of the user that opens a device takes each
+# fabric's lock for a moment, to judge it) is still reported as kept: clean waits for the lock, a bounded time.
+server = start_server(fabric + "-k", port + 10)
+try:
+    live = objects(fabric + "-k")
+    with open(segment(fabric + "-k"), "r+b") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        release = threading.Timer(0.3, lambda: fcntl.lockf(f, fcntl.LOCK_UN, 1, 0))
+        release.start()
+        r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
+        release.join()
+        if f'kept fabric "{fabric}-k" (1 process)' not in r.stdout:
+            failures.append(f"simverbs clean did not report a live fabric whose lock was held for 0.3 s: {r.stdout!r}")
+        # Held for longer than clean waits: kept, and said why it was not judged.
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        r = subprocess.run([cli, "clean"], capture_output=True, text=True, timeout=60)
+        fcntl.lockf(f, fcntl.LOCK_UN, 1, 0)
+        if f'kept fabric "{fabric}-k" (its lock is held)' not in r.stdout:
+            failures.append(f"simverbs clean did not report a fabric whose lock stayed held: {r.stdout!r}")
+    if objects(fabric + "-k") != live:
+        failures.append(f"simverbs clean removed part of a live fabric whose lock was held: {objects(fabric + '-k')}")
+finally:
+    server.kill()
+    server.wait()
+
 for f in failures:
     print("FAIL", f)
-print(f"{8 - min(len(failures), 8)} passed, {len(failures)} failed")
+print(f"{9 - min(len(failures), 9)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
