@@ -58,8 +58,9 @@
 // the claim is not what a stream waits for. Measured with both taken out
 // (a single producer, as in two-process perftest), ib_send_bw 64 B, 12
 // interleaved rounds each: 5.2-8.2 Mpps (median 7.4, mean 7.2) with the
-// claim, 5.6-8.4 (median 7.7, mean 7.2) without, on an AMD EPYC VM. The
-// stores into lines the owner read last are (PrefetchSlotAfterNext).
+// claim, 5.6-8.4 (median 7.7, mean 7.2) without, on an AMD EPYC VM. What
+// a stream waits for is its stores into lines the owner read last
+// (PrefetchSlotAfterNext).
 //
 // Every field here can be written by any process of the same user: nothing
 // read from it is trusted (Push gives up after a bounded number of tries).
