@@ -21,14 +21,18 @@ Leaf leaves[kMaxForkLeaves];
 std::atomic<int> leaf_count{0};  // entries below it are written
 std::mutex leaves_mu;  // HoldAcrossFork's writers
 
-// What Prepare took, for the release: an object made by another thread
-// meanwhile was not locked.
+// Two threads may fork at once: each fork takes this first and lets it go
+// last, so one fork's Release never reads what another's Prepare writes.
+std::mutex fork_mu;
+// What Prepare took, for the release (fork_mu): an object made by another
+// thread meanwhile was not locked.
 Fabric* locked_fabric = nullptr;
 DeviceList* locked_devices = nullptr;
 Engine* locked_engine = nullptr;
 int locked_leaves = 0;
 
 void Prepare() {
+  fork_mu.lock();
   locked_fabric = Fabric::IfMade();
   locked_devices = DeviceList::IfMade();
   locked_engine = Engine::IfMade();
@@ -54,6 +58,7 @@ void Release() {
     for (const auto& device : locked_devices->devices()) device->contexts_mutex().unlock();
   }
   if (locked_fabric) locked_fabric->attach_mutex().unlock();
+  fork_mu.unlock();
 }
 
 const int registered = pthread_atfork(Prepare, Release, Release);

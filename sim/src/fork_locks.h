@@ -8,7 +8,7 @@
 // the parent and in the child, in one handler registered at load, which
 // takes them in the order the code nests them, outermost first (in another
 // order it could wait for ever on a thread that holds one and waits for the
-// next):
+// next), after a lock of its own that makes forks of two threads take turns:
 //   1. the fabric's attach lock (ibv_open_device: it waits for the progress
 //      thread, which takes the locks below);
 //   2. each device's contexts lock (device-wide events take the engine lock

@@ -80,8 +80,12 @@ int ForkWhileAnotherThreadHolds(const LibraryLock& held, const LibraryLock* nest
   if (!MakeLibrary()) return kNoDevice;
   enum Stage { kStarting, kHolding, kForking, kForkReturned };
   std::atomic<int> stage{kStarting};
-  bool returned_while_held = false;
-  std::thread holder([&] {
+  std::atomic<bool> returned_while_held{false};
+  std::atomic<bool> holder_done{false};
+  // Detached, and waited for through holder_done: the child of fork()
+  // inherits ThreadSanitizer's record of it, and would report a joinable
+  // thread that it never joins as leaked.
+  std::thread([&] {
     held.lock();
     stage = kHolding;
     while (stage.load() < kForking) std::this_thread::yield();
@@ -94,13 +98,14 @@ int ForkWhileAnotherThreadHolds(const LibraryLock& held, const LibraryLock* nest
       nested->unlock();
     }
     held.unlock();
-  });
+    holder_done = true;
+  }).detach();
   while (stage.load() < kHolding) std::this_thread::yield();
   stage = kForking;
   const pid_t child = fork();
   if (child == 0) _exit(held.try_lock() ? kEnded : kLockedInChild);
   stage = kForkReturned;
-  holder.join();
+  while (!holder_done.load()) std::this_thread::yield();
   int status = 0;
   if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return kLockedInChild;
   if (returned_while_held) return kForkDidNotWait;
