@@ -61,7 +61,7 @@ const LibraryLock kScheduler{"the scheduler's lock", [] { (void)Scheduler::Get()
                              [] { return true; }};
 
 // What a case's process ends with.
-constexpr int kEnded = 0, kForkDidNotWait = 10, kLockedInChild = 11, kNoDevice = 12;
+constexpr int kEnded = 0, kForkDidNotWait = 10, kLockedInChild = 11, kNoDevice = 12, kChildFailed = 13;
 
 // Makes what the locks belong to, and hands in the test's leaf.
 bool MakeLibrary() {
@@ -107,7 +107,7 @@ int ForkWhileAnotherThreadHolds(const LibraryLock& held, const LibraryLock* nest
   stage = kForkReturned;
   while (!holder_done.load()) std::this_thread::yield();
   int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return kLockedInChild;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return kChildFailed;
   if (returned_while_held) return kForkDidNotWait;
   return WEXITSTATUS(status);
 }
@@ -130,6 +130,7 @@ std::string RunCase(const LibraryLock& held, const LibraryLock* nested = nullptr
     case kForkDidNotWait: return "fork() returned while another thread held it";
     case kLockedInChild: return "the child of fork() found it locked";
     case kNoDevice: return "the profile has no device";
+    case kChildFailed: return "fork() failed, or its child died of a signal";
     default: return "the case ended with " + std::to_string(WEXITSTATUS(status));
   }
 }
