@@ -255,6 +255,39 @@ TEST_F(QpDatapathTest, WriteWithImmConsumesRecv) {
   EXPECT_EQ(dst_.Bytes(0, 128), src_.Bytes(0, 128));
 }
 
+// Rule: ibv_poll_cq(3) leaves open what a sender's completion says of an immediate; the providers
+//   set IBV_WC_WITH_IMM in the sender's completion of SEND_WITH_IMM and RDMA_WRITE_WITH_IMM too
+//   (drivers/infiniband/sw/rxe/rxe_comp.c: make_send_cqe; rdma-core providers/mlx5/cq.c:
+//   handle_good_req), so code that tells receives by that bit alone fails on them.
+// Checks: the sender's completions of a signaled SEND, SEND_WITH_IMM and RDMA_WRITE_WITH_IMM are
+//   IBV_WC_SEND, IBV_WC_SEND and IBV_WC_RDMA_WRITE, and only the two with an immediate have
+//   IBV_WC_WITH_IMM.
+TEST_F(QpDatapathTest, SenderCompletionOfImmediateHasWithImmFlag) {
+  ASSERT_TRUE(MakePair());
+  for (uint64_t id = 10; id < 13; ++id) {  // a receive for each of the three
+    ibv_sge rsge = dst_.Sge(8192 + (id - 10) * 64, 64);
+    ASSERT_EQ(PostRecv(b_.get(), id, &rsge, 1), 0);
+  }
+  ibv_sge sge = src_.Sge(0, 32);
+  ibv_send_wr send = SendWr(1, &sge, 1);
+  ASSERT_EQ(PostOne(a_.get(), send), 0);
+  ibv_send_wr send_imm = SendWr(2, &sge, 1, IBV_SEND_SIGNALED, IBV_WR_SEND_WITH_IMM);
+  send_imm.imm_data = htonl(0xcafe0002);
+  ASSERT_EQ(PostOne(a_.get(), send_imm), 0);
+  ibv_send_wr write_imm = RdmaWr(3, IBV_WR_RDMA_WRITE_WITH_IMM, &sge, 1, dst_.addr(), dst_.rkey());
+  write_imm.imm_data = htonl(0xcafe0003);
+  ASSERT_EQ(PostOne(a_.get(), write_imm), 0);
+  const ibv_wc_opcode expected_opcode[] = {IBV_WC_SEND, IBV_WC_SEND, IBV_WC_RDMA_WRITE};
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ibv_wc wc = {};
+    ASSERT_TRUE(PollOneCompletion(a_.send_cq.get(), &wc)) << "no completion for wr_id " << id;
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << DescribeWc(wc);
+    ASSERT_EQ(wc.wr_id, id);
+    EXPECT_EQ(wc.opcode, expected_opcode[id - 1]) << "wr_id " << id;
+    EXPECT_EQ((wc.wc_flags & IBV_WC_WITH_IMM) != 0, id != 1) << "wr_id " << id << ": wc_flags " << wc.wc_flags;
+  }
+}
+
 // Rule: ibv_post_send(3): RDMA READ reads remote_addr of the MR named by rkey into the local
 //   scatter list (IBTA Vol 1 ch. 9 (RDMA READ)); ibv_poll_cq(3): opcode IBV_WC_RDMA_READ.
 // Checks: a 512-byte READ of b_'s MR fills a_'s buffer with the remote bytes and completes with

@@ -1116,6 +1116,9 @@ void Qp::CompleteAckedLocked() {
     wc.wr_id = wqe.wr_id;
     wc.status = IBV_WC_SUCCESS;
     wc.opcode = WcOpcode(wqe.opcode);
+    // The sender's completion says it carried an immediate too (rxe_comp.c
+    // make_send_cqe, mlx5 handle_good_req); imm_data stays 0 there.
+    if (wqe.opcode == IBV_WR_SEND_WITH_IMM || wqe.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) wc.wc_flags = IBV_WC_WITH_IMM;
     wc.byte_len = static_cast<uint32_t>(wqe.length);
     wc.qp_num = qp_num();
     if (!PushSendCompletion(wqe, wc)) return;
