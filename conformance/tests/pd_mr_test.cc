@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -247,6 +250,105 @@ TEST_F(PdMrTest, RegMrFails_ZeroLength) {
               ReturnsNullWithErrno(EINVAL));
 }
 
+// Rule: drivers/infiniband/core/umem.c ib_umem_get(): "npages > UINT_MAX" gives EINVAL, before
+//   any page is pinned (so even when the range is not mapped).
+// Checks: ibv_reg_mr of 2^32 + 1 pages at a mapped address returns NULL with errno EINVAL.
+TEST_F(PdMrTest, RegMrFails_MorePagesThanTheKernelCounts) {
+  const size_t length = (size_t{UINT32_MAX} + 1) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd(), buffer_.data(), length, IBV_ACCESS_LOCAL_WRITE); }),
+              ReturnsNullWithErrno(EINVAL));
+}
+
+// This process's effective CAP_IPC_LOCK is dropped (it may pin past RLIMIT_MEMLOCK with it).
+testing::AssertionResult DropIpcLockCapability() {
+  __user_cap_header_struct header = {};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) return testing::AssertionFailure() << "capget: " << ErrnoName(errno);
+  data[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
+  if (syscall(SYS_capset, &header, data) != 0) return testing::AssertionFailure() << "capset: " << ErrnoName(errno);
+  return testing::AssertionSuccess();
+}
+
+// Sets this process's soft RLIMIT_MEMLOCK to `bytes`.
+testing::AssertionResult LimitLockedMemory(rlim_t bytes) {
+  rlimit limit = {};
+  if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return testing::AssertionFailure() << "getrlimit: " << ErrnoName(errno);
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < bytes) {
+    return testing::AssertionFailure() << "the hard RLIMIT_MEMLOCK " << limit.rlim_max << " is below " << bytes;
+  }
+  limit.rlim_cur = bytes;
+  if (setrlimit(RLIMIT_MEMLOCK, &limit) != 0) return testing::AssertionFailure() << "setrlimit: " << ErrnoName(errno);
+  return testing::AssertionSuccess();
+}
+
+// Rule: drivers/infiniband/core/umem.c ib_umem_get(): each registration adds its pages to the
+//   process's pinned_vm, and without CAP_IPC_LOCK "new_pinned > lock_limit" (RLIMIT_MEMLOCK in
+//   pages) fails with ENOMEM; the same pages registered twice count twice; ib_umem_release gives them
+//   back, at ibv_dereg_mr and when ibv_close_device destroys the MRs left to it. (The error programs
+//   meet until they raise `ulimit -l`.)
+// Checks: in a child without CAP_IPC_LOCK and a limit of 16 pages, 16 pages register; one more page,
+//   and the same 16 pages again, fail with ENOMEM; after ibv_dereg_mr 16 pages register again; after
+//   ibv_close_device with that MR alive, a new context registers 16 pages.
+TEST_F(PdMrTest, RegMrFails_PastTheLockedMemoryLimit) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ASSERT_TRUE(DropIpcLockCapability());
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        ASSERT_TRUE(LimitLockedMemory(16 * page));
+        Mapping memory(17, PROT_READ | PROT_WRITE);
+        ASSERT_NE(memory.data(), nullptr);
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        ibv_pd* pd = ibv_alloc_pd(context.get());  // (left to the close)
+        ASSERT_NE(pd, nullptr) << ErrnoName(errno);
+        auto first = CaptureErrno([&] { return ibv_reg_mr(pd, memory.data(), 16 * page, IBV_ACCESS_LOCAL_WRITE); });
+        ASSERT_THAT(first, ReturnsObject()) << "16 pages within a limit of 16";
+        EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd, memory.data() + 16 * page, page, 0); }),
+                    ReturnsNullWithErrno(ENOMEM))
+            << "a 17th page";
+        EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd, memory.data(), 16 * page, 0); }),
+                    ReturnsNullWithErrno(ENOMEM))
+            << "the same 16 pages again";
+        ASSERT_EQ(ibv_dereg_mr(first.ptr.release()), 0);
+        auto again = CaptureErrno([&] { return ibv_reg_mr(pd, memory.data(), 16 * page, IBV_ACCESS_LOCAL_WRITE); });
+        ASSERT_THAT(again, ReturnsObject()) << "16 pages after the first 16 were deregistered";
+        (void)again.ptr.release();  // (left to the close)
+        ASSERT_EQ(ibv_close_device(context.release()), 0);
+        ContextPtr next = OpenAnotherContext();
+        ASSERT_NE(next, nullptr);
+        PdPtr next_pd(ibv_alloc_pd(next.get()));
+        ASSERT_NE(next_pd, nullptr) << ErrnoName(errno);
+        auto after_close =
+            CaptureErrno([&] { return ibv_reg_mr(next_pd.get(), memory.data(), 16 * page, IBV_ACCESS_LOCAL_WRITE); });
+        EXPECT_THAT(after_close, ReturnsObject()) << "the closed context's MR still counts";
+      },
+      kChildTimeout, "registrations against RLIMIT_MEMLOCK");
+  EXPECT_TRUE(Passed(result));
+}
+
+// Rule: drivers/infiniband/core/umem.c ib_umem_get(): "if (!can_do_mlock()) return -EPERM", and
+//   can_do_mlock (mm/mlock.c) is false with RLIMIT_MEMLOCK 0 and without CAP_IPC_LOCK.
+// Checks: in a child without CAP_IPC_LOCK and a limit of 0, ibv_reg_mr of one page returns NULL with
+//   errno EPERM.
+TEST_F(PdMrTest, RegMrFails_LockedMemoryLimitZero) {
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ASSERT_TRUE(DropIpcLockCapability());
+        ASSERT_TRUE(LimitLockedMemory(0));
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        PdPtr pd(ibv_alloc_pd(context.get()));
+        ASSERT_NE(pd, nullptr) << ErrnoName(errno);
+        Mapping memory(1, PROT_READ | PROT_WRITE);
+        ASSERT_NE(memory.data(), nullptr);
+        EXPECT_THAT(CaptureErrno([&] { return ibv_reg_mr(pd.get(), memory.data(), memory.size(), 0); }),
+                    ReturnsNullWithErrno(EPERM));
+      },
+      kChildTimeout, "a registration with RLIMIT_MEMLOCK 0");
+  EXPECT_TRUE(Passed(result));
+}
+
 // Rule: ibv_reg_mr(3): "ibv_reg_mr_iova() is the same as the normal reg_mr, except that the user
 //   is allowed to specify the virtual base address of the MR when accessed through a lkey or
 //   rkey."
@@ -403,6 +505,45 @@ TEST_F(PdMrTest, ReregMrFails_TranslationToReadOnlyMemory) {
   EXPECT_EQ(call.rc, IBV_REREG_MR_ERR_CMD);
   EXPECT_EQ(call.err, EFAULT) << ErrnoName(call.err);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
+}
+
+// Rule: ibv_rereg_mr(3): CHANGE_TRANSLATION is as a deregistration and a registration; the kernel
+//   pins the new range (drivers/infiniband/core/umem.c ib_umem_get, counted against RLIMIT_MEMLOCK
+//   without CAP_IPC_LOCK: ENOMEM) before it releases the old one (mlx5_ib_rereg_user_mr).
+// Checks: in a child without CAP_IPC_LOCK and a limit of 16 pages, an MR of 8 pages moved onto 16
+//   other pages fails with IBV_REREG_MR_ERR_CMD and errno ENOMEM; moved onto 8 other pages it
+//   succeeds; 8 more pages then register (the first 8 no longer count).
+TEST_F(PdMrTest, ReregMrFails_TranslationPastTheLockedMemoryLimit) {
+  SKIP_IF(!Backend().Answer("ReregMrSupported", true)) << "(the provider has no rereg_mr)";
+  const ChildResult result = RunChecksInChild(
+      [&] {
+        ASSERT_TRUE(DropIpcLockCapability());
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        ASSERT_TRUE(LimitLockedMemory(16 * page));
+        Mapping memory(32, PROT_READ | PROT_WRITE);
+        ASSERT_NE(memory.data(), nullptr);
+        ContextPtr context = OpenAnotherContext();
+        ASSERT_NE(context, nullptr);
+        PdPtr pd(ibv_alloc_pd(context.get()));
+        ASSERT_NE(pd, nullptr) << ErrnoName(errno);
+        MrPtr mr(ibv_reg_mr(pd.get(), memory.data(), 8 * page, IBV_ACCESS_LOCAL_WRITE));
+        ASSERT_NE(mr, nullptr) << ErrnoName(errno);
+        auto too_many = CaptureErrno([&] {
+          return ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, memory.data() + 16 * page,
+                              16 * page, 0);
+        });
+        EXPECT_EQ(too_many.rc, IBV_REREG_MR_ERR_CMD) << "8 pinned pages moved onto 16 with a limit of 16";
+        EXPECT_EQ(too_many.err, ENOMEM) << ErrnoName(too_many.err);
+        auto fits = CaptureErrno([&] {
+          return ibv_rereg_mr(mr.get(), IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, memory.data() + 8 * page, 8 * page,
+                              0);
+        });
+        ASSERT_EQ(fits.rc, 0) << ErrnoName(fits.err);
+        auto more = CaptureErrno([&] { return ibv_reg_mr(pd.get(), memory.data(), 8 * page, IBV_ACCESS_LOCAL_WRITE); });
+        EXPECT_THAT(more, ReturnsObject()) << "the pages the MR moved away from still count";
+      },
+      kChildTimeout, "ibv_rereg_mr against RLIMIT_MEMLOCK");
+  EXPECT_TRUE(Passed(result));
 }
 
 // Rule: ibv_rereg_mr(3): IBV_REREG_MR_CHANGE_ACCESS changes the access flags; the simulator holds

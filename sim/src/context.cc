@@ -14,6 +14,7 @@
 #include "fault/fault_plan.h"
 #include "fork_generation.h"
 #include "ops_table.h"
+#include "pinned_pages.h"
 #include "qp.h"
 #include "srq.h"
 #include "xrcd.h"
@@ -104,6 +105,7 @@ void Context::Close() {
   for (int kind = 0; kind < static_cast<int>(Device::Kind::kCount); ++kind) {
     device_->Release(static_cast<Device::Kind>(kind), objects_[kind].exchange(0));
   }
+  PinnedPages::Unpin(pinned_pages_.exchange(0), fork_generation_);
   delete this;
 }
 

@@ -52,6 +52,9 @@ class Context {
   // closed context's objects held (ibv_close_device), as Close does.
   bool ReserveObject(Device::Kind kind);
   void ReleaseObject(Device::Kind kind);
+  // Pages this context's MRs pinned (PinnedPages); ibv_close_device gives
+  // back what its MRs still pin, as the kernel releases their memory.
+  void CountPinnedPages(int64_t delta) { pinned_pages_.fetch_add(static_cast<uint64_t>(delta)); }
 
   // IBV_EVENT_DEVICE_FATAL was raised on this context (fault/device_fatal.h).
   bool fatal() const { return fatal_.load(std::memory_order_acquire); }
@@ -71,6 +74,7 @@ class Context {
   std::atomic<bool> fatal_{false};
   const uint32_t fork_generation_ = ForkGeneration();  // opened in this process, or inherited
   std::atomic<int> objects_[static_cast<int>(Device::Kind::kCount)] = {};  // ReserveObject
+  std::atomic<uint64_t> pinned_pages_{0};
 };
 
 }  // namespace simverbs

@@ -17,6 +17,8 @@
 #include "pd.h"
 #include "transport/engine.h"
 #include "fault/fault_points.h"
+#include "fork_generation.h"
+#include "pinned_pages.h"
 
 namespace simverbs {
 namespace {
@@ -82,32 +84,52 @@ int ReadMapsCover(uintptr_t start, uintptr_t end, bool writable) {
   return result;
 }
 
-// The kernel pins an MR's pages when it is registered, in
-// drivers/infiniband/core/umem.c: ib_umem_get (6.1):
-// - EINVAL when addr + length overflows, or when the range touches no page
-//   (npages == ib_umem_num_pages(), counted from the page of addr to the page
-//   end after addr + length: 0 only for a zero length at a page boundary);
-// - pin_user_pages_fast() with FOLL_WRITE when the access is writable
-//   (ib_access_writable), which fails with EFAULT on pages mapped without
-//   PROT_WRITE, and on holes. Read-only access in 6.1 pins with
-//   FOLL_WRITE | FOLL_FORCE, which takes private PROT_NONE pages too; 6.2
-//   dropped FOLL_FORCE ("RDMA/umem: remove FOLL_FORCE usage"), so those fail
-//   with EFAULT as well. The simulator reads and writes the memory itself, so
-//   it takes the 6.2 rule: every page must be readable, and writable for a
-//   writable access (a later receive into PROT_READ memory would fault).
+// The pages themselves (after PinRange's checks of the range): every page
+// must be mapped, and writable for a writable access. Read-only access in 6.1
+// pins with FOLL_WRITE | FOLL_FORCE, which takes private PROT_NONE pages too;
+// 6.2 dropped FOLL_FORCE ("RDMA/umem: remove FOLL_FORCE usage"), so those fail
+// with EFAULT as well. The simulator reads and writes the memory itself, so
+// it takes the 6.2 rule: every page must be readable, and writable for a
+// writable access (a later receive into PROT_READ memory would fault).
 int CheckMapped(const void* addr, size_t length, unsigned access) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const uintptr_t begin = reinterpret_cast<uintptr_t>(addr);
-  const uintptr_t end = begin + length;
-  if (end < begin || ((end + page - 1) & ~(page - 1)) < end) return EINVAL;
   const uintptr_t first = begin & ~(page - 1);
-  const uintptr_t last = (end + page - 1) & ~(page - 1);
-  if (last == first) return EINVAL;  // no page: ib_umem_get's npages == 0
+  const uintptr_t last = (begin + length + page - 1) & ~(page - 1);
   const int cover = ReadMapsCover(first, last, access & kWritableAccess);
   if (cover >= 0) return cover;
   // No /proc: at least refuse holes (msync reports them as ENOMEM without
   // touching the pages).
   return msync(reinterpret_cast<void*>(first), last - first, MS_ASYNC) == 0 ? 0 : EFAULT;
+}
+
+// The kernel pins an MR's pages when it is registered, in
+// drivers/infiniband/core/umem.c: ib_umem_get (6.1), in this order:
+// - EINVAL when addr + length overflows;
+// - EPERM when the process may pin nothing (PinnedPages::MayPin);
+// - EINVAL when the range touches no page or more than UINT_MAX pages
+//   (npages == ib_umem_num_pages(), counted from the page of addr to the page
+//   end after addr + length: 0 only for a zero length at a page boundary);
+// - ENOMEM past RLIMIT_MEMLOCK (PinnedPages::Pin);
+// - pin_user_pages_fast() with FOLL_WRITE when the access is writable
+//   (ib_access_writable), which fails with EFAULT on pages mapped without
+//   PROT_WRITE, and on holes (CheckMapped).
+// On success *pages is what was counted: PinnedPages::Unpin gives it back.
+int PinRange(const void* addr, size_t length, unsigned access, uint64_t* pages) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t end = begin + length;
+  if (end < begin || ((end + page - 1) & ~(page - 1)) < end) return EINVAL;
+  if (int err = PinnedPages::MayPin()) return err;
+  const uint64_t count = (((end + page - 1) & ~(page - 1)) - (begin & ~(page - 1))) / page;
+  if (count == 0 || count > UINT32_MAX) return EINVAL;
+  if (int err = PinnedPages::Pin(count)) return err;
+  if (int err = CheckMapped(addr, length, access)) {
+    PinnedPages::Unpin(count, ForkGeneration());
+    return err;
+  }
+  *pages = count;
+  return 0;
 }
 
 }  // namespace
@@ -235,15 +257,20 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
   // (drivers/infiniband/core/uverbs_cmd.c: ib_uverbs_reg_mr, EINVAL).
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   if (((reinterpret_cast<uintptr_t>(addr) ^ iova) & (page - 1)) != 0) return Result<Mr*>::Error(EINVAL);
-  if (int err = CheckMapped(addr, length, access)) return Result<Mr*>::Error(err);
+  uint64_t pages = 0;
+  if (int err = PinRange(addr, length, access, &pages)) return Result<Mr*>::Error(err);
   Device* dev = pd->context()->device();
-  if (!pd->context()->ReserveObject(Device::Kind::kMr)) return Result<Mr*>::Error(ENOMEM);
+  if (!pd->context()->ReserveObject(Device::Kind::kMr)) {
+    PinnedPages::Unpin(pages, ForkGeneration());
+    return Result<Mr*>::Error(ENOMEM);
+  }
   const SharedFile file = FileFor(addr, length, access);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   const uint32_t key_index = dev->NewKeyIndex();
   if (key_index == 0) {
     ReleaseSharedFile(file);
     pd->context()->ReleaseObject(Device::Kind::kMr);
+    PinnedPages::Unpin(pages, ForkGeneration());
     return Result<Mr*>::Error(ENOMEM);
   }
   Mr* mr = nullptr;
@@ -253,8 +280,10 @@ Result<Mr*> Mr::Register(Pd* pd, void* addr, size_t length, uint64_t iova, unsig
     ReleaseSharedFile(file);
     dev->ReleaseKeyIndex(key_index);
     pd->context()->ReleaseObject(Device::Kind::kMr);
+    PinnedPages::Unpin(pages, ForkGeneration());
     return Result<Mr*>::Error(ENOMEM);
   }
+  mr->SetPinnedPages(pages);
   mr->ShareLocked(file);
   return mr;
 }
@@ -293,13 +322,16 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
       return IBV_REREG_MR_ERR_CMD;
     }
   }
+  // The new range, or the old one under a new access, must be usable as a
+  // registration is: the kernel's ib_umem_get fails, and libibverbs reports
+  // a failed command with its errno. A new range is pinned (and counted)
+  // before the old one is let go.
+  const bool moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  const unsigned new_access = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_;
+  uint64_t new_pages = 0;
   if (flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS)) {
-    // The new range, or the old one under a new access, must be usable as a
-    // registration is (CheckMapped): the kernel's ib_umem_get fails, and
-    // libibverbs reports a failed command with its errno.
-    const bool moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
-    if (int err = CheckMapped(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length,
-                              (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_)) {
+    if (int err = moves ? PinRange(addr, length, new_access, &new_pages)
+                        : CheckMapped(handle_.pub.addr, handle_.pub.length, new_access)) {
       errno = err;
       return IBV_REREG_MR_ERR_CMD;
     }
@@ -310,14 +342,14 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   // (rxe_rereg_user_mr; mlx5: "Original memory keys are kept if possible"), so
   // a peer that was given the rkey goes on using it; a one-copy writer sees
   // the key withdrawn, waited for, and published again with the new range.
-  const bool moves = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
-  const SharedFile file = FileFor(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length,
-                                  (flags & IBV_REREG_MR_CHANGE_ACCESS) ? access : access_);
+  const SharedFile file = FileFor(moves ? addr : handle_.pub.addr, moves ? length : handle_.pub.length, new_access);
   std::lock_guard<DataPathMutex> lock(Engine::Get().mu());
   // A window bound to it would keep the old view of it (ibv_rereg_mr(3): as
   // a deregistration and a registration, and ibv_dereg_mr refuses with a
   // window bound).
   if (windows_ > 0) {
+    ReleaseSharedFile(file);
+    PinnedPages::Unpin(new_pages, ForkGeneration());
     errno = EBUSY;
     return IBV_REREG_MR_ERR_CMD;
   }
@@ -327,6 +359,8 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
     m.addr = addr;
     m.length = length;
     iova_ = reinterpret_cast<uintptr_t>(addr);
+    UnpinPages();
+    SetPinnedPages(new_pages);
   }
   if (flags & IBV_REREG_MR_CHANGE_PD) {
     pd->AddUser();
@@ -337,6 +371,18 @@ int Mr::Reregister(int flags, Pd* pd, void* addr, size_t length, unsigned access
   if (flags & IBV_REREG_MR_CHANGE_ACCESS) access_ = access;
   ShareLocked(file);
   return 0;
+}
+
+void Mr::SetPinnedPages(uint64_t pages) {
+  pinned_pages_ = pages;
+  pinned_generation_ = ForkGeneration();
+  pd_->context()->CountPinnedPages(static_cast<int64_t>(pages));
+}
+
+void Mr::UnpinPages() {
+  PinnedPages::Unpin(pinned_pages_, pinned_generation_);
+  pd_->context()->CountPinnedPages(-static_cast<int64_t>(pinned_pages_));
+  pinned_pages_ = 0;
 }
 
 int Mr::Deregister() {
@@ -356,6 +402,7 @@ int Mr::Deregister() {
   // goes on meanwhile.
   if (wait) WaitUnused();
   ReleaseFile();
+  UnpinPages();
   ctx->ReleaseObject(Device::Kind::kMr);
   delete this;
   return 0;

@@ -86,6 +86,10 @@ class Mr {
   void WaitUnused() const;
   // Gives back the file ShareLocked kept, once no peer writes into the MR.
   void ReleaseFile();
+  // The pages registration counted against RLIMIT_MEMLOCK (PinnedPages), in
+  // this process and in the context's total; UnpinPages gives them back.
+  void SetPinnedPages(uint64_t pages);
+  void UnpinPages();
   static bool Shareable(unsigned access);
 
   Handle<ibv_mr, Mr> handle_;
@@ -101,6 +105,8 @@ class Mr {
   uint32_t share_rkey_ = 0;
   int share_pid_ = 0;  // a child of fork() inherits the MR, not the publication
   SharedFile file_;    // published with the rkey (a child of fork() holds its copy of the descriptor)
+  uint64_t pinned_pages_ = 0;
+  uint32_t pinned_generation_ = 0;  // the fork generation that counted them
 };
 
 }  // namespace simverbs
