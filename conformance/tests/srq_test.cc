@@ -369,6 +369,22 @@ TEST_F(SrqTest, ModifyFails_LimitAboveMaxWr) {
   EXPECT_EQ(got.srq_limit, 0u);
 }
 
+// Rule: ibv_modify_srq(3) names IBV_SRQ_MAX_WR and IBV_SRQ_LIMIT; nothing on the way checks the other
+//   bits of srq_attr_mask: libibverbs passes the mask on (ibv_cmd_modify_srq), the kernel's
+//   ib_uverbs_modify_srq hands it to the driver, and rxe (rxe_srq_chk_attr) and mlx5
+//   (mlx5_ib_modify_srq) look only at those two.
+// Checks: IBV_SRQ_LIMIT with an undefined bit (1 << 5) set beside it returns 0, and ibv_query_srq shows
+//   the new srq_limit.
+TEST_F(SrqTest, ModifyIgnoresUndefinedMaskBits) {
+  ASSERT_NO_FATAL_FAILURE(CreateSrq());
+  ibv_srq_attr attr = {};
+  attr.srq_limit = 4;
+  EXPECT_EQ(ibv_modify_srq(srq_.get(), &attr, IBV_SRQ_LIMIT | (1 << 5)), 0) << "refused for the undefined bit";
+  ibv_srq_attr got = {};
+  ASSERT_EQ(ibv_query_srq(srq_.get(), &got), 0);
+  EXPECT_EQ(got.srq_limit, 4u);
+}
+
 // Rule: ibv_modify_srq(3): "If any of the modify attributes is invalid, none of the attributes will
 //   be modified"; an armed limit must stay within the SRQ (rxe: rxe_srq_chk_attr refuses a max_wr
 //   below the armed srq_limit with EINVAL). Needs IBV_DEVICE_SRQ_RESIZE.

@@ -161,7 +161,8 @@ int Srq::GetSrqNumOp(ibv_srq* srq, uint32_t* srq_num) {
 int Srq::Modify(const ibv_srq_attr& a, int mask) {
   const ibv_device_attr& d = ctx_->device()->profile().attr_ex.orig_attr;
   std::lock_guard<std::mutex> lock(mu_);
-  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  // Other bits of the mask are ignored, as the kernel and its drivers ignore
+  // them (ib_uverbs_modify_srq, rxe_srq_chk_attr, mlx5_ib_modify_srq).
   uint32_t max_wr = max_wr_;
   if (mask & IBV_SRQ_MAX_WR) {
     if (!(d.device_cap_flags & IBV_DEVICE_SRQ_RESIZE)) return EINVAL;
