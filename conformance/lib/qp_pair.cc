@@ -484,7 +484,7 @@ testing::AssertionResult CreateEndOn(ibv_context* context, ibv_pd* pd, QpEnd* en
     ibv_cq_ex* cq = ibv_create_cq_ex(context, &attr);
     end->send_cq.reset(cq ? ibv_cq_ex_to_cq(cq) : nullptr);
   } else {
-    end->send_cq.reset(ibv_create_cq(context, config.send_cqe, nullptr, nullptr, 0));
+    end->send_cq.reset(ibv_create_cq(context, config.send_cqe, nullptr, config.send_channel, 0));
   }
   if (!end->send_cq) return testing::AssertionFailure() << "creating the send CQ: " << ErrnoName(errno);
   end->recv_cq.reset(ibv_create_cq(context, config.recv_cqe, nullptr, config.recv_channel, 0));

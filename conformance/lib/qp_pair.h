@@ -179,6 +179,7 @@ struct EndConfig {
   int sq_sig_all = 0;
   ibv_srq* srq = nullptr;
   ibv_comp_channel* recv_channel = nullptr;
+  ibv_comp_channel* send_channel = nullptr;  // (a send CQ made with ibv_create_cq)
   // Non-zero: the send CQ is made with ibv_create_cq_ex and these
   // ibv_create_cq_attr_flags (e.g. IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN).
   uint32_t send_cq_flags = 0;

@@ -50,6 +50,7 @@ KNOBS = [
     ("cq_size", "pow2-1", "CqTest.ActualSizeFollowsBackend"),
     ("recv_wc_grh", "always", "QpDatapathTest.RcRecvCompletionGrhFlagFollowsBackend"),
     ("misaligned_atomic", "einval", "QpErrorTest.MisalignedAtomicFollowsBackend"),
+    ("solicited", "se-or-flush", "CqArmTest.SolicitedOnlyArmAndSendErrorFollowBackend"),
     ("spurious_comp_events", True, "CqArmTest.ArmWithUnpolledCompletionGivesNoEvent"),
     ("srq_order", "any", "SrqTest.ReceivesTakenInPostingOrder"),
     ("qp_number_reuse", True, "QpCreateTest.DestroyedQpNumberNotReusedAtOnce"),

@@ -283,9 +283,12 @@ void Cq::CascadeOverrunLocked() {
 // ibv_req_notify_cq(3): "A CQE is solicited if it is a receive completion for
 // a message with the Solicited Event header bit set, or if the status is not
 // successful. All other successful receive completions, or any successful
-// send completion is unsolicited."
+// send completion is unsolicited." (Or the profile's rxe rule: Behaviour.)
 void Cq::NotifyLocked(const ibv_wc& wc, bool solicited_bit) {
-  const bool solicited = wc.status != IBV_WC_SUCCESS || ((wc.opcode & IBV_WC_RECV) && solicited_bit);
+  const bool receive = wc.opcode & IBV_WC_RECV;
+  const bool solicited = ctx_->device()->behaviour().solicited_receives_only
+                             ? receive && (solicited_bit || wc.status == IBV_WC_WR_FLUSH_ERR)
+                             : wc.status != IBV_WC_SUCCESS || (receive && solicited_bit);
   if (arm_ == Arm::kNone || (arm_ == Arm::kSolicited && !solicited)) return;
   arm_ = Arm::kNone;
   if (!channel_) return;

@@ -334,6 +334,9 @@ Behaviour ParseBehaviour(const json& j, const std::string& where) {
   if (r.Find("misaligned_atomic", false)) {
     b.misaligned_atomic_post_error = r.Choice<bool>("misaligned_atomic", {{"nak", false}, {"einval", true}});
   }
+  if (r.Find("solicited", false)) {
+    b.solicited_receives_only = r.Choice<bool>("solicited", {{"se-or-error", false}, {"se-or-flush", true}});
+  }
   if (r.Find("cq_size", false)) {
     b.cq_size_pow2_minus_one = r.Choice<bool>("cq_size", {{"exact", false}, {"pow2-1", true}});
   }

@@ -127,6 +127,12 @@ struct Behaviour {
   // as an invalid request (IBTA; IBV_WC_REM_INV_REQ_ERR at the requester), or
   // ibv_post_send refuses it with EINVAL (rxe: validate_send_wr).
   bool misaligned_atomic_post_error = false;
+  // Which completions wake a solicited-only arm: a receive of a message with
+  // the Solicited Event bit, and every completion in error (ibv_req_notify_cq(3));
+  // or receives only, with the bit or flushed (rxe: rxe_comp.c do_complete
+  // posts send completions unsolicited, errors too; rxe_resp.c do_complete
+  // passes the packet's SE bit, 1 for a flush).
+  bool solicited_receives_only = false;
   // Adversarial but legal choices, each taken by the seeded scheduler:
   // ibv_req_notify_cq on a CQ that holds unpolled completions may fire an event
   // at once (the completions were already there: the event is "spurious" to a
