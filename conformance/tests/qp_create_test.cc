@@ -344,6 +344,22 @@ TEST_F(QpCreateTest, QueryReturnsSqSigAllZero) {
   EXPECT_EQ(got.qp_type, IBV_QPT_RC);
 }
 
+// Rule: ibv_create_qp(3): sq_sig_all "If set, each Work Request (WR) submitted to the SQ generates a
+//   completion entry"; the kernel keeps only whether it is set (drivers/infiniband/core/uverbs_cmd.c:
+//   create_qp takes IB_SIGNAL_ALL_WR for any non-zero value, query_qp answers
+//   sq_sig_type == IB_SIGNAL_ALL_WR).
+// Checks: a QP created with sq_sig_all = 2 reads sq_sig_all 1 back.
+TEST_F(QpCreateTest, QueryReturnsSqSigAllAsOne) {
+  ibv_qp_init_attr init = Init(IBV_QPT_RC);
+  init.sq_sig_all = 2;
+  qp_.reset(ibv_create_qp(pd(), &init));
+  ASSERT_NE(qp_, nullptr) << ErrnoName(errno);
+  ibv_qp_attr attr = {};
+  ibv_qp_init_attr got = {};
+  ASSERT_EQ(ibv_query_qp(qp_.get(), &attr, IBV_QP_STATE, &got), 0);
+  EXPECT_EQ(got.sq_sig_all, 1);
+}
+
 // Rule: ibv_destroy_cq(3): "fails if any queue pair is still associated with this CQ" and "returns
 //   0 on success, or the value of errno on failure" (EBUSY in Linux).
 // Checks: destroying a QP's send CQ returns EBUSY; after the QP is destroyed the CQ destroys.

@@ -95,7 +95,9 @@ Qp::Qp(Context* ctx, Pd* pd, Cq* send_cq, Cq* recv_cq, Srq* srq, const ibv_qp_in
     init_.cap.max_recv_wr = Pow2Minus1AtLeast(init_.cap.max_recv_wr);
   }
   init_.qp_type = a.qp_type;
-  init_.sq_sig_all = a.sq_sig_all;
+  // The kernel keeps a signal type, and reads it back as 1 or 0 (uverbs
+  // create_qp: IB_SIGNAL_ALL_WR for any non-zero value; query_qp).
+  init_.sq_sig_all = a.sq_sig_all != 0;
   attr_.qp_state = attr_.cur_qp_state = IBV_QPS_RESET;
   attr_.cap = init_.cap;
   attr_.path_mtu = IBV_MTU_1024;
