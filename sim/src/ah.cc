@@ -14,7 +14,43 @@
 namespace simverbs {
 namespace {
 std::atomic<uint32_t> next_ah_handle{1};
+
+// Which header the 40 bytes before a UD payload hold, as rdma-core tells
+// (libibverbs/verbs.c: get_grh_header_version): 6 (a GRH), 4 (20 bytes, then
+// an IPv4 header whose checksum holds: RoCE v2 over IPv4), or 0 (neither).
+int HeaderVersion(const ibv_grh& grh) {
+  const uint8_t* ip4 = reinterpret_cast<const uint8_t*>(&grh) + 20;
+  if ((ntohl(grh.version_tclass_flow) >> 28) != 6) return (ip4[0] >> 4) == 4 ? 4 : 0;
+  if ((ip4[0] & 0xf) != 5) return 6;
+  // ipv4_calc_hdr_csum's sum, folded once as there, over the header with a
+  // zero checksum field.
+  uint16_t words[10];
+  std::memcpy(words, ip4, sizeof words);
+  const uint16_t check = words[5];
+  words[5] = 0;
+  uint32_t sum = 0;
+  for (uint16_t w : words) sum += w;
+  sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum) == check ? 4 : 6;
 }
+
+ibv_gid Ipv4MappedGid(const uint8_t* address) {
+  ibv_gid gid{};
+  gid.raw[10] = gid.raw[11] = 0xff;
+  std::memcpy(gid.raw + 12, address, 4);
+  return gid;
+}
+
+// The index of `gid` of `kind` on the port, or -1.
+int FindGid(const Device* dev, uint8_t port_num, const ibv_gid& gid, GidKind kind) {
+  const auto& gids = dev->profile().ports[port_num - 1].gids;
+  for (size_t i = 0; i < gids.size(); ++i) {
+    if (SameGid(gids[i].gid, gid) && gids[i].kind == kind) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
 
 Ah::Ah(Pd* pd, const ibv_ah_attr& attr) : ctx_(pd->context()), pd_(pd), av_(AddressVector::From(attr)) {
   handle_.Bind(this);
@@ -60,8 +96,24 @@ int Ah::InitFromWc(Context* ctx, uint8_t port_num, const ibv_wc& wc, const ibv_g
   if (wc.wc_flags & IBV_WC_GRH) {
     if (!grh) return EINVAL;
     out->is_global = 1;
-    // As rdma-core's: a multicast GID is in no GID table; the next header
-    // says which kind of GID the datagram was sent to (RoCE v2: UDP).
+    const int version = HeaderVersion(*grh);
+    if (version == 0) return EPROTONOSUPPORT;
+    if (version == 4) {
+      // As rdma-core's set_ah_attr_by_ipv4: the datagram came to a RoCE v2
+      // GID of ours; the answer goes to its source address.
+      const uint8_t* ip4 = reinterpret_cast<const uint8_t*>(grh) + 20;
+      if ((ip4[16] & 0xf0) == 0xe0) return EINVAL;  // multicast: in no GID table
+      const int index = FindGid(dev, port_num, Ipv4MappedGid(ip4 + 16), GidKind::kRoceV2);
+      if (index < 0) return ENOENT;
+      out->grh.dgid = Ipv4MappedGid(ip4 + 12);
+      out->grh.sgid_index = static_cast<uint8_t>(index);
+      out->grh.hop_limit = ip4[8];
+      out->grh.traffic_class = ip4[1];
+      return 0;
+    }
+    // As rdma-core's set_ah_attr_by_ipv6: a multicast GID is in no GID table;
+    // the next header says which kind of GID the datagram was sent to (RoCE
+    // v2: UDP).
     if (grh->dgid.raw[0] == 0xff) return EINVAL;
     constexpr uint8_t kIbNextHeader = 0x1b;
     constexpr uint8_t kUdpNextHeader = 17;
@@ -72,14 +124,10 @@ int Ah::InitFromWc(Context* ctx, uint8_t port_num, const ibv_wc& wc, const ibv_g
     out->grh.hop_limit = grh->hop_limit;
     out->grh.traffic_class = (ntohl(grh->version_tclass_flow) >> 20) & 0xff;
     // The local GID the datagram was sent to becomes the source GID.
-    const auto& gids = dev->profile().ports[port_num - 1].gids;
-    for (size_t i = 0; i < gids.size(); ++i) {
-      if (SameGid(gids[i].gid, grh->dgid) && gids[i].kind == kind) {
-        out->grh.sgid_index = static_cast<uint8_t>(i);
-        return 0;
-      }
-    }
-    return ENOENT;
+    const int index = FindGid(dev, port_num, grh->dgid, kind);
+    if (index < 0) return ENOENT;
+    out->grh.sgid_index = static_cast<uint8_t>(index);
+    return 0;
   }
   return 0;
 }

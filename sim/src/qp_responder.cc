@@ -39,6 +39,34 @@ unsigned RemoteAccessFor(ibv_wr_opcode op) {
 // IBTA 9.4.x: the length of a UD receive counts the 40-byte GRH area.
 constexpr uint32_t kGrhBytes = 40;
 
+// What follows the GRH or IP header of a UD datagram: BTH, DETH, the payload
+// and the ICRC (and, on RoCE v2, a UDP header first).
+uint16_t TransportBytes(size_t payload, bool udp) {
+  return static_cast<uint16_t>((udp ? 8 : 0) + 12 + 8 + payload + 4);
+}
+
+// The 40-byte area before a UD datagram's payload for a packet sent to a
+// RoCE v2 GID of an IPv4 address: 20 bytes of zero, then the IPv4 header
+// (include/rdma/ib_verbs.h: union rdma_network_hdr; rxe and mlx5 write it so,
+// and ibv_init_ah_from_wc reads it so when its checksum holds).
+void WriteIpv4Header(const Packet& pkt, uint8_t area[kGrhBytes]) {
+  std::memset(area, 0, kGrhBytes);
+  uint8_t* ip = area + 20;
+  ip[0] = 0x45;  // version 4, 5 words
+  const uint16_t total = htons(static_cast<uint16_t>(20 + TransportBytes(pkt.payload.size(), true)));
+  std::memcpy(ip + 2, &total, 2);
+  ip[6] = 0x40;  // don't fragment
+  ip[8] = 64;    // time to live
+  ip[9] = IPPROTO_UDP;
+  std::memcpy(ip + 12, pkt.sgid.raw + 12, 4);
+  std::memcpy(ip + 16, pkt.dst.dgid.raw + 12, 4);
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(ip[i] << 8 | ip[i + 1]);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  const uint16_t check = htons(static_cast<uint16_t>(~sum));
+  std::memcpy(ip + 10, &check, 2);
+}
+
 }  // namespace
 
 bool Qp::RespondsLocked() const {
@@ -573,19 +601,26 @@ void Qp::ReceiveUd(const Packet& pkt) {
   if (!TakeRecvWqe(&wqe)) return;  // no receive posted: the datagram is dropped
   // The first 40 bytes of the buffer take the GRH when the packet has one.
   if (pkt.has_grh) {
-    ibv_grh grh{};
-    grh.version_tclass_flow = htonl(6u << 28);
-    grh.paylen = htons(static_cast<uint16_t>(pkt.payload.size()));
     // Sent to a RoCE v2 GID of ours: UDP follows the IP header (what
     // ibv_init_ah_from_wc reads to know the kind of GID to answer from).
-    grh.next_hdr = 0x1b;
+    bool roce_v2 = false;
     for (const GidProfile& g : device()->profile().ports[attr_.port_num - 1].gids) {
-      if (SameGid(g.gid, pkt.dst.dgid) && g.kind == GidKind::kRoceV2) grh.next_hdr = IPPROTO_UDP;
+      if (SameGid(g.gid, pkt.dst.dgid) && g.kind == GidKind::kRoceV2) roce_v2 = true;
     }
-    grh.hop_limit = 64;
-    grh.sgid = pkt.sgid;
-    grh.dgid = pkt.dst.dgid;
-    const ibv_wc_status st = Scatter(device(), RecvPd(), wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes);
+    uint8_t area[kGrhBytes];
+    if (roce_v2 && IsIpv4MappedGid(pkt.dst.dgid)) {
+      WriteIpv4Header(pkt, area);
+    } else {
+      ibv_grh grh{};
+      grh.version_tclass_flow = htonl(6u << 28);
+      grh.paylen = htons(TransportBytes(pkt.payload.size(), roce_v2));
+      grh.next_hdr = roce_v2 ? IPPROTO_UDP : 0x1b;
+      grh.hop_limit = 64;
+      grh.sgid = pkt.sgid;
+      grh.dgid = pkt.dst.dgid;
+      std::memcpy(area, &grh, kGrhBytes);
+    }
+    const ibv_wc_status st = Scatter(device(), RecvPd(), wqe, 0, area, kGrhBytes);
     if (st != IBV_WC_SUCCESS) {
       CompleteRecvLocked(wqe, st, IBV_WC_RECV);
       return;
