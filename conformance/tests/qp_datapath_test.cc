@@ -28,6 +28,7 @@
 #include "conformance/lib/skip_if.h"
 #include "conformance/lib/timeouts.h"
 #include "conformance/lib/ud_constants.h"
+#include "conformance/lib/verbs_matchers.h"
 #include "conformance/lib/watchdog.h"
 
 namespace conformance {
@@ -1172,6 +1173,18 @@ TEST_F(QpDatapathTest, InitAhFromWcReturnsMinusOne_MulticastDestination) {
   errno = 0;
   EXPECT_EQ(ibv_init_ah_from_wc(context(), port(), &rwc, &grh, &attr), -1);
   EXPECT_EQ(errno, EINVAL) << ErrnoName(errno);
+}
+
+// Rule: ibv_create_ah(3) returns NULL "if the request fails"; on RoCE the kernel resolves a unicast
+//   destination GID through the IP stack (drivers/infiniband/core/verbs.c: rdma_create_user_ah ->
+//   ib_resolve_eth_dmac -> rdma_addr_find_l2_eth_by_grh), which refuses the zero GID with EINVAL.
+// Checks: (a RoCE port) ibv_create_ah with the test's GID as source and an all-zero dgid returns NULL
+//   with errno EINVAL.
+TEST_F(QpDatapathTest, CreateAhFails_ZeroDestinationGidOnRoce) {
+  SKIP_IF(!roce()) << "(an InfiniBand address is its LID)";
+  ibv_ah_attr attr = LocalAddress(true);
+  attr.grh.dgid = {};
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_ah(pd(), &attr); }), ReturnsNullWithErrno(EINVAL));
 }
 
 // Rule: RoCE v2 carries a datagram over IPv4 when its GIDs are IPv4 addresses; the 40 bytes before a

@@ -452,6 +452,21 @@ TEST_F(QpAttrTest, ModifyFails_AddressOnAnotherPort) {
   EXPECT_TRUE(StateIs(IBV_QPS_INIT));
 }
 
+// Rule: ibv_modify_qp(3): ah_attr is the "Primary path address vector"; on RoCE the kernel resolves a
+//   unicast destination GID through the IP stack (drivers/infiniband/core/verbs.c: _ib_modify_qp ->
+//   ib_resolve_eth_dmac -> rdma_addr_find_l2_eth_by_grh), which refuses the zero GID with EINVAL: a
+//   program that never filled in its peer's GID fails here, not with a retry error later.
+// Checks: (a RoCE port) INIT->RTR with an all-zero dgid returns EINVAL and the QP stays in INIT.
+TEST_F(QpAttrTest, ModifyFails_ZeroDestinationGidOnRoce) {
+  SKIP_IF(port_attr().link_layer != IBV_LINK_LAYER_ETHERNET) << "(an InfiniBand address is its LID)";
+  ASSERT_TRUE(CreateQp(IBV_QPT_RC));
+  ASSERT_TRUE(DriveTo(IBV_QPS_INIT));
+  ibv_qp_attr attr = FullAttr(IBV_QPS_RTR);
+  attr.ah_attr.grh.dgid = {};
+  EXPECT_THAT(ibv_modify_qp(qp(), &attr, IBV_QP_STATE | kRtrRc), ReturnsErrno(EINVAL));
+  EXPECT_TRUE(StateIs(IBV_QPS_INIT));
+}
+
 // Rule: ibv_modify_qp(3): IBV_QP_ALT_PATH sets the alternate path; drivers/infiniband/core/verbs.c
 //   _ib_modify_qp: "Today the core code can only handle alternate paths and APM for IB. Ban them in
 //   roce mode" (EINVAL unless both ports are InfiniBand).

@@ -74,7 +74,13 @@ Result<Ah*> Ah::Create(Pd* pd, const ibv_ah_attr& attr) {
   if (port.link_layer == IBV_LINK_LAYER_ETHERNET && !attr.is_global) return Result<Ah*>::Error(EINVAL);
   if (attr.is_global && attr.grh.sgid_index >= port.gid_tbl_len) return Result<Ah*>::Error(EINVAL);
   // An empty entry has no source address (rdma_create_user_ah -> rdma_fill_sgid_attr: ENODATA).
-  if (attr.is_global && !dev->Gid(attr.port_num, attr.grh.sgid_index)) return Result<Ah*>::Error(ENODATA);
+  const GidProfile* sgid = attr.is_global ? dev->Gid(attr.port_num, attr.grh.sgid_index) : nullptr;
+  if (attr.is_global && !sgid) return Result<Ah*>::Error(ENODATA);
+  if (port.link_layer == IBV_LINK_LAYER_ETHERNET) {
+    if (int err = RoceDestinationError(sgid->gid, sgid->kind == GidKind::kIbRoceV1, attr.grh.dgid)) {
+      return Result<Ah*>::Error(err);
+    }
+  }
   if (!pd->context()->ReserveObject(Device::Kind::kAh)) return Result<Ah*>::Error(ENOMEM);
   return new Ah(pd, attr);
 }

@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <cstring>
 
 namespace simverbs {
@@ -17,6 +18,20 @@ inline bool IsZeroGid(const ibv_gid& gid) { return gid.global.subnet_prefix == 0
 inline bool IsIpv4MappedGid(const ibv_gid& gid) {
   static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return std::memcmp(gid.raw, kPrefix, sizeof kPrefix) == 0;
+}
+
+// What the kernel answers for a RoCE address from `sgid` (a RoCE v1 GID or
+// not) to `dgid` (drivers/infiniband/core/verbs.c: ib_resolve_eth_dmac, at
+// ibv_create_ah and at ibv_modify_qp with IBV_QP_AV): a multicast destination
+// maps to a MAC, a link-local one from a RoCE v1 GID too; any other is looked
+// up through the IP stack (rdma_addr_find_l2_eth_by_grh), which refuses the
+// zero address and a source and destination of different IP families: EINVAL.
+inline int RoceDestinationError(const ibv_gid& sgid, bool sgid_roce_v1, const ibv_gid& dgid) {
+  const bool multicast = dgid.raw[0] == 0xff || (IsIpv4MappedGid(dgid) && (dgid.raw[12] & 0xf0) == 0xe0);
+  const bool link_local = dgid.raw[0] == 0xfe && (dgid.raw[1] & 0xc0) == 0x80;
+  if (multicast || (link_local && sgid_roce_v1)) return 0;
+  if (IsZeroGid(dgid)) return EINVAL;
+  return IsIpv4MappedGid(sgid) == IsIpv4MappedGid(dgid) ? 0 : EINVAL;
 }
 
 }  // namespace simverbs

@@ -8,6 +8,7 @@
 #include "cq.h"
 #include "device.h"
 #include "fabric/fabric.h"
+#include "gid.h"
 #include "pd.h"
 #include "qp_state_table.h"
 #include "queue_size.h"
@@ -245,7 +246,10 @@ int Qp::AddressError(const ibv_ah_attr& ah, int port_num, const ibv_port_attr& p
   if (!ah.is_global) return 0;
   if (ah.grh.sgid_index >= port.gid_tbl_len) return EINVAL;
   // An empty entry has no source address (the kernel's rdma_fill_sgid_attr: ENODATA).
-  return dev->Gid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index) ? 0 : ENODATA;
+  const GidProfile* sgid = dev->Gid(ah.port_num != 0 ? ah.port_num : port_num, ah.grh.sgid_index);
+  if (!sgid) return ENODATA;
+  if (port.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+  return RoceDestinationError(sgid->gid, sgid->kind == GidKind::kIbRoceV1, ah.grh.dgid);
 }
 
 void Qp::DiscardCompletionsLocked() {
