@@ -1177,14 +1177,33 @@ TEST_F(QpDatapathTest, InitAhFromWcReturnsMinusOne_MulticastDestination) {
 
 // Rule: ibv_create_ah(3) returns NULL "if the request fails"; on RoCE the kernel resolves a unicast
 //   destination GID through the IP stack (drivers/infiniband/core/verbs.c: rdma_create_user_ah ->
-//   ib_resolve_eth_dmac -> rdma_addr_find_l2_eth_by_grh), which refuses the zero GID with EINVAL.
+//   ib_resolve_eth_dmac -> rdma_addr_find_l2_eth_by_grh), which refuses the zero GID, and a source and
+//   destination of different IP families, with EINVAL (a link-local destination from a RoCE v1 GID
+//   is not looked up).
 // Checks: (a RoCE port) ibv_create_ah with the test's GID as source and an all-zero dgid returns NULL
-//   with errno EINVAL.
-TEST_F(QpDatapathTest, CreateAhFails_ZeroDestinationGidOnRoce) {
+//   with errno EINVAL; so does, from a RoCE v2 GID, a dgid of the other family (fe80::1 from an
+//   IPv4-mapped GID, ::ffff:10.0.0.1 from an IPv6 one).
+TEST_F(QpDatapathTest, CreateAhFails_UnresolvableDestinationGidOnRoce) {
   SKIP_IF(!roce()) << "(an InfiniBand address is its LID)";
   ibv_ah_attr attr = LocalAddress(true);
   attr.grh.dgid = {};
-  EXPECT_THAT(CaptureErrno([&] { return ibv_create_ah(pd(), &attr); }), ReturnsNullWithErrno(EINVAL));
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_ah(pd(), &attr); }), ReturnsNullWithErrno(EINVAL)) << "dgid ::";
+  ibv_gid_entry entry = {};
+  ASSERT_EQ(ibv_query_gid_ex(context(), port(), attr.grh.sgid_index, &entry, 0), 0) << ErrnoName(errno);
+  SKIP_IF(entry.gid_type != IBV_GID_TYPE_ROCE_V2) << "(the test's GID is RoCE v1)";
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  attr.grh.dgid = {};
+  if (std::memcmp(entry.gid.raw, kMapped, sizeof kMapped) == 0) {
+    attr.grh.dgid.raw[0] = 0xfe;
+    attr.grh.dgid.raw[1] = 0x80;
+    attr.grh.dgid.raw[15] = 1;
+  } else {
+    std::memcpy(attr.grh.dgid.raw, kMapped, sizeof kMapped);
+    attr.grh.dgid.raw[12] = 10;
+    attr.grh.dgid.raw[15] = 1;
+  }
+  EXPECT_THAT(CaptureErrno([&] { return ibv_create_ah(pd(), &attr); }), ReturnsNullWithErrno(EINVAL))
+      << "a dgid of the other IP family";
 }
 
 // Rule: RoCE v2 carries a datagram over IPv4 when its GIDs are IPv4 addresses; the 40 bytes before a
