@@ -274,6 +274,38 @@ TEST_F(QpPostTest, SendSlotsFreeFollowBackend) {
       << "no slot freed by the completions, within " << kReturnWindow.count() << " ms";
 }
 
+// Rule: as SendSlotsFreeFollowBackend, for a CQ read with ibv_start_poll(3): a completion is polled when
+//   ibv_start_poll or ibv_next_poll returns it (mlx5 frees the slot as it parses the entry there,
+//   mlx5_start_poll -> mlx5_parse_lazy_cqe), so a program may post again before ibv_end_poll
+//   (ibv_rc_pingpong -t reposts its receives so).
+// Checks: a_'s whole send queue posted, the last WR signaled, and executed by the responder; its one
+//   completion read with ibv_start_poll on a CQ made with ibv_create_cq_ex: a post before ibv_end_poll
+//   succeeds (within the return window where slots are freed as WRs complete).
+TEST_F(QpPostTest, SendSlotFreeOnceStartPollReturnsItsCompletion) {
+  SKIP_IF(!Backend().Answer("SendQueueFullAtReportedCap", true)) << "(the SQ holds more than it reports)";
+  SKIP_IF(!Backend().Answer("CreateCqExSupported", true)) << "(no ibv_create_cq_ex)";
+  EndConfig config;
+  config.caps.max_send_wr = 8;
+  config.send_cqe = 64;
+  config.send_cq_ex = true;
+  ASSERT_TRUE(MakePair(config));
+  const uint32_t depth = Caps(a_.get()).max_send_wr;
+  ASSERT_LE(depth, 32u) << "unexpectedly deep send queue";
+  ASSERT_NO_FATAL_FAILURE(FillSendQueueAndWaitForTheResponder(depth, true));
+  auto* cq = reinterpret_cast<ibv_cq_ex*>(a_.send_cq.get());  // made by ibv_create_cq_ex (ibv_cq_ex_to_cq)
+  ibv_poll_cq_attr attr = {};
+  int started = ENOENT;
+  const auto deadline = std::chrono::steady_clock::now() + kReturnWindow;
+  while ((started = ibv_start_poll(cq, &attr)) == ENOENT && std::chrono::steady_clock::now() < deadline) {
+  }
+  ASSERT_EQ(started, 0) << "no completion within " << kReturnWindow.count() << " ms";
+  EXPECT_EQ(cq->wr_id, depth - 1);
+  const int posted = Backend().Answer("SendSlotFreedAtPoll", true) ? PostOneWrite(depth)
+                                                                    : PostWhileFull([&] { return PostOneWrite(depth); });
+  ibv_end_poll(cq);
+  EXPECT_EQ(posted, 0) << "the completion ibv_start_poll returned freed no slot before ibv_end_poll";
+}
+
 // Rule: as SendSlotsFreeFollowBackend: where slots are freed when completions are polled, a send queue
 //   whose WRs are all unsignaled never frees a slot (the classic need to signal one WR in every
 //   max_send_wr: mlx5 programs that do not hang on ENOMEM).

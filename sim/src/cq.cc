@@ -444,6 +444,9 @@ ibv_cq_ex* Cq::CreateExOp(ibv_context* ibctx, ibv_cq_init_attr_ex* attr) {
 
 // Requires: mu_ held, count_ > 0. Hands the oldest completion to the program.
 void Cq::LoadCurrentLocked() {
+  // Polled now: its queue slots are free before ibv_end_poll, as mlx5 frees
+  // them when it parses the entry (ibv_rc_pingpong -t reposts meanwhile).
+  ReleaseSlotsOf(head_);
   current_ = ring_[head_];
   current_stamp_ = stamps_.empty() ? 0 : stamps_[head_];
   has_current_ = true;

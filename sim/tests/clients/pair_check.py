@@ -33,6 +33,9 @@ cases = []
 for prog in PINGPONGS:
     for events in (False, True):
         cases.append((prog, ["-c", "-n", "200"] + gid + (["-e"] if events else [])))
+# Completion timestamps (-t): the pingpong reads its CQ with ibv_start_poll and reposts receives before
+# ibv_end_poll; with a receive queue of 2 each repost needs the slot of the completion just read.
+cases.append(("ibv_rc_pingpong", ["-c", "-n", "200", "-t", "-r", "2"] + gid))
 # ibv_xsrq_pingpong has no data check; it prints "success" once everything is
 # received and torn down. Its -c is the number of clients the server takes
 # (a client ignores it): with two, the server reaches each client's XRC SRQ
