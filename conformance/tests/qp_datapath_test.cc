@@ -1206,41 +1206,6 @@ TEST_F(QpDatapathTest, CreateAhFails_UnresolvableDestinationGidOnRoce) {
       << "a dgid of the other IP family";
 }
 
-// Rule: RoCE v2 carries a datagram over IPv4 when its GIDs are IPv4 addresses; the 40 bytes before a
-//   UD receive's payload then hold 20 bytes of zero and the IPv4 header (include/rdma/ib_verbs.h:
-//   union rdma_network_hdr; drivers/infiniband/sw/rxe/rxe_resp.c and mlx5 copy it so), which
-//   ibv_init_ah_from_wc reads when its checksum holds (libibverbs/verbs.c: get_grh_header_version).
-// Checks: where the test's GID is an IPv4-mapped RoCE v2 GID, a datagram's receive area starts with 20
-//   zero bytes, then version 4 with IHL 5, protocol UDP and the GID's address as source and
-//   destination (loopback); ibv_init_ah_from_wc answers that GID as destination from the same GID
-//   index. (Not the checksum: rxe leaves it 0, and a first word that is not an IPv6 one already
-//   tells rdma-core the header is IPv4.)
-TEST_F(QpDatapathTest, UdReceiveOverRoceV2Ipv4HoldsTheIpv4Header) {
-  ASSERT_NO_FATAL_FAILURE(MakeUdPair(true));
-  const ibv_ah_attr address = LocalAddress(true);
-  ibv_gid_entry entry = {};
-  ASSERT_EQ(ibv_query_gid_ex(context(), port(), address.grh.sgid_index, &entry, 0), 0) << ErrnoName(errno);
-  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  SKIP_IF(entry.gid_type != IBV_GID_TYPE_ROCE_V2 || std::memcmp(entry.gid.raw, kMapped, sizeof kMapped) != 0)
-      << "(GID index " << int{address.grh.sgid_index} << " is not an IPv4-mapped RoCE v2 GID)";
-  ibv_wc rwc = {};
-  ASSERT_NO_FATAL_FAILURE(SendOneDatagram(&rwc));
-  ASSERT_NE(rwc.wc_flags & IBV_WC_GRH, 0u);
-  const std::vector<uint8_t> area = dst_.Bytes(0, kGrhBytes);
-  EXPECT_EQ(std::vector<uint8_t>(area.begin(), area.begin() + 20), std::vector<uint8_t>(20, 0));
-  const uint8_t* ip = area.data() + 20;
-  EXPECT_EQ(ip[0], 0x45) << "version and IHL";
-  EXPECT_EQ(ip[9], IPPROTO_UDP) << "protocol";
-  EXPECT_EQ(std::memcmp(ip + 12, entry.gid.raw + 12, 4), 0) << "source address";
-  EXPECT_EQ(std::memcmp(ip + 16, entry.gid.raw + 12, 4), 0) << "destination address";
-  ibv_grh grh = {};
-  std::memcpy(&grh, area.data(), sizeof grh);
-  ibv_ah_attr attr = {};
-  ASSERT_EQ(ibv_init_ah_from_wc(context(), port(), &rwc, &grh, &attr), 0) << ErrnoName(errno);
-  EXPECT_EQ(std::memcmp(attr.grh.dgid.raw, entry.gid.raw, sizeof entry.gid.raw), 0) << "the reply's destination";
-  EXPECT_EQ(attr.grh.sgid_index, address.grh.sgid_index);
-}
-
 // Rule: ibv_req_notify_cq(3): "If solicited_only is non-zero, an event is only generated for a new
 //   CQE with that is considered solicited. A CQE is solicited if it is a receive completion for a
 //   message with the Solicited Event header bit set"; ibv_post_send(3): IBV_SEND_SOLICITED "Set the

@@ -45,28 +45,6 @@ uint16_t TransportBytes(size_t payload, bool udp) {
   return static_cast<uint16_t>((udp ? 8 : 0) + 12 + 8 + payload + 4);
 }
 
-// The 40-byte area before a UD datagram's payload for a packet sent to a
-// RoCE v2 GID of an IPv4 address: 20 bytes of zero, then the IPv4 header
-// (include/rdma/ib_verbs.h: union rdma_network_hdr; rxe and mlx5 write it so,
-// and ibv_init_ah_from_wc reads it so when its checksum holds).
-void WriteIpv4Header(const Packet& pkt, uint8_t area[kGrhBytes]) {
-  std::memset(area, 0, kGrhBytes);
-  uint8_t* ip = area + 20;
-  ip[0] = 0x45;  // version 4, 5 words
-  const uint16_t total = htons(static_cast<uint16_t>(20 + TransportBytes(pkt.payload.size(), true)));
-  std::memcpy(ip + 2, &total, 2);
-  ip[6] = 0x40;  // don't fragment
-  ip[8] = 64;    // time to live
-  ip[9] = IPPROTO_UDP;
-  std::memcpy(ip + 12, pkt.sgid.raw + 12, 4);
-  std::memcpy(ip + 16, pkt.dst.dgid.raw + 12, 4);
-  uint32_t sum = 0;
-  for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(ip[i] << 8 | ip[i + 1]);
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  const uint16_t check = htons(static_cast<uint16_t>(~sum));
-  std::memcpy(ip + 10, &check, 2);
-}
-
 }  // namespace
 
 bool Qp::RespondsLocked() const {
@@ -607,20 +585,18 @@ void Qp::ReceiveUd(const Packet& pkt) {
     for (const GidProfile& g : device()->profile().ports[attr_.port_num - 1].gids) {
       if (SameGid(g.gid, pkt.dst.dgid) && g.kind == GidKind::kRoceV2) roce_v2 = true;
     }
-    uint8_t area[kGrhBytes];
-    if (roce_v2 && IsIpv4MappedGid(pkt.dst.dgid)) {
-      WriteIpv4Header(pkt, area);
-    } else {
-      ibv_grh grh{};
-      grh.version_tclass_flow = htonl(6u << 28);
-      grh.paylen = htons(TransportBytes(pkt.payload.size(), roce_v2));
-      grh.next_hdr = roce_v2 ? IPPROTO_UDP : 0x1b;
-      grh.hop_limit = 64;
-      grh.sgid = pkt.sgid;
-      grh.dgid = pkt.dst.dgid;
-      std::memcpy(area, &grh, kGrhBytes);
-    }
-    const ibv_wc_status st = Scatter(device(), RecvPd(), wqe, 0, area, kGrhBytes);
+    // (A GRH also when the GIDs are IPv4 addresses: rxe and mlx5 put 20 bytes
+    // of zero and the IPv4 header there instead, but UCX then reads which of
+    // the two it got from wc.sl, mlx5's RoCE packet type, which this
+    // simulator reports as 0.)
+    ibv_grh grh{};
+    grh.version_tclass_flow = htonl(6u << 28);
+    grh.paylen = htons(TransportBytes(pkt.payload.size(), roce_v2));
+    grh.next_hdr = roce_v2 ? IPPROTO_UDP : 0x1b;
+    grh.hop_limit = 64;
+    grh.sgid = pkt.sgid;
+    grh.dgid = pkt.dst.dgid;
+    const ibv_wc_status st = Scatter(device(), RecvPd(), wqe, 0, reinterpret_cast<const uint8_t*>(&grh), kGrhBytes);
     if (st != IBV_WC_SUCCESS) {
       CompleteRecvLocked(wqe, st, IBV_WC_RECV);
       return;
