@@ -20,6 +20,12 @@ inline bool IsIpv4MappedGid(const ibv_gid& gid) {
   return std::memcmp(gid.raw, kPrefix, sizeof kPrefix) == 0;
 }
 
+// An IPv6 multicast GID (ff00::/8), or an IPv4-mapped one (::ffff:224.0.0.0/4)
+// as RoCE v2 uses with IPv4 addresses (the kernel's rdma_is_multicast_addr).
+inline bool IsMulticastGid(const ibv_gid& gid) {
+  return gid.raw[0] == 0xff || (IsIpv4MappedGid(gid) && (gid.raw[12] & 0xf0) == 0xe0);
+}
+
 // What the kernel answers for a RoCE address from `sgid` (a RoCE v1 GID or
 // not) to `dgid` (drivers/infiniband/core/verbs.c: ib_resolve_eth_dmac, at
 // ibv_create_ah and at ibv_modify_qp with IBV_QP_AV): a multicast destination
@@ -27,9 +33,8 @@ inline bool IsIpv4MappedGid(const ibv_gid& gid) {
 // up through the IP stack (rdma_addr_find_l2_eth_by_grh), which refuses the
 // zero address and a source and destination of different IP families: EINVAL.
 inline int RoceDestinationError(const ibv_gid& sgid, bool sgid_roce_v1, const ibv_gid& dgid) {
-  const bool multicast = dgid.raw[0] == 0xff || (IsIpv4MappedGid(dgid) && (dgid.raw[12] & 0xf0) == 0xe0);
   const bool link_local = dgid.raw[0] == 0xfe && (dgid.raw[1] & 0xc0) == 0x80;
-  if (multicast || (link_local && sgid_roce_v1)) return 0;
+  if (IsMulticastGid(dgid) || (link_local && sgid_roce_v1)) return 0;
   if (IsZeroGid(dgid)) return EINVAL;
   return IsIpv4MappedGid(sgid) == IsIpv4MappedGid(dgid) ? 0 : EINVAL;
 }

@@ -3,7 +3,6 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <cstring>
 #include <new>
 
 #include "device.h"
@@ -245,14 +244,6 @@ void Engine::DeliverStreamLocked(Device* dev, const Packet& pkt) {
     RecyclePayload(part.payload.TakeBuffer());
     if (!qp) break;
   }
-}
-
-// An IPv6 multicast GID (ff00::/8), or an IPv4-mapped one (::ffff:224.0.0.0/4)
-// as RoCE v2 uses with IPv4 addresses (the kernel's rdma_is_multicast_addr).
-bool IsMulticastGid(const ibv_gid& gid) {
-  if (gid.raw[0] == 0xff) return true;
-  static const uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(gid.raw, kV4Mapped, sizeof kV4Mapped) == 0 && (gid.raw[12] & 0xf0) == 0xe0;
 }
 
 // IBTA: LIDs 0xC000-0xFFFE are multicast (0xFFFF is the permissive LID).
