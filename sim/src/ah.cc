@@ -41,15 +41,6 @@ ibv_gid Ipv4MappedGid(const uint8_t* address) {
   return gid;
 }
 
-// The index of `gid` of `kind` on the port, or -1.
-int FindGid(const Device* dev, uint8_t port_num, const ibv_gid& gid, GidKind kind) {
-  const auto& gids = dev->profile().ports[port_num - 1].gids;
-  for (size_t i = 0; i < gids.size(); ++i) {
-    if (SameGid(gids[i].gid, gid) && gids[i].kind == kind) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 }  // namespace
 
 Ah::Ah(Pd* pd, const ibv_ah_attr& attr) : ctx_(pd->context()), pd_(pd), av_(AddressVector::From(attr)) {
@@ -109,7 +100,7 @@ int Ah::InitFromWc(Context* ctx, uint8_t port_num, const ibv_wc& wc, const ibv_g
       // GID of ours; the answer goes to its source address.
       const uint8_t* ip4 = reinterpret_cast<const uint8_t*>(grh) + 20;
       if ((ip4[16] & 0xf0) == 0xe0) return EINVAL;  // multicast: in no GID table
-      const int index = FindGid(dev, port_num, Ipv4MappedGid(ip4 + 16), GidKind::kRoceV2);
+      const int index = dev->GidIndex(port_num, Ipv4MappedGid(ip4 + 16), GidKind::kRoceV2);
       if (index < 0) return ENOENT;
       out->grh.dgid = Ipv4MappedGid(ip4 + 12);
       out->grh.sgid_index = static_cast<uint8_t>(index);
@@ -130,7 +121,7 @@ int Ah::InitFromWc(Context* ctx, uint8_t port_num, const ibv_wc& wc, const ibv_g
     out->grh.hop_limit = grh->hop_limit;
     out->grh.traffic_class = (ntohl(grh->version_tclass_flow) >> 20) & 0xff;
     // The local GID the datagram was sent to becomes the source GID.
-    const int index = FindGid(dev, port_num, grh->dgid, kind);
+    const int index = dev->GidIndex(port_num, grh->dgid, kind);
     if (index < 0) return ENOENT;
     out->grh.sgid_index = static_cast<uint8_t>(index);
     return 0;

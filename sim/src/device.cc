@@ -176,4 +176,13 @@ const GidProfile* Device::Gid(int port_num, uint32_t index) const {
   return index < gids.size() && !IsZeroGid(gids[index].gid) ? &gids[index] : nullptr;
 }
 
+int Device::GidIndex(int port_num, const ibv_gid& gid, GidKind kind) const {
+  if (!ValidPort(port_num)) return -1;
+  const auto& gids = profile_.ports[port_num - 1].gids;
+  for (size_t i = 0; i < gids.size(); ++i) {
+    if (SameGid(gids[i].gid, gid) && gids[i].kind == kind) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 }  // namespace simverbs

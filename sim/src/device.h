@@ -46,6 +46,8 @@ class Device {
   // The port's GID entry at index when it is valid (in the profile's table
   // and not all zero), else nullptr.
   const GidProfile* Gid(int port_num, uint32_t index) const;
+  // The index of `gid` of `kind` in the port's table, or -1.
+  int GidIndex(int port_num, const ibv_gid& gid, GidKind kind) const;
 
   // Port attributes as ibv_query_port reports them now.
   ibv_port_attr PortAttr(int port_num) const;

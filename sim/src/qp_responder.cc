@@ -581,10 +581,7 @@ void Qp::ReceiveUd(const Packet& pkt) {
   if (pkt.has_grh) {
     // Sent to a RoCE v2 GID of ours: UDP follows the IP header (what
     // ibv_init_ah_from_wc reads to know the kind of GID to answer from).
-    bool roce_v2 = false;
-    for (const GidProfile& g : device()->profile().ports[attr_.port_num - 1].gids) {
-      if (SameGid(g.gid, pkt.dst.dgid) && g.kind == GidKind::kRoceV2) roce_v2 = true;
-    }
+    const bool roce_v2 = device()->GidIndex(attr_.port_num, pkt.dst.dgid, GidKind::kRoceV2) >= 0;
     // (A GRH also when the GIDs are IPv4 addresses: rxe and mlx5 put 20 bytes
     // of zero and the IPv4 header there instead, but UCX then reads which of
     // the two it got from wc.sl, mlx5's RoCE packet type, which this
