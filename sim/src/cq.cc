@@ -455,11 +455,11 @@ void Cq::LoadCurrentLocked() {
   fault_plan::OnPolledEx(this, current_.qp_num);
 }
 
-// Requires: mu_ held. The entry the section read is consumed (at most once).
+// Requires: mu_ held. The entry the section read is consumed (at most once;
+// its slots were freed when it was loaded).
 void Cq::ConsumeCurrentLocked() {
   if (!has_current_ || count_ == 0) return;
   has_current_ = false;
-  ReleaseSlotsOf(head_);
   head_ = RingIndex(head_, 1);
   count_.store(count_.load(std::memory_order_relaxed) - 1, std::memory_order_release);
 }
